@@ -1,0 +1,90 @@
+-- rush-meter schema: every table is keyed by org first, so a distributed PostgreSQL
+-- (Citus) can shard by org_id. Times are Unix seconds (BIGINT, UTC); durations whole seconds.
+
+CREATE TABLE orgs (
+    org_id                 TEXT PRIMARY KEY,
+    name                   TEXT NOT NULL,
+    plan_id                TEXT NOT NULL,
+    suspended              BOOLEAN NOT NULL DEFAULT FALSE,
+    period_start           BIGINT,
+    period_end             BIGINT,
+    stripe_customer_id     TEXT,
+    stripe_subscription_id TEXT,
+    subscription_status    TEXT,
+    created_at             BIGINT NOT NULL,
+    updated_at             BIGINT NOT NULL
+);
+
+CREATE TABLE api_keys (
+    org_id            TEXT NOT NULL REFERENCES orgs (org_id),
+    key_id            TEXT NOT NULL,
+    concurrency_limit BIGINT,
+    created_at        BIGINT NOT NULL,
+    updated_at        BIGINT NOT NULL,
+    PRIMARY KEY (org_id, key_id)
+);
+
+CREATE TABLE tokens (
+    token_id    TEXT PRIMARY KEY,
+    secret_hash TEXT NOT NULL UNIQUE,
+    scopes      TEXT NOT NULL,
+    org_id      TEXT REFERENCES orgs (org_id),
+    label       TEXT NOT NULL DEFAULT '',
+    created_at  BIGINT NOT NULL
+);
+
+-- One row a session: its ledger state (ledger.rs SessionLedger) and who started it.
+CREATE TABLE sessions (
+    org_id         TEXT NOT NULL REFERENCES orgs (org_id),
+    session_id     TEXT NOT NULL,
+    key_id         TEXT,
+    agent          TEXT,
+    project_id     TEXT,
+    started_by     TEXT,
+    vm_id          TEXT,
+    phase          TEXT NOT NULL,
+    last_seq       BIGINT,
+    last_at        BIGINT NOT NULL,
+    span_start     BIGINT NOT NULL,
+    billed_seconds BIGINT NOT NULL DEFAULT 0,
+    heartbeats     BIGINT NOT NULL DEFAULT 0,
+    silences       BIGINT NOT NULL DEFAULT 0,
+    unadmitted     BOOLEAN NOT NULL DEFAULT FALSE,
+    created_at     BIGINT NOT NULL,
+    ended_at       BIGINT,
+    end_status     TEXT,
+    PRIMARY KEY (org_id, session_id)
+);
+-- Session ids are global (a reused id is a 409); with Citus this becomes a lookup table.
+CREATE UNIQUE INDEX sessions_session_id ON sessions (session_id);
+CREATE INDEX sessions_running ON sessions (last_at) WHERE phase = 'running';
+CREATE INDEX sessions_parked ON sessions (span_start) WHERE phase = 'parked';
+CREATE INDEX sessions_org_phase ON sessions (org_id, phase);
+
+-- Closed spans of each session's timeline; running ones are the ledger.
+CREATE TABLE spans (
+    org_id     TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    start_at   BIGINT NOT NULL,
+    end_at     BIGINT NOT NULL,
+    kind       TEXT NOT NULL,
+    PRIMARY KEY (org_id, session_id, start_at)
+);
+CREATE INDEX spans_org_running_end ON spans (org_id, end_at) WHERE kind = 'running';
+
+-- Billed seconds by org and UTC hour, written in the same transaction as the spans.
+CREATE TABLE org_hourly (
+    org_id  TEXT NOT NULL,
+    hour    BIGINT NOT NULL,
+    seconds BIGINT NOT NULL,
+    PRIMARY KEY (org_id, hour)
+);
+
+-- Billed seconds by org, hour and session: the breakdowns by session, project, user, agent.
+CREATE TABLE session_hourly (
+    org_id     TEXT NOT NULL,
+    hour       BIGINT NOT NULL,
+    session_id TEXT NOT NULL,
+    seconds    BIGINT NOT NULL,
+    PRIMARY KEY (org_id, hour, session_id)
+);

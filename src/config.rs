@@ -1,0 +1,239 @@
+//! Command line and configuration: flags win over environment variables, which win over
+//! defaults (API.md). Everything is validated here, before anything starts.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::ledger::Rules;
+
+#[derive(Debug, Parser)]
+#[command(name = "rush-meter", version, about = "Metering, quota and billing for cloud coding agents")]
+pub struct Cli {
+    #[command(flatten)]
+    pub settings: Settings,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service (the default).
+    Serve,
+    /// Bring the database schema up to date and exit.
+    Migrate,
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token and print its secret (shown this once; only its hash is stored).
+    Create {
+        /// Comma-separated scopes: ingest, admission, console, finance, admin.
+        #[arg(long)]
+        scope: String,
+        /// The org a console token reads (required for `console`).
+        #[arg(long)]
+        org: Option<String>,
+        /// A note to recognise the token by.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+}
+
+/// Settings shared by every command.
+#[derive(Clone, Args)]
+pub struct Settings {
+    /// `sqlite://FILE` (created if missing) or `postgres://…`.
+    #[arg(long, env = "RUSH_METER_DATABASE_URL", default_value = "sqlite://rush-meter.db", global = true)]
+    pub database_url: String,
+    /// Address the HTTP service listens on.
+    #[arg(long, env = "RUSH_METER_LISTEN", default_value = "127.0.0.1:8080", global = true)]
+    pub listen: String,
+    /// Directory of plan files (`*.toml`).
+    #[arg(long, env = "RUSH_METER_PLANS_DIR", default_value = "plans", global = true)]
+    pub plans_dir: PathBuf,
+    /// How often supervisors send a heartbeat for each running microVM.
+    #[arg(long, env = "RUSH_METER_HEARTBEAT_INTERVAL_SECS", default_value_t = 15, global = true)]
+    pub heartbeat_interval_secs: i64,
+    /// A running session silent longer than this is presumed gone.
+    #[arg(long, env = "RUSH_METER_LEASE_SECS", default_value_t = 45, global = true)]
+    pub lease_secs: i64,
+    /// When set, a token with every scope and this secret exists after start-up.
+    #[arg(long, env = "RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", global = true, hide_env_values = true)]
+    pub bootstrap_admin_token: Option<String>,
+    /// Largest request body accepted, in bytes (a full batch of 1,000 heartbeats is ~200 KB).
+    #[arg(long, env = "RUSH_METER_MAX_BODY_BYTES", default_value_t = 1 << 20, global = true)]
+    pub max_body_bytes: usize,
+    /// Stripe secret key; Stripe is off when unset.
+    #[arg(long, env = "RUSH_METER_STRIPE_SECRET_KEY", global = true, hide_env_values = true)]
+    pub stripe_secret_key: Option<String>,
+    /// Stripe webhook signing secret(s), comma-separated during a rollover.
+    #[arg(long, env = "RUSH_METER_STRIPE_WEBHOOK_SECRET", global = true, hide_env_values = true)]
+    pub stripe_webhook_secret: Option<String>,
+    /// Stripe API base URL (a local Stripe fake in tests).
+    #[arg(long, env = "RUSH_METER_STRIPE_API_BASE", default_value = "https://api.stripe.com", global = true)]
+    pub stripe_api_base: String,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redact = |s: &Option<String>| s.as_ref().map(|_| "[redacted]");
+        f.debug_struct("Settings")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("listen", &self.listen)
+            .field("plans_dir", &self.plans_dir)
+            .field("heartbeat_interval_secs", &self.heartbeat_interval_secs)
+            .field("lease_secs", &self.lease_secs)
+            .field("bootstrap_admin_token", &redact(&self.bootstrap_admin_token))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("stripe_secret_key", &redact(&self.stripe_secret_key))
+            .field("stripe_webhook_secret", &redact(&self.stripe_webhook_secret))
+            .field("stripe_api_base", &self.stripe_api_base)
+            .finish()
+    }
+}
+
+/// A database URL with any password replaced, for logs.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Settings that passed validation.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub database_url: String,
+    pub listen: SocketAddr,
+    pub plans_dir: PathBuf,
+    pub rules: Rules,
+    pub bootstrap_admin_token: Option<Secret>,
+    pub max_body_bytes: usize,
+}
+
+/// A secret that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl Settings {
+    /// Check every setting; the error says which one and how to fix it.
+    pub fn validate(&self) -> Result<Config, String> {
+        let listen: SocketAddr = self.listen.parse().map_err(|_| {
+            format!(
+                "--listen / RUSH_METER_LISTEN: `{}` is not an address such as 127.0.0.1:8080",
+                self.listen
+            )
+        })?;
+        let url = &self.database_url;
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            return Err(format!(
+                "--database-url / RUSH_METER_DATABASE_URL: `{}` is neither sqlite://FILE nor postgres://…",
+                redact_url(url)
+            ));
+        }
+        if !(1..=3600).contains(&self.heartbeat_interval_secs) {
+            return Err(format!(
+                "--heartbeat-interval-secs / RUSH_METER_HEARTBEAT_INTERVAL_SECS: must be 1 to 3600 (got {})",
+                self.heartbeat_interval_secs
+            ));
+        }
+        if self.lease_secs < self.heartbeat_interval_secs || self.lease_secs > 86_400 {
+            return Err(format!(
+                "--lease-secs / RUSH_METER_LEASE_SECS: must be at least the heartbeat interval ({}) and at most 86400 (got {})",
+                self.heartbeat_interval_secs, self.lease_secs
+            ));
+        }
+        if let Some(t) = &self.bootstrap_admin_token {
+            if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(
+                    "--bootstrap-admin-token / RUSH_METER_BOOTSTRAP_ADMIN_TOKEN: use at least 16 characters without spaces"
+                        .into(),
+                );
+            }
+        }
+        if self.max_body_bytes < 1024 {
+            return Err("--max-body-bytes / RUSH_METER_MAX_BODY_BYTES: must be at least 1024".into());
+        }
+        Ok(Config {
+            database_url: self.database_url.clone(),
+            listen,
+            plans_dir: self.plans_dir.clone(),
+            rules: Rules {
+                interval: self.heartbeat_interval_secs,
+                lease: self.lease_secs,
+            },
+            bootstrap_admin_token: self.bootstrap_admin_token.clone().map(Secret),
+            max_body_bytes: self.max_body_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("rush-meter").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let c = parse(&[]).settings.validate().unwrap();
+        assert_eq!(c.database_url, "sqlite://rush-meter.db");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!((c.rules.interval, c.rules.lease), (15, 45));
+    }
+
+    #[test]
+    fn flags_work_before_and_after_the_command() {
+        let c = parse(&["serve", "--lease-secs", "60"]);
+        assert_eq!(c.settings.lease_secs, 60);
+        let c = parse(&["--lease-secs", "61", "migrate"]);
+        assert_eq!(c.settings.lease_secs, 61);
+    }
+
+    #[test]
+    fn bad_settings_name_the_setting() {
+        let e = parse(&["--lease-secs", "5"]).settings.validate().unwrap_err();
+        assert!(e.starts_with("--lease-secs"), "{e}");
+        let e = parse(&["--listen", "nope"]).settings.validate().unwrap_err();
+        assert!(e.starts_with("--listen"), "{e}");
+        let e = parse(&["--database-url", "mysql://x"]).settings.validate().unwrap_err();
+        assert!(e.starts_with("--database-url"), "{e}");
+        let e = parse(&["--bootstrap-admin-token", "short"]).settings.validate().unwrap_err();
+        assert!(e.starts_with("--bootstrap-admin-token"), "{e}");
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let c = parse(&["--bootstrap-admin-token", "0123456789abcdefXYZ"]);
+        assert!(!format!("{:?}", c.settings).contains("XYZ"));
+        let cfg = c.settings.validate().unwrap();
+        assert!(!format!("{cfg:?}").contains("XYZ"));
+        assert_eq!(redact_url("postgres://u:pw@h/db"), "postgres://u:***@h/db");
+    }
+}

@@ -1,0 +1,162 @@
+//! The one error type of the API, and the one place it becomes a response:
+//! `{"error": {"code", "message", "field"?}}` with the status API.md assigns.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "malformed_body", message)
+    }
+
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_value", message).with_field(field)
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send `Authorization: Bearer <token>` with a valid token",
+        )
+    }
+
+    pub fn forbidden(scope: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("this token lacks the `{scope}` scope this route needs"),
+        )
+    }
+
+    pub fn org_not_found(org_id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "org_not_found",
+            format!("no org `{org_id}`; create it with PUT /v1/orgs/{org_id}"),
+        )
+    }
+
+    pub fn session_not_found(session_id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "session_not_found",
+            format!("no session `{session_id}`"),
+        )
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn too_large() -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "the body is larger than the service accepts (RUSH_METER_MAX_BODY_BYTES); send smaller batches",
+        )
+    }
+
+    pub fn unavailable() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the database is unreachable; retry shortly (nothing was written)",
+        )
+    }
+
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "an internal error occurred; it has been logged",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Body {
+            error: Inner {
+                code: self.code,
+                message: &self.message,
+                field: self.field.as_deref(),
+            },
+        };
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, "1".parse().expect("valid header"));
+        }
+        resp
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        (&e).into()
+    }
+}
+
+impl From<&StoreError> for ApiError {
+    fn from(e: &StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(cause) => {
+                tracing::warn!(error = %cause, "database unavailable");
+                ApiError::unavailable()
+            }
+            StoreError::Conflict(msg) => {
+                tracing::info!(error = %msg, "write refused by a uniqueness rule");
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    "conflict",
+                    "the write conflicts with existing data; re-read and retry",
+                )
+            }
+            StoreError::Other(cause) => {
+                tracing::error!(error = %cause, "database error");
+                ApiError::internal()
+            }
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,293 @@
+//! Heartbeats in, session end, and one session's ledger.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::auth::Principal;
+use super::json::JsonBody;
+use super::orgs::path_id;
+use super::{ApiError, ApiResult, AppState};
+use crate::ids::Id;
+use crate::ingest::Heartbeat;
+use crate::ledger::{EndStatus, Observation, Phase, Secs, VmState};
+use crate::quota::{hours, rfc3339};
+use crate::standing::standing;
+use crate::store::{IngestReject, SessionRow};
+use crate::tokens::Scope;
+
+/// Heartbeats one request may carry.
+pub const MAX_BATCH: usize = 1000;
+
+#[derive(Deserialize)]
+pub struct Batch {
+    heartbeats: Vec<RawHeartbeat>,
+}
+
+#[derive(Deserialize)]
+pub struct RawHeartbeat {
+    org_id: String,
+    session_id: String,
+    vm_id: String,
+    seq: i64,
+    state: String,
+    sent_at: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct BatchResults {
+    results: Vec<HeartbeatResult>,
+}
+
+#[derive(Serialize)]
+pub struct HeartbeatResult {
+    session_id: String,
+    accepted: bool,
+    /// This heartbeat changed nothing: its `seq` was seen (or overtaken) before, or the
+    /// session has ended.
+    duplicate: bool,
+    action: &'static str,
+    remaining_seconds: i64,
+}
+
+/// Validate a whole batch before anything is written; the error names the bad field.
+pub fn validate_batch(
+    batch: Vec<RawHeartbeat>,
+    bound_org: Option<&str>,
+    now: Secs,
+    rules: &crate::ledger::Rules,
+) -> ApiResult<Vec<Heartbeat>> {
+    if batch.is_empty() || batch.len() > MAX_BATCH {
+        return Err(ApiError::invalid(
+            "heartbeats",
+            format!("send 1 to {MAX_BATCH} heartbeats a request (got {})", batch.len()),
+        ));
+    }
+    batch
+        .into_iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            let field = |name: &str| format!("heartbeats[{i}].{name}");
+            let id = |name: &str, v: &str| {
+                Id::parse(v).map_err(|m| ApiError::invalid(field(name), format!("{name} {m}")))
+            };
+            let org_id = id("org_id", &raw.org_id)?;
+            let session_id = id("session_id", &raw.session_id)?;
+            let vm_id = id("vm_id", &raw.vm_id)?;
+            if raw.seq < 0 {
+                return Err(ApiError::invalid(field("seq"), "seq must be 0 or more"));
+            }
+            let state = match raw.state.as_str() {
+                "running" => VmState::Running,
+                "parked" => VmState::Parked,
+                other => {
+                    return Err(ApiError::invalid(
+                        field("state"),
+                        format!("state must be `running` or `parked` (got `{other}`)"),
+                    ))
+                }
+            };
+            let sent_at = match &raw.sent_at {
+                Some(t) => rfc3339::parse(t).map_err(|m| ApiError::invalid(field("sent_at"), m))?,
+                None => now,
+            };
+            if bound_org.is_some_and(|o| o != org_id.as_str()) {
+                return Err(ApiError::org_not_found(org_id.as_str()).with_field(field("org_id")));
+            }
+            Ok(Heartbeat {
+                org_id,
+                session_id,
+                vm_id,
+                obs: Observation {
+                    seq: raw.seq,
+                    at: rules.clamp_sent_at(sent_at, now),
+                    state,
+                },
+            })
+        })
+        .collect()
+}
+
+/// `POST /v1/heartbeats`: answered once every heartbeat of the batch is committed.
+pub async fn post_heartbeats(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(batch): JsonBody<Batch>,
+) -> ApiResult<Json<BatchResults>> {
+    principal.require_any(&[Scope::Ingest])?;
+    let now = state.clock.now();
+    let bound = bound_org(&principal);
+    let heartbeats = validate_batch(batch.heartbeats, bound, now, &state.rules)?;
+    let outcomes = state
+        .ingestor
+        .submit(heartbeats)
+        .await
+        .map_err(|e| ApiError::from(e.as_ref()))?
+        .map_err(reject_error)?;
+
+    // Each org's standing once, after the commit, so the answer counts this batch.
+    let mut actions: HashMap<&str, (&'static str, i64)> = HashMap::new();
+    for o in &outcomes {
+        if actions.contains_key(o.org_id.as_str()) {
+            continue;
+        }
+        let s = standing(&state.db, &state.plans, &o.org_id, now, &state.rules)
+            .await?
+            .ok_or_else(|| ApiError::org_not_found(&o.org_id))?;
+        let action = if s.must_park() { "park" } else { "continue" };
+        actions.insert(o.org_id.as_str(), (action, s.remaining_seconds()));
+    }
+    let results = outcomes
+        .iter()
+        .map(|o| {
+            let (action, remaining) = actions[o.org_id.as_str()];
+            HeartbeatResult {
+                session_id: o.session_id.clone(),
+                accepted: true,
+                duplicate: o.duplicate,
+                // An ended session's VM has no business running.
+                action: if o.phase == Phase::Ended { "park" } else { action },
+                remaining_seconds: remaining,
+            }
+        })
+        .collect();
+    Ok(Json(BatchResults { results }))
+}
+
+fn reject_error(r: IngestReject) -> ApiError {
+    match r {
+        IngestReject::UnknownOrg { index, org_id } => ApiError::org_not_found(&org_id)
+            .with_field(format!("heartbeats[{index}].org_id")),
+        IngestReject::SessionOfAnotherOrg { index, session_id } => ApiError::new(
+            StatusCode::CONFLICT,
+            "session_conflict",
+            format!("session `{session_id}` belongs to another org; session ids are global"),
+        )
+        .with_field(format!("heartbeats[{index}].session_id")),
+    }
+}
+
+/// The org an org-bound token is limited to (admin tokens are never limited).
+fn bound_org(principal: &Principal) -> Option<&str> {
+    if principal.has(Scope::Admin) {
+        None
+    } else {
+        principal.org_id.as_deref()
+    }
+}
+
+#[derive(Deserialize)]
+pub struct EndBody {
+    status: String,
+}
+
+/// One session as every reader shows it.
+#[derive(Serialize)]
+pub struct SessionView {
+    session_id: String,
+    org_id: String,
+    key_id: Option<String>,
+    agent: Option<String>,
+    project_id: Option<String>,
+    started_by: Option<String>,
+    vm_id: Option<String>,
+    state: &'static str,
+    /// Booked running time, plus a running session's time up to now.
+    billed_seconds: i64,
+    billed_hours: String,
+    heartbeats: i64,
+    /// `unadmitted`: billed without the gate's admission; `silent_gap`: spoke again after
+    /// a silence past the lease (the gap is unbilled).
+    flags: Vec<&'static str>,
+    #[serde(with = "rfc3339")]
+    created_at: Secs,
+    #[serde(with = "rfc3339")]
+    last_seen_at: Secs,
+    #[serde(with = "rfc3339::option")]
+    ended_at: Option<Secs>,
+    end_status: Option<String>,
+}
+
+pub fn session_view(row: SessionRow, now: Secs, rules: &crate::ledger::Rules) -> SessionView {
+    let led = row.ledger();
+    let billed = led.billed_seconds + led.provisional(now, rules).map_or(0, |p| p.len());
+    let mut flags = Vec::new();
+    if row.unadmitted {
+        flags.push("unadmitted");
+    }
+    if row.silences > 0 {
+        flags.push("silent_gap");
+    }
+    SessionView {
+        state: led.phase.as_str(),
+        billed_seconds: billed,
+        billed_hours: hours(billed),
+        heartbeats: row.heartbeats,
+        flags,
+        created_at: row.created_at,
+        last_seen_at: row.last_at,
+        ended_at: row.ended_at,
+        end_status: row.end_status,
+        session_id: row.session_id,
+        org_id: row.org_id,
+        key_id: row.key_id,
+        agent: row.agent,
+        project_id: row.project_id,
+        started_by: row.started_by,
+        vm_id: row.vm_id,
+    }
+}
+
+/// `POST /v1/sessions/{session_id}/end`: close a session; repeating it changes nothing.
+pub async fn end_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(session_id): Path<String>,
+    JsonBody(body): JsonBody<EndBody>,
+) -> ApiResult<Json<SessionView>> {
+    principal.require_any(&[Scope::Ingest, Scope::Admission])?;
+    let session_id = path_id("session_id", &session_id)?;
+    let status = EndStatus::parse(&body.status).ok_or_else(|| {
+        ApiError::invalid(
+            "status",
+            format!(
+                "status must be one of completed, needs_review, cancelled, failed, expired (got `{}`)",
+                body.status
+            ),
+        )
+    })?;
+    let now = state.clock.now();
+    let row = state
+        .db
+        .end_session(
+            session_id.as_str(),
+            bound_org(&principal),
+            status,
+            now,
+            &state.rules,
+        )
+        .await?
+        .ok_or_else(|| ApiError::session_not_found(session_id.as_str()))?;
+    state.metrics.session_ends.inc();
+    Ok(Json(session_view(row, now, &state.rules)))
+}
+
+/// `GET /v1/sessions/{session_id}`: one session's ledger (console for its org's sessions).
+pub async fn get_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(session_id): Path<String>,
+) -> ApiResult<Json<SessionView>> {
+    principal.require_any(&[Scope::Console, Scope::Finance, Scope::Admission, Scope::Ingest])?;
+    let session_id = path_id("session_id", &session_id)?;
+    let row = state
+        .db
+        .get_session(session_id.as_str())
+        .await?
+        .filter(|r| bound_org(&principal).is_none_or(|o| o == r.org_id))
+        .ok_or_else(|| ApiError::session_not_found(session_id.as_str()))?;
+    Ok(Json(session_view(row, state.clock.now(), &state.rules)))
+}

@@ -1,0 +1,152 @@
+//! The HTTP surface: routes, auth, errors, and the layers every request passes through.
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderName, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post, put};
+use axum::Router;
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::clock::Clock;
+use crate::ingest::Ingestor;
+use crate::ledger::Rules;
+use crate::metrics::Metrics;
+use crate::plans::Plans;
+use crate::store::{Db, TokenRow};
+
+pub mod auth;
+pub mod error;
+pub mod json;
+mod ledger_routes;
+mod ops;
+mod orgs;
+mod usage_routes;
+
+pub use error::{ApiError, ApiResult};
+
+/// Everything a handler may need, shared by every request.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
+    pub db: Db,
+    pub plans: Arc<Plans>,
+    pub rules: Rules,
+    pub clock: Clock,
+    pub ingestor: Ingestor,
+    pub metrics: Arc<Metrics>,
+    /// Token hash to token, briefly: a token's scopes change rarely, and every request
+    /// would otherwise pay a database read for them.
+    pub tokens: moka::future::Cache<String, Arc<TokenRow>>,
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// How long a token stays cached after it was read.
+pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(60);
+
+impl AppState {
+    pub fn new(
+        db: Db,
+        plans: Arc<Plans>,
+        rules: Rules,
+        clock: Clock,
+        ingestor: Ingestor,
+        metrics: Arc<Metrics>,
+    ) -> AppState {
+        AppState(Arc::new(Shared {
+            db,
+            plans,
+            rules,
+            clock,
+            ingestor,
+            metrics,
+            tokens: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(TOKEN_CACHE_TTL)
+                .build(),
+        }))
+    }
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// A random id for each request that arrives without one.
+#[derive(Clone, Default)]
+struct RandomRequestId;
+
+impl MakeRequestId for RandomRequestId {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let id = format!("{:016x}", rand::random::<u64>());
+        Some(RequestId::new(id.parse().expect("hex is a valid header value")))
+    }
+}
+
+pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    let api = Router::new()
+        .route("/v1/orgs/{org_id}", put(orgs::put_org).get(orgs::get_org))
+        .route(
+            "/v1/orgs/{org_id}/keys/{key_id}",
+            put(orgs::put_key).get(orgs::get_key),
+        )
+        .route("/v1/orgs/{org_id}/usage", get(usage_routes::get_usage))
+        .route("/v1/heartbeats", post(ledger_routes::post_heartbeats))
+        .route("/v1/sessions/{session_id}", get(ledger_routes::get_session))
+        .route("/v1/sessions/{session_id}/end", post(ledger_routes::end_session))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), record_metrics))
+        .with_state(state);
+
+    api.layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::new(REQUEST_ID, RandomRequestId))
+            .layer(
+                TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
+                    let id = req
+                        .headers()
+                        .get(REQUEST_ID)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+                }),
+            )
+            .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
+    )
+}
+
+async fn record_metrics(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_owned();
+    let resp = next.run(req).await;
+    let status = resp.status();
+    state
+        .metrics
+        .observe_http(&method, &route, status.as_u16(), started.elapsed());
+    if status == StatusCode::INTERNAL_SERVER_ERROR {
+        tracing::error!(%route, "answered 500");
+    }
+    resp
+}

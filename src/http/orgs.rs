@@ -1,0 +1,220 @@
+//! Orgs and their API keys (admin).
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::auth::Principal;
+use super::json::JsonBody;
+use super::{ApiError, ApiResult, AppState};
+use crate::ids::Id;
+use crate::ledger::Secs;
+use crate::quota::{effective_concurrency_limit, rfc3339};
+use crate::standing::effective_plan;
+use crate::store::{KeyRow, OrgRow, OrgUpsert};
+use crate::tokens::Scope;
+
+/// A path segment that must be an id; a bad one is a 422 naming the segment.
+pub fn path_id(name: &str, value: &str) -> ApiResult<Id> {
+    Id::parse(value).map_err(|m| ApiError::invalid(name, format!("{name} {m}")))
+}
+
+#[derive(Deserialize)]
+pub struct PutOrg {
+    name: Option<String>,
+    plan: Option<String>,
+    suspended: Option<bool>,
+}
+
+#[derive(Serialize)]
+pub struct OrgView {
+    org_id: String,
+    name: String,
+    plan: String,
+    suspended: bool,
+    subscription: Option<SubscriptionView>,
+    #[serde(with = "rfc3339")]
+    created_at: Secs,
+    #[serde(with = "rfc3339")]
+    updated_at: Secs,
+}
+
+#[derive(Serialize)]
+struct SubscriptionView {
+    status: Option<String>,
+    stripe_customer_id: Option<String>,
+    stripe_subscription_id: Option<String>,
+    #[serde(with = "rfc3339::option")]
+    current_period_start: Option<Secs>,
+    #[serde(with = "rfc3339::option")]
+    current_period_end: Option<Secs>,
+}
+
+impl From<OrgRow> for OrgView {
+    fn from(o: OrgRow) -> Self {
+        let subscription = (o.stripe_customer_id.is_some() || o.stripe_subscription_id.is_some())
+            .then(|| SubscriptionView {
+                status: o.subscription_status.clone(),
+                stripe_customer_id: o.stripe_customer_id.clone(),
+                stripe_subscription_id: o.stripe_subscription_id.clone(),
+                current_period_start: o.period_start,
+                current_period_end: o.period_end,
+            });
+        OrgView {
+            org_id: o.org_id,
+            name: o.name,
+            plan: o.plan_id,
+            suspended: o.suspended,
+            subscription,
+            created_at: o.created_at,
+            updated_at: o.updated_at,
+        }
+    }
+}
+
+/// `PUT /v1/orgs/{org_id}`: create or update an org (its plan applies at once).
+pub async fn put_org(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(org_id): Path<String>,
+    JsonBody(body): JsonBody<PutOrg>,
+) -> ApiResult<Json<OrgView>> {
+    principal.require_any(&[Scope::Admin])?;
+    let org_id = path_id("org_id", &org_id)?;
+    if let Some(name) = &body.name {
+        if name.trim().is_empty() || name.chars().count() > 200 {
+            return Err(ApiError::invalid("name", "name must be 1 to 200 characters"));
+        }
+    }
+    if let Some(plan) = &body.plan {
+        if state.plans.get(plan).is_none() {
+            let known: Vec<&str> = state.plans.iter().map(|p| p.id.as_str()).collect();
+            return Err(ApiError::invalid(
+                "plan",
+                format!("no plan `{plan}`; plans are: {}", known.join(", ")),
+            ));
+        }
+    }
+    let row = state
+        .db
+        .upsert_org(
+            &OrgUpsert {
+                org_id: org_id.into_string(),
+                name: body.name,
+                plan_id: body.plan,
+                suspended: body.suspended,
+            },
+            state.clock.now(),
+        )
+        .await?;
+    Ok(Json(row.into()))
+}
+
+/// `GET /v1/orgs/{org_id}`: an org with its plan and subscription.
+pub async fn get_org(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(org_id): Path<String>,
+) -> ApiResult<Json<OrgView>> {
+    let org_id = path_id("org_id", &org_id)?;
+    principal.check_org_read(org_id.as_str())?;
+    let row = state
+        .db
+        .get_org(org_id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    Ok(Json(row.into()))
+}
+
+#[derive(Deserialize)]
+pub struct PutKey {
+    concurrency_limit: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub struct KeyView {
+    org_id: String,
+    key_id: String,
+    /// The limit in force: the one set, or the plan's default, never above the plan's max.
+    concurrency_limit: i64,
+    /// The limit set for this key, `null` when it follows the plan's default.
+    concurrency_limit_set: Option<i64>,
+    #[serde(with = "rfc3339")]
+    created_at: Secs,
+    #[serde(with = "rfc3339")]
+    updated_at: Secs,
+}
+
+fn key_view(key: KeyRow, org: &OrgRow, state: &AppState) -> KeyView {
+    let plan = effective_plan(org, &state.plans);
+    KeyView {
+        concurrency_limit: effective_concurrency_limit(key.concurrency_limit, &plan),
+        concurrency_limit_set: key.concurrency_limit,
+        org_id: key.org_id,
+        key_id: key.key_id,
+        created_at: key.created_at,
+        updated_at: key.updated_at,
+    }
+}
+
+/// `PUT /v1/orgs/{org_id}/keys/{key_id}`: register a key and its concurrency limit.
+pub async fn put_key(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((org_id, key_id)): Path<(String, String)>,
+    JsonBody(body): JsonBody<PutKey>,
+) -> ApiResult<Json<KeyView>> {
+    principal.require_any(&[Scope::Admin])?;
+    let org_id = path_id("org_id", &org_id)?;
+    let key_id = path_id("key_id", &key_id)?;
+    let org = state
+        .db
+        .get_org(org_id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let plan = effective_plan(&org, &state.plans);
+    if let Some(limit) = body.concurrency_limit {
+        if !(1..=plan.concurrency_max).contains(&limit) {
+            return Err(ApiError::invalid(
+                "concurrency_limit",
+                format!(
+                    "concurrency_limit must be 1 to {} on the {} plan (got {limit})",
+                    plan.concurrency_max, plan.id
+                ),
+            ));
+        }
+    }
+    let key = state
+        .db
+        .upsert_key(
+            org_id.as_str(),
+            key_id.as_str(),
+            body.concurrency_limit,
+            state.clock.now(),
+        )
+        .await?;
+    Ok(Json(key_view(key, &org, &state)))
+}
+
+/// `GET /v1/orgs/{org_id}/keys/{key_id}`.
+pub async fn get_key(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((org_id, key_id)): Path<(String, String)>,
+) -> ApiResult<Json<KeyView>> {
+    let org_id = path_id("org_id", &org_id)?;
+    let key_id = path_id("key_id", &key_id)?;
+    principal.require_any(&[Scope::Admin, Scope::Admission])?;
+    principal.check_org(org_id.as_str())?;
+    let org = state
+        .db
+        .get_org(org_id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let key = state
+        .db
+        .get_key(org_id.as_str(), key_id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no key `{key_id}` in org `{org_id}`")))?;
+    Ok(Json(key_view(key, &org, &state)))
+}

@@ -1,0 +1,19 @@
+//! rush-meter: the agent-hour ledger, quota gate and billing service behind Rush.
+//!
+//! A pure core (`ledger`, `quota`, `usage`, `plans`) under thin shells (`store`, `http`,
+//! `ingest`, `server`). See DESIGN.md for the rules and docs/ for the contract.
+
+pub mod clock;
+pub mod config;
+pub mod http;
+pub mod ids;
+pub mod ingest;
+pub mod ledger;
+pub mod metrics;
+pub mod plans;
+pub mod quota;
+pub mod server;
+pub mod standing;
+pub mod store;
+pub mod tokens;
+pub mod usage;

@@ -1,0 +1,100 @@
+//! The `rush-meter` command: `serve` (the default), `migrate`, `token create`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use rush_meter::clock::Clock;
+use rush_meter::config::{Cli, Command, Config, TokenCommand};
+use rush_meter::ids::Id;
+use rush_meter::server::{self, App};
+use rush_meter::tokens::{new_token, parse_scopes, Scope};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match cli.settings.validate() {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+    };
+    let result = runtime.block_on(async {
+        match cli.command.unwrap_or(Command::Serve) {
+            Command::Serve => serve(&config).await,
+            Command::Migrate => migrate(&config).await,
+            Command::Token(TokenCommand::Create { scope, org, label }) => {
+                create_token(&config, &scope, org.as_deref(), &label).await
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("rush-meter: {message}");
+    ExitCode::from(2)
+}
+
+async fn serve(config: &Config) -> Result<(), String> {
+    let app = App::start(config, Clock::System).await.map_err(|e| e.to_string())?;
+    let listener = server::bind(config).await.map_err(|e| e.to_string())?;
+    tracing::info!(
+        listen = %config.listen,
+        database = app.state.db.backend(),
+        "rush-meter serving"
+    );
+    app.serve(listener, server::shutdown_signal())
+        .await
+        .map_err(|e| format!("server error: {e}"))
+}
+
+async fn migrate(config: &Config) -> Result<(), String> {
+    let db = server::open_db(config).await.map_err(|e| e.to_string())?;
+    println!("schema up to date ({})", db.backend());
+    db.close().await;
+    Ok(())
+}
+
+async fn create_token(
+    config: &Config,
+    scope: &str,
+    org: Option<&str>,
+    label: &str,
+) -> Result<(), String> {
+    let scopes = parse_scopes(scope).map_err(|e| format!("--scope: {e}"))?;
+    if let Some(o) = org {
+        Id::parse(o).map_err(|e| format!("--org: {e}"))?;
+    }
+    if scopes.contains(&Scope::Console) && org.is_none() {
+        return Err("--org: a console token reads one org; name it with --org ORG".into());
+    }
+    let db = server::open_db(config).await.map_err(|e| e.to_string())?;
+    if let Some(o) = org {
+        if db.get_org(o).await.map_err(|e| e.to_string())?.is_none() {
+            return Err(format!("--org: no org `{o}`; create it first (PUT /v1/orgs/{o})"));
+        }
+    }
+    let now = chrono::Utc::now().timestamp();
+    let (row, secret) = new_token(&scopes, org, label, now);
+    db.insert_token(&row).await.map_err(|e| e.to_string())?;
+    db.close().await;
+    eprintln!(
+        "created token {} with scopes {}{}; the secret is shown once:",
+        row.token_id,
+        row.scopes,
+        org.map(|o| format!(" for org {o}")).unwrap_or_default()
+    );
+    println!("{secret}");
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! Prometheus metrics, served as text at `/metrics`. What each one means is in
+//! docs/operations.md.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::ingest::RequestOutcome;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_duration: Family<RouteLabels, Histogram>,
+    pub heartbeats: Family<ResultLabels, Counter>,
+    pub ingest_group_requests: Histogram,
+    pub ingest_commit_seconds: Histogram,
+    pub sessions_expired: Counter,
+    pub session_ends: Counter,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("rush_meter");
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by method, route template and status",
+            http_requests.clone(),
+        );
+        let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Time from request to response, by route template",
+            http_duration.clone(),
+        );
+        let heartbeats = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "heartbeats",
+            "Heartbeats by result: applied, duplicate (repeated or overtaken seq), rejected (its request was refused)",
+            heartbeats.clone(),
+        );
+        let ingest_group_requests = Histogram::new(exponential_buckets(1.0, 2.0, 12));
+        registry.register(
+            "ingest_group_requests",
+            "Heartbeat requests committed together in one transaction",
+            ingest_group_requests.clone(),
+        );
+        let ingest_commit_seconds = latency_histogram();
+        registry.register(
+            "ingest_commit_seconds",
+            "Time to apply and commit one group of heartbeat requests",
+            ingest_commit_seconds.clone(),
+        );
+        let sessions_expired = Counter::default();
+        registry.register(
+            "sessions_expired",
+            "Sessions changed by the expiry job (silent past the lease, or parked 7 days)",
+            sessions_expired.clone(),
+        );
+        let session_ends = Counter::default();
+        registry.register(
+            "session_ends",
+            "Session end requests that closed a session",
+            session_ends.clone(),
+        );
+        Metrics {
+            registry,
+            http_requests,
+            http_duration,
+            heartbeats,
+            ingest_group_requests,
+            ingest_commit_seconds,
+            sessions_expired,
+            session_ends,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    pub fn observe_http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.http_requests
+            .get_or_create(&HttpLabels {
+                method: method.to_owned(),
+                route: route.to_owned(),
+                status,
+            })
+            .inc();
+        self.http_duration
+            .get_or_create(&RouteLabels {
+                route: route.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn observe_ingest_group(&self, results: &[RequestOutcome], elapsed: Duration) {
+        self.ingest_group_requests.observe(results.len() as f64);
+        self.ingest_commit_seconds.observe(elapsed.as_secs_f64());
+        let (mut applied, mut duplicate, mut rejected) = (0, 0, 0);
+        for r in results {
+            match r {
+                Ok(outs) => {
+                    let dups = outs.iter().filter(|o| o.duplicate).count() as u64;
+                    duplicate += dups;
+                    applied += outs.len() as u64 - dups;
+                }
+                Err(_) => rejected += 1,
+            }
+        }
+        for (result, n) in [
+            ("applied", applied),
+            ("duplicate", duplicate),
+            ("rejected_requests", rejected),
+        ] {
+            if n > 0 {
+                self.heartbeats
+                    .get_or_create(&ResultLabels {
+                        result: result.to_owned(),
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! Plans: `plans/*.toml`, loaded and validated once at start-up.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::ids::Id;
+
+/// One plan as sold, with its ceilings in whole seconds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub id: String,
+    pub name: String,
+    pub price: Decimal,
+    pub currency: String,
+    pub monthly_agent_hours: Decimal,
+    pub weekly_agent_hours: Decimal,
+    pub monthly_limit_seconds: i64,
+    pub weekly_limit_seconds: i64,
+    pub concurrency_default: i64,
+    pub concurrency_max: i64,
+    pub ceiling_grace_seconds: i64,
+    pub past_due_grace_days: i64,
+    pub stripe_prices: Vec<String>,
+    pub upgrade_to: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFile {
+    id: String,
+    name: String,
+    #[serde(deserialize_with = "decimal")]
+    price: Decimal,
+    currency: String,
+    #[serde(deserialize_with = "decimal")]
+    monthly_agent_hours: Decimal,
+    #[serde(deserialize_with = "decimal")]
+    weekly_agent_hours: Decimal,
+    concurrency_default: i64,
+    concurrency_max: i64,
+    #[serde(default)]
+    ceiling_grace_seconds: i64,
+    #[serde(default = "default_past_due_grace_days")]
+    past_due_grace_days: i64,
+    #[serde(default)]
+    stripe_prices: Vec<String>,
+    upgrade_to: Option<String>,
+}
+
+fn default_past_due_grace_days() -> i64 {
+    7
+}
+
+/// A TOML integer, float or string read as an exact decimal (`0.005` stays `0.005`).
+fn decimal<'de, D: Deserializer<'de>>(d: D) -> Result<Decimal, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Num {
+        Int(i64),
+        Float(f64),
+        Str(String),
+    }
+    let text = match Num::deserialize(d)? {
+        Num::Int(i) => return Ok(Decimal::from(i)),
+        // Display of f64 is the shortest text that reads back to the same value.
+        Num::Float(f) => f.to_string(),
+        Num::Str(s) => s,
+    };
+    Decimal::from_str(&text)
+        .or_else(|_| Decimal::from_scientific(&text))
+        .map_err(|_| serde::de::Error::custom(format!("`{text}` is not a decimal number")))
+}
+
+/// A plan file that cannot be used, naming the file and the field to fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct PlanError {
+    pub file: PathBuf,
+    pub message: String,
+}
+
+/// Every plan, by id.
+#[derive(Clone, Debug)]
+pub struct Plans {
+    by_id: BTreeMap<String, Plan>,
+}
+
+impl Plans {
+    /// Load every `*.toml` in `dir`. Fails on the first unusable file or on plans that do not
+    /// fit together (duplicate ids, a dangling `upgrade_to`, no `free` plan).
+    pub fn load_dir(dir: &Path) -> Result<Plans, PlanError> {
+        let err = |file: &Path, message: String| PlanError {
+            file: file.to_path_buf(),
+            message,
+        };
+        let entries = std::fs::read_dir(dir).map_err(|e| {
+            err(
+                dir,
+                format!("cannot read the plans directory ({e}); set --plans-dir or RUSH_METER_PLANS_DIR"),
+            )
+        })?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        let mut parsed = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| err(&file, format!("cannot read ({e})")))?;
+            let plan = parse_plan(&text).map_err(|m| err(&file, m))?;
+            parsed.push((file, plan));
+        }
+        Plans::from_files(dir, parsed)
+    }
+
+    fn from_files(dir: &Path, parsed: Vec<(PathBuf, Plan)>) -> Result<Plans, PlanError> {
+        let mut by_id = BTreeMap::new();
+        for (file, plan) in &parsed {
+            if by_id.insert(plan.id.clone(), plan.clone()).is_some() {
+                return Err(PlanError {
+                    file: file.clone(),
+                    message: format!("id: `{}` is defined by another file too", plan.id),
+                });
+            }
+        }
+        for (file, plan) in &parsed {
+            if let Some(up) = &plan.upgrade_to {
+                if !by_id.contains_key(up) {
+                    return Err(PlanError {
+                        file: file.clone(),
+                        message: format!("upgrade_to: no plan has id `{up}`"),
+                    });
+                }
+            }
+        }
+        if !by_id.contains_key(FREE) {
+            return Err(PlanError {
+                file: dir.to_path_buf(),
+                message: format!(
+                    "no plan with id `{FREE}`: it is the plan of new orgs and of inactive subscriptions"
+                ),
+            });
+        }
+        Ok(Plans { by_id })
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Plan> {
+        self.by_id.get(id)
+    }
+
+    /// The plan every org falls back to.
+    pub fn free(&self) -> &Plan {
+        &self.by_id[FREE]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Plan> {
+        self.by_id.values()
+    }
+
+    /// The plan whose `stripe_prices` names this price id, lookup key or legacy plan id.
+    pub fn by_stripe_price(&self, price: &str) -> Option<&Plan> {
+        self.iter()
+            .find(|p| p.stripe_prices.iter().any(|s| s == price))
+    }
+}
+
+/// The id of the plan that new orgs get and inactive subscriptions fall back to.
+pub const FREE: &str = "free";
+
+/// Parse and validate one plan file's text; the error names the field.
+pub fn parse_plan(text: &str) -> Result<Plan, String> {
+    let f: PlanFile = toml::from_str(text).map_err(|e| e.message().to_string())?;
+    Id::parse(&f.id).map_err(|m| format!("id: {m}"))?;
+    if f.name.trim().is_empty() {
+        return Err("name: must not be empty".into());
+    }
+    non_negative("price", f.price)?;
+    if f.currency.len() != 3 || !f.currency.chars().all(|c| c.is_ascii_lowercase()) {
+        return Err("currency: must be a lowercase ISO 4217 code such as `usd`".into());
+    }
+    let monthly = hours_to_seconds("monthly_agent_hours", f.monthly_agent_hours)?;
+    let weekly = hours_to_seconds("weekly_agent_hours", f.weekly_agent_hours)?;
+    if !(1..=100).contains(&f.concurrency_max) {
+        return Err("concurrency_max: must be between 1 and 100".into());
+    }
+    if !(1..=f.concurrency_max).contains(&f.concurrency_default) {
+        return Err(format!(
+            "concurrency_default: must be between 1 and concurrency_max ({})",
+            f.concurrency_max
+        ));
+    }
+    if f.ceiling_grace_seconds < 0 {
+        return Err("ceiling_grace_seconds: must not be negative".into());
+    }
+    if f.past_due_grace_days < 0 {
+        return Err("past_due_grace_days: must not be negative".into());
+    }
+    if let Some(up) = &f.upgrade_to {
+        if *up == f.id {
+            return Err("upgrade_to: a plan cannot upgrade to itself".into());
+        }
+    }
+    Ok(Plan {
+        id: f.id,
+        name: f.name,
+        price: f.price,
+        currency: f.currency,
+        monthly_agent_hours: f.monthly_agent_hours,
+        weekly_agent_hours: f.weekly_agent_hours,
+        monthly_limit_seconds: monthly,
+        weekly_limit_seconds: weekly,
+        concurrency_default: f.concurrency_default,
+        concurrency_max: f.concurrency_max,
+        ceiling_grace_seconds: f.ceiling_grace_seconds,
+        past_due_grace_days: f.past_due_grace_days,
+        stripe_prices: f.stripe_prices,
+        upgrade_to: f.upgrade_to,
+    })
+}
+
+fn non_negative(field: &str, v: Decimal) -> Result<(), String> {
+    if v.is_sign_negative() && !v.is_zero() {
+        return Err(format!("{field}: must not be negative (got {v})"));
+    }
+    Ok(())
+}
+
+/// Whole seconds of a ceiling in hours, rounded down: a ceiling never grants a part second.
+fn hours_to_seconds(field: &str, hours: Decimal) -> Result<i64, String> {
+    non_negative(field, hours)?;
+    let secs = (hours * Decimal::from(3600)).floor();
+    i64::try_from(secs).map_err(|_| format!("{field}: {hours} hours is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRO: &str = r#"
+id = "pro"
+name = "Pro"
+price = "20.00"
+currency = "usd"
+monthly_agent_hours = 40
+weekly_agent_hours = 0.005
+concurrency_default = 4
+concurrency_max = 10
+stripe_prices = ["pro_monthly"]
+upgrade_to = "team"
+"#;
+
+    #[test]
+    fn parses_fractional_hours_exactly() {
+        let p = parse_plan(PRO).unwrap();
+        assert_eq!(p.monthly_limit_seconds, 144_000);
+        assert_eq!(p.weekly_limit_seconds, 18);
+        assert_eq!(p.weekly_agent_hours.to_string(), "0.005");
+    }
+
+    #[test]
+    fn rejects_unknown_field_naming_it() {
+        let e = parse_plan(&format!("{PRO}\nmonthly_hours = 3\n")).unwrap_err();
+        assert!(e.contains("monthly_hours"), "{e}");
+    }
+
+    #[test]
+    fn rejects_negative_and_missing_ceilings() {
+        let e = parse_plan(&PRO.replace("weekly_agent_hours = 0.005", "weekly_agent_hours = -1"))
+            .unwrap_err();
+        assert!(e.starts_with("weekly_agent_hours"), "{e}");
+        let e = parse_plan(&PRO.replace("monthly_agent_hours = 40", "")).unwrap_err();
+        assert!(e.contains("monthly_agent_hours"), "{e}");
+    }
+
+    #[test]
+    fn rejects_duplicates_and_dangling_upgrade() {
+        let dir = Path::new("plans");
+        let pro = parse_plan(PRO).unwrap();
+        let free = parse_plan(&PRO.replace("\"pro\"", "\"free\"").replace("upgrade_to = \"team\"", ""))
+            .unwrap();
+        let e = Plans::from_files(
+            dir,
+            vec![("a.toml".into(), free.clone()), ("b.toml".into(), pro.clone())],
+        )
+        .unwrap_err();
+        assert_eq!(e.file, PathBuf::from("b.toml"));
+        assert!(e.message.starts_with("upgrade_to"), "{}", e.message);
+        let e = Plans::from_files(
+            dir,
+            vec![("a.toml".into(), free.clone()), ("c.toml".into(), free)],
+        )
+        .unwrap_err();
+        assert!(e.message.starts_with("id"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_shipped_plans_load() {
+        let plans = Plans::load_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("plans").as_path())
+            .unwrap();
+        assert_eq!(plans.free().monthly_limit_seconds, 5 * 3600);
+        assert_eq!(plans.get("pro").unwrap().monthly_limit_seconds, 40 * 3600);
+        assert_eq!(plans.get("team").unwrap().concurrency_max, 100);
+    }
+}

@@ -1,0 +1,176 @@
+//! Start-up, the background jobs, and graceful shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::ingest::Ingestor;
+use crate::metrics::Metrics;
+use crate::plans::{PlanError, Plans};
+use crate::store::{Db, PoolSettings, StoreError};
+use crate::tokens::{token_row, Scope};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("plans: {0}")]
+    Plans(#[from] PlanError),
+    #[error("cannot open the database ({0}); check --database-url / RUSH_METER_DATABASE_URL")]
+    Database(#[from] StoreError),
+    #[error("migrations failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("cannot listen on {addr}: {source}; check --listen / RUSH_METER_LISTEN")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A started service: database open and migrated, plans loaded, writers running.
+pub struct App {
+    pub state: AppState,
+    max_body_bytes: usize,
+    writers: Vec<JoinHandle<()>>,
+    jobs: Vec<JoinHandle<()>>,
+    stop_jobs: watch::Sender<bool>,
+}
+
+/// Open the database named by the config and bring its schema up to date.
+pub async fn open_db(config: &Config) -> Result<Db, StartError> {
+    let db = Db::connect(&config.database_url, PoolSettings::default()).await?;
+    db.migrate().await?;
+    Ok(db)
+}
+
+impl App {
+    pub async fn start(config: &Config, clock: Clock) -> Result<App, StartError> {
+        let plans = Arc::new(Plans::load_dir(&config.plans_dir)?);
+        let db = open_db(config).await?;
+        if let Some(secret) = &config.bootstrap_admin_token {
+            db.insert_token(&token_row(
+                secret.expose(),
+                &Scope::ALL,
+                None,
+                "bootstrap",
+                clock.now(),
+            ))
+            .await?;
+        }
+        let metrics = Arc::new(Metrics::default());
+        // PostgreSQL overlaps several commits; SQLite has one write connection.
+        let writers = match db {
+            Db::Postgres(_) => 4,
+            Db::Sqlite { .. } => 1,
+        };
+        let (ingestor, writer_handles) =
+            Ingestor::start(db.clone(), config.rules, writers, Arc::clone(&metrics));
+        let state = AppState::new(db, plans, config.rules, clock, ingestor, metrics);
+        let (stop_jobs, stop) = watch::channel(false);
+        let jobs = vec![tokio::spawn(expiry_job(state.clone(), stop))];
+        Ok(App {
+            state,
+            max_body_bytes: config.max_body_bytes,
+            writers: writer_handles,
+            jobs,
+            stop_jobs,
+        })
+    }
+
+    /// Serve until `shutdown` resolves; then finish the requests in flight, commit every
+    /// queued heartbeat, and stop the background jobs.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let App {
+            state,
+            max_body_bytes,
+            writers,
+            jobs,
+            stop_jobs,
+        } = self;
+        let db = state.db.clone();
+        let router = http::router(state, max_body_bytes);
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        // The router (and with it the last queue sender) is gone: writers drain and exit.
+        let _ = stop_jobs.send(true);
+        for handle in writers.into_iter().chain(jobs) {
+            let _ = handle.await;
+        }
+        db.close().await;
+        served
+    }
+}
+
+/// Bind the configured address.
+pub async fn bind(config: &Config) -> Result<TcpListener, StartError> {
+    TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })
+}
+
+/// Book what time alone decides (silent sessions, parked ones past expiry) every few
+/// seconds. Safe on several instances: each takes rows the others have not locked.
+async fn expiry_job(state: AppState, mut stop: watch::Receiver<bool>) {
+    let period = Duration::from_secs((state.rules.interval as u64).clamp(1, 15));
+    const BATCH: i64 = 1000;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = stop.changed() => return,
+        }
+        loop {
+            match state
+                .db
+                .expire_sessions(state.clock.now(), &state.rules, BATCH)
+                .await
+            {
+                Ok(n) => {
+                    state.metrics.sessions_expired.inc_by(n as u64);
+                    if (n as i64) < BATCH {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "expiry job failed; will retry");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}

@@ -1,0 +1,303 @@
+//! Storage on PostgreSQL or SQLite, chosen by the URL's scheme.
+//!
+//! The SQL is written once, in `queries.rs`, and compiled twice: into `pg` with
+//! `DB = Postgres` and into `sqlite` with `DB = Sqlite`. Each backend module supplies the
+//! few words in which the dialects differ (how a write transaction begins, row locks).
+//! Times are Unix seconds in BIGINT columns, so the same SQL reads the same on both.
+//!
+//! SQLite serves one instance: its writes go through a single connection, in
+//! `BEGIN IMMEDIATE` transactions, so no write ever meets `SQLITE_BUSY` from this process.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, SqlitePool};
+
+use crate::ledger::Secs;
+
+mod rows;
+pub use rows::*;
+
+#[allow(clippy::duplicate_mod)]
+mod pg {
+    pub type DB = sqlx::Postgres;
+    /// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
+    pub const BEGIN_WRITE: &str = "BEGIN";
+    pub const FOR_UPDATE: &str = " FOR UPDATE";
+    pub const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
+    include!("queries.rs");
+}
+
+#[allow(clippy::duplicate_mod)]
+mod sqlite {
+    pub type DB = sqlx::Sqlite;
+    /// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
+    pub const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+    pub const FOR_UPDATE: &str = "";
+    pub const SKIP_LOCKED: &str = "";
+    include!("queries.rs");
+}
+
+/// Which database, and the pools onto it.
+#[derive(Clone, Debug)]
+pub enum Db {
+    Postgres(PgPool),
+    Sqlite { read: SqlitePool, write: SqlitePool },
+}
+
+/// Calls the same query function on whichever backend is configured.
+/// `write` picks SQLite's single writer connection; `read` its reader pool.
+macro_rules! on_backend {
+    ($db:expr, write, $f:ident ( $($arg:expr),* $(,)? )) => {
+        match $db {
+            $crate::store::Db::Postgres(p) => $crate::store::pg::$f(p, $($arg),*).await,
+            $crate::store::Db::Sqlite { write, .. } => $crate::store::sqlite::$f(write, $($arg),*).await,
+        }
+    };
+    ($db:expr, read, $f:ident ( $($arg:expr),* $(,)? )) => {
+        match $db {
+            $crate::store::Db::Postgres(p) => $crate::store::pg::$f(p, $($arg),*).await,
+            $crate::store::Db::Sqlite { read, .. } => $crate::store::sqlite::$f(read, $($arg),*).await,
+        }
+    };
+}
+
+/// A failure of the store, sorted by what the caller should do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or did not answer in time: retry later (503).
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// A uniqueness rule refused the write (409).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("database error: {0}")]
+    Other(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
+            sqlx::Error::Database(d) if d.is_unique_violation() => {
+                StoreError::Conflict(d.message().to_owned())
+            }
+            // Connection-level failures, admin shutdown, and SQLite's busy/locked.
+            sqlx::Error::Database(d)
+                if d.code().is_some_and(|c| {
+                    c.starts_with("08") || c.starts_with("57P") || c == "5" || c == "6"
+                }) =>
+            {
+                StoreError::Unavailable(e)
+            }
+            _ => StoreError::Other(e),
+        }
+    }
+}
+
+impl StoreError {
+    /// Worth running the same transaction again: serialization failures and deadlocks.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Other(sqlx::Error::Database(d)) => {
+                matches!(d.code().as_deref(), Some("40001" | "40P01"))
+            }
+            _ => false,
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Connection settings that are not part of the URL.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+impl Db {
+    /// Open the database named by `url` (`postgres://…` or `sqlite://…`), creating a
+    /// missing SQLite file.
+    pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Db> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let opts = PgConnectOptions::from_str(url)?;
+            let pool = PgPoolOptions::new()
+                .max_connections(settings.max_connections)
+                .acquire_timeout(settings.acquire_timeout)
+                .connect_with(opts)
+                .await?;
+            Ok(Db::Postgres(pool))
+        } else if url.starts_with("sqlite:") {
+            let opts = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .foreign_keys(true)
+                .busy_timeout(Duration::from_secs(5));
+            let write = SqlitePoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(settings.acquire_timeout.max(Duration::from_secs(30)))
+                .connect_with(opts.clone())
+                .await?;
+            let read = SqlitePoolOptions::new()
+                .max_connections(settings.max_connections.min(8))
+                .acquire_timeout(settings.acquire_timeout)
+                .connect_with(opts.read_only(true))
+                .await?;
+            Ok(Db::Sqlite { read, write })
+        } else {
+            Err(StoreError::Other(sqlx::Error::Configuration(
+                format!("unsupported database URL `{url}`: use postgres://… or sqlite://…").into(),
+            )))
+        }
+    }
+
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Db::Postgres(_) => "postgres",
+            Db::Sqlite { .. } => "sqlite",
+        }
+    }
+
+    /// Bring the schema up to date. Safe to run from several instances at once on
+    /// PostgreSQL (sqlx takes an advisory lock).
+    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        match self {
+            Db::Postgres(p) => sqlx::migrate!("migrations/postgres").run(p).await,
+            Db::Sqlite { write, .. } => sqlx::migrate!("migrations/sqlite").run(write).await,
+        }
+    }
+
+    /// One round trip to the database, for `/readyz`.
+    pub async fn ping(&self) -> StoreResult<()> {
+        on_backend!(self, read, ping())
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Db::Postgres(p) => p.close().await,
+            Db::Sqlite { read, write } => {
+                read.close().await;
+                write.close().await;
+            }
+        }
+    }
+
+    // ----- orgs, keys, tokens -----
+
+    pub async fn upsert_org(&self, org: &OrgUpsert, now: Secs) -> StoreResult<OrgRow> {
+        on_backend!(self, write, upsert_org(org, now))
+    }
+
+    pub async fn get_org(&self, org_id: &str) -> StoreResult<Option<OrgRow>> {
+        on_backend!(self, read, get_org(org_id))
+    }
+
+    pub async fn upsert_key(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        limit: Option<i64>,
+        now: Secs,
+    ) -> StoreResult<KeyRow> {
+        on_backend!(self, write, upsert_key(org_id, key_id, limit, now))
+    }
+
+    pub async fn get_key(&self, org_id: &str, key_id: &str) -> StoreResult<Option<KeyRow>> {
+        on_backend!(self, read, get_key(org_id, key_id))
+    }
+
+    pub async fn insert_token(&self, token: &TokenRow) -> StoreResult<()> {
+        on_backend!(self, write, insert_token(token))
+    }
+
+    pub async fn token_by_hash(&self, hash: &str) -> StoreResult<Option<TokenRow>> {
+        on_backend!(self, read, token_by_hash(hash))
+    }
+
+    // ----- the ledger -----
+
+    /// Apply heartbeat requests in one transaction (see `queries.rs` `ingest`).
+    pub async fn ingest(
+        &self,
+        requests: &[Vec<crate::ingest::Heartbeat>],
+        rules: &crate::ledger::Rules,
+    ) -> StoreResult<Vec<Result<Vec<HeartbeatOutcome>, IngestReject>>> {
+        on_backend!(self, write, ingest(requests, rules))
+    }
+
+    pub async fn end_session(
+        &self,
+        session_id: &str,
+        scope_org: Option<&str>,
+        status: crate::ledger::EndStatus,
+        now: Secs,
+        rules: &crate::ledger::Rules,
+    ) -> StoreResult<Option<SessionRow>> {
+        on_backend!(self, write, end_session(session_id, scope_org, status, now, rules))
+    }
+
+    /// Book what time alone decides: silent sessions and parked ones past expiry.
+    /// Returns how many sessions changed.
+    pub async fn expire_sessions(
+        &self,
+        now: Secs,
+        rules: &crate::ledger::Rules,
+        limit: i64,
+    ) -> StoreResult<usize> {
+        on_backend!(self, write, expire_sessions(now, rules, limit))
+    }
+
+    pub async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>> {
+        on_backend!(self, read, get_session(session_id))
+    }
+
+    /// Seconds the ledger has booked for `org_id` inside `window`, plus what its running
+    /// sessions add up to `now` (see `SessionLedger::provisional`).
+    pub async fn window_usage(
+        &self,
+        org_id: &str,
+        windows: &[crate::ledger::Interval],
+        now: Secs,
+        rules: &crate::ledger::Rules,
+    ) -> StoreResult<Vec<i64>> {
+        on_backend!(self, read, window_usage(org_id, windows, now, rules))
+    }
+
+    pub async fn session_counts(&self, org_id: &str) -> StoreResult<SessionCounts> {
+        on_backend!(self, read, session_counts(org_id))
+    }
+
+    /// Every closed running span and open running stretch of an org, for audits and tests.
+    pub async fn running_spans(&self, org_id: &str) -> StoreResult<Vec<(String, Secs, Secs)>> {
+        on_backend!(self, read, running_spans(org_id))
+    }
+
+    pub async fn hourly_totals(&self, org_id: &str) -> StoreResult<Vec<(Secs, i64)>> {
+        on_backend!(self, read, hourly_totals(org_id))
+    }
+
+    pub async fn session_hourly_totals(&self, org_id: &str) -> StoreResult<Vec<(String, i64)>> {
+        on_backend!(self, read, session_hourly_totals(org_id))
+    }
+
+    pub async fn sessions_of_org(&self, org_id: &str) -> StoreResult<Vec<SessionRow>> {
+        on_backend!(self, read, sessions_of_org(org_id))
+    }
+}
