@@ -10,7 +10,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::ledger::Rules;
 
 #[derive(Debug, Parser)]
-#[command(name = "rush-meter", version, about = "Metering, quota and billing for cloud coding agents")]
+#[command(
+    name = "rush-meter",
+    version,
+    about = "Metering, quota and billing for cloud coding agents"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub settings: Settings,
@@ -49,34 +53,79 @@ pub enum TokenCommand {
 #[derive(Clone, Args)]
 pub struct Settings {
     /// `sqlite://FILE` (created if missing) or `postgres://…`.
-    #[arg(long, env = "RUSH_METER_DATABASE_URL", default_value = "sqlite://rush-meter.db", global = true)]
+    #[arg(
+        long,
+        env = "RUSH_METER_DATABASE_URL",
+        default_value = "sqlite://rush-meter.db",
+        global = true
+    )]
     pub database_url: String,
     /// Address the HTTP service listens on.
-    #[arg(long, env = "RUSH_METER_LISTEN", default_value = "127.0.0.1:8080", global = true)]
+    #[arg(
+        long,
+        env = "RUSH_METER_LISTEN",
+        default_value = "127.0.0.1:8080",
+        global = true
+    )]
     pub listen: String,
     /// Directory of plan files (`*.toml`).
-    #[arg(long, env = "RUSH_METER_PLANS_DIR", default_value = "plans", global = true)]
+    #[arg(
+        long,
+        env = "RUSH_METER_PLANS_DIR",
+        default_value = "plans",
+        global = true
+    )]
     pub plans_dir: PathBuf,
     /// How often supervisors send a heartbeat for each running microVM.
-    #[arg(long, env = "RUSH_METER_HEARTBEAT_INTERVAL_SECS", default_value_t = 15, global = true)]
+    #[arg(
+        long,
+        env = "RUSH_METER_HEARTBEAT_INTERVAL_SECS",
+        default_value_t = 15,
+        global = true
+    )]
     pub heartbeat_interval_secs: i64,
     /// A running session silent longer than this is presumed gone.
-    #[arg(long, env = "RUSH_METER_LEASE_SECS", default_value_t = 45, global = true)]
+    #[arg(
+        long,
+        env = "RUSH_METER_LEASE_SECS",
+        default_value_t = 45,
+        global = true
+    )]
     pub lease_secs: i64,
     /// When set, a token with every scope and this secret exists after start-up.
-    #[arg(long, env = "RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "RUSH_METER_BOOTSTRAP_ADMIN_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
     pub bootstrap_admin_token: Option<String>,
     /// Largest request body accepted, in bytes (a full batch of 1,000 heartbeats is ~200 KB).
     #[arg(long, env = "RUSH_METER_MAX_BODY_BYTES", default_value_t = 1 << 20, global = true)]
     pub max_body_bytes: usize,
     /// Stripe secret key; Stripe is off when unset.
-    #[arg(long, env = "RUSH_METER_STRIPE_SECRET_KEY", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "RUSH_METER_STRIPE_SECRET_KEY",
+        global = true,
+        hide_env_values = true
+    )]
     pub stripe_secret_key: Option<String>,
     /// Stripe webhook signing secret(s), comma-separated during a rollover.
-    #[arg(long, env = "RUSH_METER_STRIPE_WEBHOOK_SECRET", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "RUSH_METER_STRIPE_WEBHOOK_SECRET",
+        global = true,
+        hide_env_values = true
+    )]
     pub stripe_webhook_secret: Option<String>,
     /// Stripe API base URL (a local Stripe fake in tests).
-    #[arg(long, env = "RUSH_METER_STRIPE_API_BASE", default_value = "https://api.stripe.com", global = true)]
+    #[arg(
+        long,
+        env = "RUSH_METER_STRIPE_API_BASE",
+        default_value = "https://api.stripe.com",
+        global = true
+    )]
     pub stripe_api_base: String,
 }
 
@@ -89,10 +138,16 @@ impl fmt::Debug for Settings {
             .field("plans_dir", &self.plans_dir)
             .field("heartbeat_interval_secs", &self.heartbeat_interval_secs)
             .field("lease_secs", &self.lease_secs)
-            .field("bootstrap_admin_token", &redact(&self.bootstrap_admin_token))
+            .field(
+                "bootstrap_admin_token",
+                &redact(&self.bootstrap_admin_token),
+            )
             .field("max_body_bytes", &self.max_body_bytes)
             .field("stripe_secret_key", &redact(&self.stripe_secret_key))
-            .field("stripe_webhook_secret", &redact(&self.stripe_webhook_secret))
+            .field(
+                "stripe_webhook_secret",
+                &redact(&self.stripe_webhook_secret),
+            )
             .field("stripe_api_base", &self.stripe_api_base)
             .finish()
     }
@@ -176,7 +231,9 @@ impl Settings {
             }
         }
         if self.max_body_bytes < 1024 {
-            return Err("--max-body-bytes / RUSH_METER_MAX_BODY_BYTES: must be at least 1024".into());
+            return Err(
+                "--max-body-bytes / RUSH_METER_MAX_BODY_BYTES: must be at least 1024".into(),
+            );
         }
         Ok(Config {
             database_url: self.database_url.clone(),
@@ -218,13 +275,25 @@ mod tests {
 
     #[test]
     fn bad_settings_name_the_setting() {
-        let e = parse(&["--lease-secs", "5"]).settings.validate().unwrap_err();
+        let e = parse(&["--lease-secs", "5"])
+            .settings
+            .validate()
+            .unwrap_err();
         assert!(e.starts_with("--lease-secs"), "{e}");
-        let e = parse(&["--listen", "nope"]).settings.validate().unwrap_err();
+        let e = parse(&["--listen", "nope"])
+            .settings
+            .validate()
+            .unwrap_err();
         assert!(e.starts_with("--listen"), "{e}");
-        let e = parse(&["--database-url", "mysql://x"]).settings.validate().unwrap_err();
+        let e = parse(&["--database-url", "mysql://x"])
+            .settings
+            .validate()
+            .unwrap_err();
         assert!(e.starts_with("--database-url"), "{e}");
-        let e = parse(&["--bootstrap-admin-token", "short"]).settings.validate().unwrap_err();
+        let e = parse(&["--bootstrap-admin-token", "short"])
+            .settings
+            .validate()
+            .unwrap_err();
         assert!(e.starts_with("--bootstrap-admin-token"), "{e}");
     }
 

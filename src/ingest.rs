@@ -64,7 +64,10 @@ impl Ingestor {
     }
 
     /// Apply one request's heartbeats; returns once they are committed (or refused whole).
-    pub async fn submit(&self, heartbeats: Vec<Heartbeat>) -> Result<RequestOutcome, Arc<StoreError>> {
+    pub async fn submit(
+        &self,
+        heartbeats: Vec<Heartbeat>,
+    ) -> Result<RequestOutcome, Arc<StoreError>> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Job { heartbeats, reply })
@@ -76,12 +79,7 @@ impl Ingestor {
     }
 }
 
-async fn writer(
-    db: Db,
-    rules: Rules,
-    rx: Arc<Mutex<mpsc::Receiver<Job>>>,
-    metrics: Arc<Metrics>,
-) {
+async fn writer(db: Db, rules: Rules, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Arc<Metrics>) {
     loop {
         let jobs = {
             let mut rx = rx.lock().await;

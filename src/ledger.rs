@@ -386,9 +386,7 @@ mod tests {
     }
 
     fn run(led: SessionLedger, events: &[Observation]) -> SessionLedger {
-        events
-            .iter()
-            .fold(led, |l, o| apply_heartbeat(&l, o, &R).0)
+        events.iter().fold(led, |l, o| apply_heartbeat(&l, o, &R).0)
     }
 
     #[test]

@@ -22,7 +22,10 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
     };
@@ -47,7 +50,9 @@ fn fail(message: &str) -> ExitCode {
 }
 
 async fn serve(config: &Config) -> Result<(), String> {
-    let app = App::start(config, Clock::System).await.map_err(|e| e.to_string())?;
+    let app = App::start(config, Clock::System)
+        .await
+        .map_err(|e| e.to_string())?;
     let listener = server::bind(config).await.map_err(|e| e.to_string())?;
     tracing::info!(
         listen = %config.listen,
@@ -82,7 +87,9 @@ async fn create_token(
     let db = server::open_db(config).await.map_err(|e| e.to_string())?;
     if let Some(o) = org {
         if db.get_org(o).await.map_err(|e| e.to_string())?.is_none() {
-            return Err(format!("--org: no org `{o}`; create it first (PUT /v1/orgs/{o})"));
+            return Err(format!(
+                "--org: no org `{o}`; create it first (PUT /v1/orgs/{o})"
+            ));
         }
     }
     let now = chrono::Utc::now().timestamp();

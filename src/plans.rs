@@ -281,11 +281,17 @@ upgrade_to = "team"
     fn rejects_duplicates_and_dangling_upgrade() {
         let dir = Path::new("plans");
         let pro = parse_plan(PRO).unwrap();
-        let free = parse_plan(&PRO.replace("\"pro\"", "\"free\"").replace("upgrade_to = \"team\"", ""))
-            .unwrap();
+        let free = parse_plan(
+            &PRO.replace("\"pro\"", "\"free\"")
+                .replace("upgrade_to = \"team\"", ""),
+        )
+        .unwrap();
         let e = Plans::from_files(
             dir,
-            vec![("a.toml".into(), free.clone()), ("b.toml".into(), pro.clone())],
+            vec![
+                ("a.toml".into(), free.clone()),
+                ("b.toml".into(), pro.clone()),
+            ],
         )
         .unwrap_err();
         assert_eq!(e.file, PathBuf::from("b.toml"));
@@ -300,8 +306,12 @@ upgrade_to = "team"
 
     #[test]
     fn the_shipped_plans_load() {
-        let plans = Plans::load_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("plans").as_path())
-            .unwrap();
+        let plans = Plans::load_dir(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("plans")
+                .as_path(),
+        )
+        .unwrap();
         assert_eq!(plans.free().monthly_limit_seconds, 5 * 3600);
         assert_eq!(plans.get("pro").unwrap().monthly_limit_seconds, 40 * 3600);
         assert_eq!(plans.get("team").unwrap().concurrency_max, 100);

@@ -123,7 +123,10 @@ pub fn to_datetime(secs: Secs) -> DateTime<Utc> {
 }
 
 fn midnight(d: NaiveDate) -> Secs {
-    d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc().timestamp()
+    d.and_hms_opt(0, 0, 0)
+        .expect("midnight exists")
+        .and_utc()
+        .timestamp()
 }
 
 /// RFC 3339 in UTC with a `Z`, whole seconds: the one time format of the API.
@@ -179,13 +182,19 @@ mod tests {
     #[test]
     fn month_ends() {
         let m = calendar_month(t("2026-01-31T23:59:59Z"));
-        assert_eq!((m.start, m.end), (t("2026-01-01T00:00:00Z"), t("2026-02-01T00:00:00Z")));
+        assert_eq!(
+            (m.start, m.end),
+            (t("2026-01-01T00:00:00Z"), t("2026-02-01T00:00:00Z"))
+        );
         let m = calendar_month(t("2028-02-29T12:00:00Z"));
         assert_eq!(m.end, t("2028-03-01T00:00:00Z"));
         let m = calendar_month(t("2026-02-28T23:00:00Z"));
         assert_eq!(m.end, t("2026-03-01T00:00:00Z"));
         let m = calendar_month(t("2026-12-31T23:59:59Z"));
-        assert_eq!((m.start, m.end), (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z")));
+        assert_eq!(
+            (m.start, m.end),
+            (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"))
+        );
         let m = calendar_month(t("2027-01-01T00:00:00Z"));
         assert_eq!(m.start, t("2027-01-01T00:00:00Z"));
     }
@@ -194,7 +203,10 @@ mod tests {
     fn iso_weeks_start_monday_and_may_span_two_months_and_years() {
         // 2026-12-31 is a Thursday; its ISO week runs Mon 28 Dec to Mon 4 Jan.
         let w = iso_week(t("2026-12-31T10:00:00Z"));
-        assert_eq!((w.start, w.end), (t("2026-12-28T00:00:00Z"), t("2027-01-04T00:00:00Z")));
+        assert_eq!(
+            (w.start, w.end),
+            (t("2026-12-28T00:00:00Z"), t("2027-01-04T00:00:00Z"))
+        );
         let w = iso_week(t("2026-11-30T00:00:00Z"));
         assert_eq!(w.start, t("2026-11-30T00:00:00Z"));
         let w = iso_week(t("2026-11-29T23:59:59Z"));

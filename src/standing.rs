@@ -19,7 +19,9 @@ pub struct Standing {
 impl Standing {
     /// Agent time left before the first of the two ceilings.
     pub fn remaining_seconds(&self) -> i64 {
-        self.month.remaining_seconds.min(self.week.remaining_seconds)
+        self.month
+            .remaining_seconds
+            .min(self.week.remaining_seconds)
     }
 
     /// Running sessions are told to park once a ceiling is passed by the plan's grace.

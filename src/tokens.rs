@@ -86,7 +86,12 @@ pub fn hash_secret(secret: &str) -> String {
 }
 
 /// A new token: its row (hash only) and the secret, shown once.
-pub fn new_token(scopes: &[Scope], org_id: Option<&str>, label: &str, now: Secs) -> (TokenRow, String) {
+pub fn new_token(
+    scopes: &[Scope],
+    org_id: Option<&str>,
+    label: &str,
+    now: Secs,
+) -> (TokenRow, String) {
     let mut bytes = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut bytes);
     let secret = format!("rm_{}", hex::encode(bytes));
@@ -94,7 +99,13 @@ pub fn new_token(scopes: &[Scope], org_id: Option<&str>, label: &str, now: Secs)
 }
 
 /// The row for a given secret (the bootstrap admin token's secret comes from config).
-pub fn token_row(secret: &str, scopes: &[Scope], org_id: Option<&str>, label: &str, now: Secs) -> TokenRow {
+pub fn token_row(
+    secret: &str,
+    scopes: &[Scope],
+    org_id: Option<&str>,
+    label: &str,
+    now: Secs,
+) -> TokenRow {
     let hash = hash_secret(secret);
     TokenRow {
         token_id: format!("tok_{}", &hash[..16]),

@@ -123,8 +123,10 @@ impl IntoResponse for ApiError {
         };
         let mut resp = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, "1".parse().expect("valid header"));
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                "1".parse().expect("valid header"),
+            );
         }
         resp
     }

@@ -63,7 +63,10 @@ pub fn validate_batch(
     if batch.is_empty() || batch.len() > MAX_BATCH {
         return Err(ApiError::invalid(
             "heartbeats",
-            format!("send 1 to {MAX_BATCH} heartbeats a request (got {})", batch.len()),
+            format!(
+                "send 1 to {MAX_BATCH} heartbeats a request (got {})",
+                batch.len()
+            ),
         ));
     }
     batch
@@ -149,7 +152,11 @@ pub async fn post_heartbeats(
                 accepted: true,
                 duplicate: o.duplicate,
                 // An ended session's VM has no business running.
-                action: if o.phase == Phase::Ended { "park" } else { action },
+                action: if o.phase == Phase::Ended {
+                    "park"
+                } else {
+                    action
+                },
                 remaining_seconds: remaining,
             }
         })
@@ -159,8 +166,9 @@ pub async fn post_heartbeats(
 
 fn reject_error(r: IngestReject) -> ApiError {
     match r {
-        IngestReject::UnknownOrg { index, org_id } => ApiError::org_not_found(&org_id)
-            .with_field(format!("heartbeats[{index}].org_id")),
+        IngestReject::UnknownOrg { index, org_id } => {
+            ApiError::org_not_found(&org_id).with_field(format!("heartbeats[{index}].org_id"))
+        }
         IngestReject::SessionOfAnotherOrg { index, session_id } => ApiError::new(
             StatusCode::CONFLICT,
             "session_conflict",
@@ -281,7 +289,12 @@ pub async fn get_session(
     principal: Principal,
     Path(session_id): Path<String>,
 ) -> ApiResult<Json<SessionView>> {
-    principal.require_any(&[Scope::Console, Scope::Finance, Scope::Admission, Scope::Ingest])?;
+    principal.require_any(&[
+        Scope::Console,
+        Scope::Finance,
+        Scope::Admission,
+        Scope::Ingest,
+    ])?;
     let session_id = path_id("session_id", &session_id)?;
     let row = state
         .db

@@ -11,7 +11,9 @@ use axum::response::Response;
 use axum::routing::{get, post, put};
 use axum::Router;
 use tower::ServiceBuilder;
-use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::trace::TraceLayer;
 
 use crate::clock::Clock;
@@ -91,7 +93,9 @@ struct RandomRequestId;
 impl MakeRequestId for RandomRequestId {
     fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
         let id = format!("{:016x}", rand::random::<u64>());
-        Some(RequestId::new(id.parse().expect("hex is a valid header value")))
+        Some(RequestId::new(
+            id.parse().expect("hex is a valid header value"),
+        ))
     }
 }
 
@@ -105,14 +109,20 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/v1/orgs/{org_id}/usage", get(usage_routes::get_usage))
         .route("/v1/heartbeats", post(ledger_routes::post_heartbeats))
         .route("/v1/sessions/{session_id}", get(ledger_routes::get_session))
-        .route("/v1/sessions/{session_id}/end", post(ledger_routes::end_session))
+        .route(
+            "/v1/sessions/{session_id}/end",
+            post(ledger_routes::end_session),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(middleware::from_fn_with_state(state.clone(), record_metrics))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            record_metrics,
+        ))
         .with_state(state);
 
     api.layer(

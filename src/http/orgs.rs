@@ -83,7 +83,10 @@ pub async fn put_org(
     let org_id = path_id("org_id", &org_id)?;
     if let Some(name) = &body.name {
         if name.trim().is_empty() || name.chars().count() > 200 {
-            return Err(ApiError::invalid("name", "name must be 1 to 200 characters"));
+            return Err(ApiError::invalid(
+                "name",
+                "name must be 1 to 200 characters",
+            ));
         }
     }
     if let Some(plan) = &body.plan {

@@ -670,3 +670,18 @@ pub async fn session_hourly_totals(
     .fetch_all(pool)
     .await?)
 }
+
+/// Row counts and sums of every table: equal digests mean no write happened between them.
+pub async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
+    Ok(sqlx::query_as(
+        "SELECT 'orgs', COUNT(*), CAST(COALESCE(SUM(updated_at), 0) AS BIGINT) FROM orgs \
+         UNION ALL SELECT 'api_keys', COUNT(*), CAST(COALESCE(SUM(updated_at + COALESCE(concurrency_limit, 0)), 0) AS BIGINT) FROM api_keys \
+         UNION ALL SELECT 'tokens', COUNT(*), CAST(COALESCE(SUM(created_at), 0) AS BIGINT) FROM tokens \
+         UNION ALL SELECT 'sessions', COUNT(*), CAST(COALESCE(SUM(billed_seconds + heartbeats + last_at + COALESCE(last_seq, 0)), 0) AS BIGINT) FROM sessions \
+         UNION ALL SELECT 'spans', COUNT(*), CAST(COALESCE(SUM(end_at - start_at), 0) AS BIGINT) FROM spans \
+         UNION ALL SELECT 'org_hourly', COUNT(*), CAST(COALESCE(SUM(seconds), 0) AS BIGINT) FROM org_hourly \
+         UNION ALL SELECT 'session_hourly', COUNT(*), CAST(COALESCE(SUM(seconds), 0) AS BIGINT) FROM session_hourly",
+    )
+    .fetch_all(pool)
+    .await?)
+}
