@@ -110,10 +110,11 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The longest a reporter's `sent_at` may lie behind the meter's clock: one interval,
-    /// enough for a supervisor that batches a beat, never enough to rewrite history.
+    /// A reporter's `sent_at`, trusted only within the last lease of the meter's clock:
+    /// a supervisor that batches or retries keeps its beats' own times, and no reporter
+    /// can place a beat in the future or further back than the lease.
     pub fn clamp_sent_at(&self, sent_at: Secs, now: Secs) -> Secs {
-        sent_at.clamp(now - self.interval, now)
+        sent_at.clamp(now - self.lease, now)
     }
 }
 
@@ -319,12 +320,17 @@ pub fn end_session(
     (next, fx)
 }
 
-/// Time passing with no event: a running session silent past the lease becomes `Silent`
+/// Time passing with no event: a running session silent for two leases becomes `Silent`
 /// (its last interval booked), and one parked for `PARKED_EXPIRY_SECS` ends as `expired`.
-/// Running this at any moment changes no total: `apply_heartbeat` books the same either way.
+///
+/// Two leases, not one: a heartbeat may arrive up to a lease after it was sent and keep its
+/// own time, so only after two leases can no heartbeat still land within a lease of the
+/// last one. Running this at any moment therefore changes no total: `apply_heartbeat`
+/// books the same either way. (A session silent past one lease already holds no slot and
+/// counts as gone: that is read from `last_at`, not from this phase.)
 pub fn expire(led: &SessionLedger, now: Secs, rules: &Rules) -> Option<(SessionLedger, Effects)> {
     match led.phase {
-        Phase::Running if now - led.last_at > rules.lease => {
+        Phase::Running if now - led.last_at > 2 * rules.lease => {
             let stop = led.last_at + rules.interval;
             let mut next = led.clone();
             let mut fx = Effects {
@@ -470,8 +476,8 @@ mod tests {
     #[test]
     fn expiry_books_one_interval_then_parked_sessions_expire_after_seven_days() {
         let a = run(SessionLedger::admitted(0), &[hb(1, 10, VmState::Running)]);
-        assert!(expire(&a, 55, &R).is_none());
-        let (b, _) = expire(&a, 56, &R).unwrap();
+        assert!(expire(&a, 100, &R).is_none());
+        let (b, _) = expire(&a, 101, &R).unwrap();
         assert_eq!((b.phase, b.billed_seconds), (Phase::Silent, 15));
 
         let p = run(SessionLedger::admitted(0), &[hb(1, 10, VmState::Parked)]);
@@ -490,9 +496,9 @@ mod tests {
     }
 
     #[test]
-    fn clamp_keeps_reporter_time_within_one_interval() {
+    fn clamp_keeps_reporter_time_within_one_lease() {
         assert_eq!(R.clamp_sent_at(1000, 1005), 1000);
         assert_eq!(R.clamp_sent_at(2000, 1005), 1005);
-        assert_eq!(R.clamp_sent_at(0, 1005), 990);
+        assert_eq!(R.clamp_sent_at(0, 1005), 960);
     }
 }

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod plans;
 pub mod quota;
 pub mod server;
+pub mod sim;
 pub mod standing;
 pub mod store;
 pub mod tokens;

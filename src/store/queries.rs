@@ -504,7 +504,7 @@ pub async fn expire_sessions(
         "SELECT * FROM sessions WHERE phase = 'running' AND last_at < $1 \
          ORDER BY session_id LIMIT $2{SKIP_LOCKED}"
     ))
-    .bind(now - rules.lease)
+    .bind(now - 2 * rules.lease)
     .bind(limit)
     .fetch_all(&mut *tx)
     .await?;

@@ -1,0 +1,332 @@
+//! The seeded fleet simulation (src/sim.rs), checked against the true running time, and
+//! replayed through the store on SQLite and PostgreSQL against the pure core's reference.
+//!
+//! A failing seed is printed; replay it with `RUSH_METER_SIM_SEED=<seed> cargo test --test simulation`.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{fresh_database, Backend};
+use rush_meter::ingest::Heartbeat;
+use rush_meter::ledger::{Interval, Secs};
+use rush_meter::sim::{self, Delivery, Fleet, Params, Reference};
+use rush_meter::store::{Db, OrgUpsert};
+
+/// The expiry job's period in simulated time.
+const EXPIRE_EVERY: Secs = 300;
+
+fn seeds() -> Vec<u64> {
+    match std::env::var("RUSH_METER_SIM_SEED") {
+        Ok(s) => vec![s.parse().expect("RUSH_METER_SIM_SEED is a number")],
+        Err(_) => vec![1, 2, 3],
+    }
+}
+
+fn replay_hint(seed: u64) -> String {
+    format!("seed {seed}; replay with RUSH_METER_SIM_SEED={seed} cargo test --test simulation")
+}
+
+/// Check the reference ledger of a fleet against the truth, session by session.
+fn check_against_truth(seed: u64, fleet: &Fleet, reference: &Reference) -> (usize, i64, i64) {
+    let rules = fleet.params.rules;
+    let mut exact = 0;
+    let (mut over_total, mut under_total) = (0, 0);
+    for truth in &fleet.truths {
+        let Some(s) = reference.sessions.get(&truth.session) else {
+            // Every heartbeat of this session was lost: nothing billed, all of it under.
+            under_total += truth.running_seconds();
+            continue;
+        };
+        for w in s.billed.windows(2) {
+            assert!(
+                w[0].end <= w[1].start,
+                "{}: double count {w:?} in {}",
+                replay_hint(seed),
+                truth.session
+            );
+        }
+        let over = sim::uncovered(&s.billed, &truth.running);
+        let under = sim::uncovered(&truth.running, &s.billed);
+        let b = sim::bound(truth, &s.applied, s.ended_at, &rules);
+        assert!(
+            over <= b.over && under <= b.under,
+            "{}: session {} billed {} s for {} s running: over {over} (bound {}), under {under} (bound {})",
+            replay_hint(seed),
+            truth.session,
+            s.ledger.billed_seconds,
+            truth.running_seconds(),
+            b.over,
+            b.under
+        );
+        if over == 0 && under == 0 {
+            exact += 1;
+        }
+        over_total += over;
+        under_total += under;
+    }
+    (exact, over_total, under_total)
+}
+
+#[test]
+fn the_pure_ledger_stays_within_the_bound_for_every_seed() {
+    for seed in seeds() {
+        let fleet = sim::generate(seed, &Params::acceptance());
+        let reference = reference_of(&fleet);
+        let (exact, over, under) = check_against_truth(seed, &fleet, &reference);
+        let truth: i64 = fleet.truths.iter().map(|t| t.running_seconds()).sum();
+        let billed: i64 = reference
+            .sessions
+            .values()
+            .map(|s| s.ledger.billed_seconds)
+            .sum();
+        eprintln!(
+            "seed {seed}: {} heartbeats sent, {} delivered; {} sessions, {exact} billed exactly; \
+             truth {truth} s, billed {billed} s, over {over} s, under {under} s",
+            fleet.beats_sent,
+            fleet.beats_delivered,
+            fleet.truths.len()
+        );
+        assert!(fleet.beats_sent >= 100_000);
+        assert_eq!(billed, truth + over - under, "{}", replay_hint(seed));
+        // When the expiry job runs changes nothing, even with late deliveries.
+        let mut lazy = Reference::of(&fleet, Secs::MAX / 4);
+        lazy.expire(final_time(&fleet), &fleet.params.rules);
+        let billed_of = |r: &Reference| {
+            r.sessions
+                .iter()
+                .map(|(k, s)| (k.clone(), s.billed.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            billed_of(&reference),
+            billed_of(&lazy),
+            "{}",
+            replay_hint(seed)
+        );
+        // Same seed, same ledger.
+        let again = reference_of(&sim::generate(seed, &Params::acceptance()));
+        let totals = |r: &Reference| {
+            r.sessions
+                .iter()
+                .map(|(k, s)| (k.clone(), s.billed.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(totals(&reference), totals(&again), "{}", replay_hint(seed));
+    }
+}
+
+/// A moment after everything: every silent session has been booked by then.
+fn final_time(fleet: &Fleet) -> Secs {
+    fleet.params.start + fleet.params.duration + 86_400
+}
+
+/// The reference ledger once the last expiry has run.
+fn reference_of(fleet: &Fleet) -> Reference {
+    let mut r = Reference::of(fleet, EXPIRE_EVERY);
+    r.expire(final_time(fleet), &fleet.params.rules);
+    r
+}
+
+/// Feed a fleet to the store as the service would: every request delivered in the same
+/// second committed together, the expiry job every `EXPIRE_EVERY` seconds.
+async fn replay_into(db: &Db, fleet: &Fleet) {
+    let rules = fleet.params.rules;
+    for o in 0..fleet.params.orgs {
+        db.upsert_org(
+            &OrgUpsert {
+                org_id: sim::org_name(o),
+                ..Default::default()
+            },
+            fleet.params.start,
+        )
+        .await
+        .unwrap();
+    }
+    let mut next_expiry = fleet.params.start + EXPIRE_EVERY;
+    let mut i = 0;
+    while i < fleet.deliveries.len() {
+        let at = fleet.deliveries[i].at();
+        while next_expiry <= at {
+            db.expire_sessions(next_expiry, &rules, 100_000)
+                .await
+                .unwrap();
+            next_expiry += EXPIRE_EVERY;
+        }
+        let mut group: Vec<Vec<Heartbeat>> = Vec::new();
+        while i < fleet.deliveries.len() && fleet.deliveries[i].at() == at {
+            match &fleet.deliveries[i] {
+                Delivery::Batch { beats, .. } => group.push(
+                    beats
+                        .iter()
+                        .map(|b| Heartbeat {
+                            org_id: rush_meter::ids::Id::parse(&b.org).unwrap(),
+                            session_id: rush_meter::ids::Id::parse(&b.session).unwrap(),
+                            vm_id: rush_meter::ids::Id::parse(&b.vm).unwrap(),
+                            obs: sim::observation(b, at, &rules),
+                        })
+                        .collect(),
+                ),
+                Delivery::End {
+                    session, status, ..
+                } => {
+                    if !group.is_empty() {
+                        let results = db.ingest(&group, &rules).await.unwrap();
+                        assert!(results.iter().all(Result::is_ok));
+                        group.clear();
+                    }
+                    db.end_session(session, None, *status, at, &rules)
+                        .await
+                        .unwrap();
+                }
+            }
+            i += 1;
+        }
+        if !group.is_empty() {
+            let results = db.ingest(&group, &rules).await.unwrap();
+            assert!(results.iter().all(Result::is_ok));
+        }
+    }
+    db.expire_sessions(final_time(fleet), &rules, 100_000)
+        .await
+        .unwrap();
+}
+
+/// Merge touching intervals, so booked pieces compare with stored spans.
+fn merged(mut v: Vec<Interval>) -> Vec<Interval> {
+    v.sort();
+    let mut out: Vec<Interval> = Vec::new();
+    for x in v {
+        match out.last_mut() {
+            Some(last) if last.end >= x.start => last.end = last.end.max(x.end),
+            _ => out.push(x),
+        }
+    }
+    out
+}
+
+/// The store must hold exactly the reference ledger: per session, per org-hour, per span.
+async fn check_store(seed: u64, db: &Db, fleet: &Fleet, reference: &Reference) {
+    let hint = replay_hint(seed);
+    let mut by_org: BTreeMap<String, Vec<&sim::RefSession>> = BTreeMap::new();
+    for s in reference.sessions.values() {
+        by_org.entry(s.org.clone()).or_default().push(s);
+    }
+    for o in 0..fleet.params.orgs {
+        let org = sim::org_name(o);
+        let refs = by_org.remove(&org).unwrap_or_default();
+        let stored = db.sessions_of_org(&org).await.unwrap();
+        let want: BTreeMap<String, i64> = reference
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.org == org)
+            .map(|(k, s)| (k.clone(), s.ledger.billed_seconds))
+            .collect();
+        let got: BTreeMap<String, i64> = stored
+            .iter()
+            .map(|s| (s.session_id.clone(), s.billed_seconds))
+            .collect();
+        assert_eq!(
+            got, want,
+            "{hint}: {org} per-session billing differs from the reference"
+        );
+        let billed: i64 = want.values().sum();
+        let hourly: i64 = db
+            .hourly_totals(&org)
+            .await
+            .unwrap()
+            .iter()
+            .map(|h| h.1)
+            .sum();
+        assert_eq!(
+            hourly, billed,
+            "{hint}: {org} hourly rollup differs from the ledger"
+        );
+        let per_session: BTreeMap<String, i64> = db
+            .session_hourly_totals(&org)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+        let want_nonzero: BTreeMap<String, i64> = want
+            .iter()
+            .filter(|(_, v)| **v > 0)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        assert_eq!(
+            per_session, want_nonzero,
+            "{hint}: {org} session rollup differs"
+        );
+        // Spans: the stored running spans are the booked pieces, merged.
+        let mut spans: BTreeMap<String, Vec<Interval>> = BTreeMap::new();
+        for (sid, a, b) in db.running_spans(&org).await.unwrap() {
+            spans.entry(sid).or_default().extend(Interval::new(a, b));
+        }
+        for (sid, s) in reference.sessions.iter().filter(|(_, s)| s.org == org) {
+            let got = merged(spans.remove(sid).unwrap_or_default());
+            assert_eq!(got, merged(s.billed.clone()), "{hint}: spans of {sid}");
+        }
+        // The org's window totals (week of 30 Nov, month of December) read the same.
+        let week = rush_meter::quota::iso_week(1_796_040_000);
+        let month = rush_meter::quota::calendar_month(1_796_169_600);
+        let used = db
+            .window_usage(&org, &[month, week], final_time(fleet), &fleet.params.rules)
+            .await
+            .unwrap();
+        let clip = |w: Interval| -> i64 {
+            refs.iter()
+                .flat_map(|s| s.billed.iter())
+                .filter_map(|b| b.clip(&w))
+                .map(|c| c.len())
+                .sum()
+        };
+        assert_eq!(
+            used,
+            vec![clip(month), clip(week)],
+            "{hint}: {org} window totals"
+        );
+    }
+}
+
+async fn simulate_on(backend: Backend) {
+    for seed in seeds().into_iter().take(1) {
+        let fleet = sim::generate(seed, &Params::acceptance());
+        let reference = reference_of(&fleet);
+        let Some((url, _dir)) = fresh_database(backend).await else {
+            return;
+        };
+        let db = Db::connect(&url, Default::default()).await.unwrap();
+        db.migrate().await.unwrap();
+        let started = std::time::Instant::now();
+        replay_into(&db, &fleet).await;
+        eprintln!(
+            "{backend:?}: replayed {} deliveries in {:?}",
+            fleet.deliveries.len(),
+            started.elapsed()
+        );
+        check_store(seed, &db, &fleet, &reference).await;
+        let digest = db.digest().await.unwrap();
+        db.close().await;
+        if backend == Backend::Sqlite {
+            // Same seed, same stored ledger, byte for byte in every table's sums.
+            let Some((url2, _dir2)) = fresh_database(backend).await else {
+                return;
+            };
+            let db2 = Db::connect(&url2, Default::default()).await.unwrap();
+            db2.migrate().await.unwrap();
+            replay_into(&db2, &fleet).await;
+            assert_eq!(db2.digest().await.unwrap(), digest, "{}", replay_hint(seed));
+            db2.close().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_keeps_the_reference_ledger_on_sqlite() {
+    simulate_on(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_keeps_the_reference_ledger_on_postgres() {
+    simulate_on(Backend::Postgres).await;
+}
