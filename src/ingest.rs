@@ -3,14 +3,18 @@
 //! request of the group after the commit. One commit then serves many requests, which is
 //! what makes single-heartbeat requests cheap on a database that fsyncs every commit.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
+use crate::clock::Clock;
 use crate::ids::Id;
-use crate::ledger::{Observation, Rules};
+use crate::ledger::{Observation, Rules, Secs};
 use crate::metrics::Metrics;
+use crate::plans::Plans;
+use crate::standing::standings;
 use crate::store::{Db, HeartbeatOutcome, IngestReject, StoreError};
 
 /// One validated heartbeat, its time already clamped to the meter's clock.
@@ -24,9 +28,60 @@ pub struct Heartbeat {
 
 pub type RequestOutcome = Result<Vec<HeartbeatOutcome>, IngestReject>;
 
+/// What a heartbeat answer tells a running session about its org, read after the commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrgAdvice {
+    pub remaining_seconds: i64,
+    pub park: bool,
+}
+
+/// A request's answer: its outcome, and the advice for every org of its group.
+pub type Answer = (RequestOutcome, Arc<HashMap<String, OrgAdvice>>);
+
 struct Job {
     heartbeats: Vec<Heartbeat>,
-    reply: oneshot::Sender<Result<RequestOutcome, Arc<StoreError>>>,
+    reply: oneshot::Sender<Result<Answer, Arc<StoreError>>>,
+}
+
+/// What the writers share.
+#[derive(Clone)]
+pub struct Writer {
+    pub db: Db,
+    pub plans: Arc<Plans>,
+    pub rules: Rules,
+    pub clock: Clock,
+    pub metrics: Arc<Metrics>,
+    advice: Arc<std::sync::Mutex<HashMap<String, (OrgAdvice, Secs)>>>,
+}
+
+/// How long an org's advice may be reused, and only while the org has so much time left
+/// that it could not run out meanwhile (see `reusable`). Orgs near a ceiling are read
+/// fresh after every commit.
+const ADVICE_TTL: Secs = 2;
+
+/// Advice may be reused for `ADVICE_TTL` only if the org's running sessions, doubled, plus
+/// 100 newly admitted ones, could not spend what it has left in that time.
+fn reusable(remaining_seconds: i64, running: i64) -> bool {
+    remaining_seconds > (2 * running + 100) * ADVICE_TTL
+}
+
+impl Writer {
+    pub fn new(
+        db: Db,
+        plans: Arc<Plans>,
+        rules: Rules,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Writer {
+            db,
+            plans,
+            rules,
+            clock,
+            metrics,
+            advice: Arc::default(),
+        }
+    }
 }
 
 /// Heartbeats a group carries at most: big enough to amortise a commit, small enough to
@@ -42,32 +97,17 @@ pub struct Ingestor {
 
 impl Ingestor {
     /// Start `writers` writer tasks (1 for SQLite, which has one write connection).
-    pub fn start(
-        db: Db,
-        rules: Rules,
-        writers: usize,
-        metrics: Arc<Metrics>,
-    ) -> (Ingestor, Vec<JoinHandle<()>>) {
+    pub fn start(w: Writer, writers: usize) -> (Ingestor, Vec<JoinHandle<()>>) {
         let (queue, rx) = mpsc::channel::<Job>(8192);
         let rx = Arc::new(Mutex::new(rx));
         let handles = (0..writers.max(1))
-            .map(|_| {
-                tokio::spawn(writer(
-                    db.clone(),
-                    rules,
-                    Arc::clone(&rx),
-                    Arc::clone(&metrics),
-                ))
-            })
+            .map(|_| tokio::spawn(writer(w.clone(), Arc::clone(&rx))))
             .collect();
         (Ingestor { queue }, handles)
     }
 
     /// Apply one request's heartbeats; returns once they are committed (or refused whole).
-    pub async fn submit(
-        &self,
-        heartbeats: Vec<Heartbeat>,
-    ) -> Result<RequestOutcome, Arc<StoreError>> {
+    pub async fn submit(&self, heartbeats: Vec<Heartbeat>) -> Result<Answer, Arc<StoreError>> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Job { heartbeats, reply })
@@ -79,7 +119,7 @@ impl Ingestor {
     }
 }
 
-async fn writer(db: Db, rules: Rules, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metrics: Arc<Metrics>) {
+async fn writer(w: Writer, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
     loop {
         let jobs = {
             let mut rx = rx.lock().await;
@@ -97,32 +137,32 @@ async fn writer(db: Db, rules: Rules, rx: Arc<Mutex<mpsc::Receiver<Job>>>, metri
             }
             jobs
         };
-        commit_group(&db, &rules, jobs, &metrics).await;
+        commit_group(&w, jobs).await;
     }
 }
 
-async fn commit_group(db: &Db, rules: &Rules, jobs: Vec<Job>, metrics: &Metrics) {
+async fn commit_group(w: &Writer, jobs: Vec<Job>) {
     let (requests, replies): (Vec<Vec<Heartbeat>>, Vec<_>) =
         jobs.into_iter().map(|j| (j.heartbeats, j.reply)).unzip();
     let started = std::time::Instant::now();
-    match db.ingest(&requests, rules).await {
+    let results = match w.db.ingest(&requests, &w.rules).await {
         Ok(results) => {
-            metrics.observe_ingest_group(&results, started.elapsed());
-            for (reply, result) in replies.into_iter().zip(results) {
-                let _ = reply.send(Ok(result));
-            }
+            w.metrics.observe_ingest_group(&results, started.elapsed());
+            Ok(results)
         }
         // One request's failure must not fail its neighbours: retry each on its own.
         Err(StoreError::Other(e)) if requests.len() > 1 => {
             tracing::warn!(error = %e, requests = requests.len(), "group commit failed; retrying requests one by one");
-            for (request, reply) in requests.iter().zip(replies) {
-                let result = db.ingest(std::slice::from_ref(request), rules).await;
-                let _ = reply.send(
-                    result
+            let mut each = Vec::with_capacity(requests.len());
+            for request in &requests {
+                each.push(
+                    w.db.ingest(std::slice::from_ref(request), &w.rules)
+                        .await
                         .map(|mut r| r.pop().expect("one result per request"))
                         .map_err(Arc::new),
                 );
             }
+            Err(each)
         }
         Err(e) => {
             tracing::error!(error = %e, requests = requests.len(), "group commit failed");
@@ -130,6 +170,90 @@ async fn commit_group(db: &Db, rules: &Rules, jobs: Vec<Job>, metrics: &Metrics)
             for reply in replies {
                 let _ = reply.send(Err(Arc::clone(&e)));
             }
+            return;
         }
+    };
+    let results: Vec<Result<RequestOutcome, Arc<StoreError>>> = match results {
+        Ok(r) => r.into_iter().map(Ok).collect(),
+        Err(each) => each,
+    };
+    // Every org of the group once, after the commit, so each answer counts its own batch.
+    let advice = match advise(w, &results).await {
+        Ok(a) => Arc::new(a),
+        Err(e) => {
+            let e = Arc::new(e);
+            for reply in replies {
+                let _ = reply.send(Err(Arc::clone(&e)));
+            }
+            return;
+        }
+    };
+    for (reply, result) in replies.into_iter().zip(results) {
+        let _ = reply.send(result.map(|r| (r, Arc::clone(&advice))));
+    }
+}
+
+async fn advise(
+    w: &Writer,
+    results: &[Result<RequestOutcome, Arc<StoreError>>],
+) -> Result<HashMap<String, OrgAdvice>, StoreError> {
+    let mut ids: Vec<&str> = results
+        .iter()
+        .flatten()
+        .flatten()
+        .flatten()
+        .map(|o| o.org_id.as_str())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    // Meter time, not wall time: what matters is how much agent time can pass.
+    let now = w.clock.now();
+    let mut advice = HashMap::with_capacity(ids.len());
+    let mut missing = Vec::new();
+    {
+        let cache = w.advice.lock().expect("advice cache lock");
+        for id in ids {
+            match cache.get(id) {
+                Some((a, until)) if *until > now => {
+                    advice.insert(id.to_owned(), *a);
+                }
+                _ => missing.push(id),
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(advice);
+    }
+    let fresh = standings(&w.db, &w.plans, &missing, now, &w.rules).await?;
+    let mut cache = w.advice.lock().expect("advice cache lock");
+    if cache.len() > 100_000 {
+        cache.retain(|_, (_, until)| *until > now);
+    }
+    for s in fresh {
+        let a = OrgAdvice {
+            remaining_seconds: s.remaining_seconds(),
+            park: s.must_park(),
+        };
+        if reusable(a.remaining_seconds, s.running) {
+            cache.insert(s.org.org_id.clone(), (a, now + ADVICE_TTL));
+        } else {
+            cache.remove(&s.org.org_id);
+        }
+        advice.insert(s.org.org_id, a);
+    }
+    Ok(advice)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advice_is_reused_only_with_room_to_spare() {
+        assert!(!reusable(0, 0));
+        assert!(!reusable(200, 0));
+        assert!(reusable(201, 0));
+        assert!(!reusable(600, 100));
+        assert!(reusable(601, 100));
     }
 }

@@ -10,6 +10,11 @@ use rush_meter::server::{self, App};
 use rush_meter::tokens::{new_token, parse_scopes, Scope};
 use tracing_subscriber::EnvFilter;
 
+// glibc's malloc serialises the many small allocations of HTTP and SQL work on its arena
+// locks; mimalloc keeps them per thread.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()

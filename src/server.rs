@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::http::{self, AppState};
-use crate::ingest::Ingestor;
+use crate::ingest::{Ingestor, Writer};
 use crate::metrics::Metrics;
 use crate::plans::{PlanError, Plans};
 use crate::store::{Db, PoolSettings, StoreError};
@@ -68,8 +68,16 @@ impl App {
             Db::Postgres(_) => 4,
             Db::Sqlite { .. } => 1,
         };
-        let (ingestor, writer_handles) =
-            Ingestor::start(db.clone(), config.rules, writers, Arc::clone(&metrics));
+        let (ingestor, writer_handles) = Ingestor::start(
+            Writer::new(
+                db.clone(),
+                Arc::clone(&plans),
+                config.rules,
+                clock.clone(),
+                Arc::clone(&metrics),
+            ),
+            writers,
+        );
         let state = AppState::new(db, plans, config.rules, clock, ingestor, metrics);
         let (stop_jobs, stop) = watch::channel(false);
         let jobs = vec![tokio::spawn(expiry_job(state.clone(), stop))];

@@ -1,9 +1,10 @@
 //! An org's standing at one moment: its effective plan and both windows' figures. What
 //! the usage page shows, what heartbeat answers carry, and what the gate decides from.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::ledger::{Rules, Secs};
+use crate::ledger::{Interval, Rules, Secs};
 use crate::plans::{Plan, Plans};
 use crate::quota::{WindowUsage, Windows};
 use crate::store::{Db, OrgRow, StoreResult};
@@ -14,6 +15,8 @@ pub struct Standing {
     pub plan: Plan,
     pub month: WindowUsage,
     pub week: WindowUsage,
+    /// Running sessions heard from within the lease.
+    pub running: i64,
 }
 
 impl Standing {
@@ -55,15 +58,50 @@ pub async fn standing(
     let Some(org) = db.get_org(org_id).await? else {
         return Ok(None);
     };
-    let plan = effective_plan(&org, plans);
-    let windows = Windows::at(now, org.billing_period());
-    let used = db
-        .window_usage(org_id, &[windows.month, windows.week], now, rules)
-        .await?;
-    Ok(Some(Standing {
-        month: WindowUsage::new(windows.month, used[0], plan.monthly_limit_seconds),
-        week: WindowUsage::new(windows.week, used[1], plan.weekly_limit_seconds),
-        org,
-        plan,
-    }))
+    Ok(standings_of(db, plans, vec![org], now, rules).await?.pop())
+}
+
+/// The standing of each of `org_ids` that exists, reading the orgs that share windows in
+/// one statement (what a group of heartbeat requests needs after its commit).
+pub async fn standings(
+    db: &Db,
+    plans: &Arc<Plans>,
+    org_ids: &[&str],
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<Vec<Standing>> {
+    let orgs = db.get_orgs(org_ids).await?;
+    standings_of(db, plans, orgs, now, rules).await
+}
+
+async fn standings_of(
+    db: &Db,
+    plans: &Arc<Plans>,
+    orgs: Vec<OrgRow>,
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<Vec<Standing>> {
+    let mut by_windows: HashMap<(Interval, Interval), Vec<OrgRow>> = HashMap::new();
+    for org in orgs {
+        let w = Windows::at(now, org.billing_period());
+        by_windows.entry((w.month, w.week)).or_default().push(org);
+    }
+    let mut out = Vec::new();
+    for ((month, week), orgs) in by_windows {
+        let windows = Windows { month, week };
+        let ids: Vec<&str> = orgs.iter().map(|o| o.org_id.as_str()).collect();
+        let used = db.window_usage(&ids, &windows, now, rules).await?;
+        for org in orgs {
+            let plan = effective_plan(&org, plans);
+            let u = used.get(&org.org_id).copied().unwrap_or_default();
+            out.push(Standing {
+                month: WindowUsage::new(month, u.month, plan.monthly_limit_seconds),
+                week: WindowUsage::new(week, u.week, plan.weekly_limit_seconds),
+                running: u.running,
+                org,
+                plan,
+            });
+        }
+    }
+    Ok(out)
 }

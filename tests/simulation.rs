@@ -270,9 +270,16 @@ async fn check_store(seed: u64, db: &Db, fleet: &Fleet, reference: &Reference) {
         let week = rush_meter::quota::iso_week(1_796_040_000);
         let month = rush_meter::quota::calendar_month(1_796_169_600);
         let used = db
-            .window_usage(&org, &[month, week], final_time(fleet), &fleet.params.rules)
+            .window_usage(
+                &[&org],
+                &rush_meter::quota::Windows { month, week },
+                final_time(fleet),
+                &fleet.params.rules,
+            )
             .await
-            .unwrap();
+            .unwrap()
+            .get(&org)
+            .map_or(vec![0, 0], |u| vec![u.month, u.week]);
         let clip = |w: Interval| -> i64 {
             refs.iter()
                 .flat_map(|s| s.billed.iter())

@@ -54,11 +54,12 @@ CREATE TABLE sessions (
     ended_at       BIGINT,
     end_status     TEXT,
     PRIMARY KEY (org_id, session_id)
-);
+) WITH (fillfactor = 70);
 -- Session ids are global (a reused id is a 409); with Citus this becomes a lookup table.
 CREATE UNIQUE INDEX sessions_session_id ON sessions (session_id);
-CREATE INDEX sessions_running ON sessions (last_at) WHERE phase = 'running';
-CREATE INDEX sessions_parked ON sessions (span_start) WHERE phase = 'parked';
+-- Open sessions for the expiry job. No index holds a column a heartbeat changes (last_at,
+-- last_seq, billed_seconds…), so PostgreSQL can update a session in place (HOT).
+CREATE INDEX sessions_open ON sessions (phase) WHERE phase IN ('running', 'parked');
 CREATE INDEX sessions_org_phase ON sessions (org_id, phase);
 
 -- Closed spans of each session's timeline; running ones are the ledger.
@@ -78,7 +79,7 @@ CREATE TABLE org_hourly (
     hour    BIGINT NOT NULL,
     seconds BIGINT NOT NULL,
     PRIMARY KEY (org_id, hour)
-);
+) WITH (fillfactor = 70);
 
 -- Billed seconds by org, hour and session: the breakdowns by session, project, user, agent.
 CREATE TABLE session_hourly (
@@ -87,4 +88,4 @@ CREATE TABLE session_hourly (
     session_id TEXT NOT NULL,
     seconds    BIGINT NOT NULL,
     PRIMARY KEY (org_id, hour, session_id)
-);
+) WITH (fillfactor = 70);

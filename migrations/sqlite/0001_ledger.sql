@@ -57,8 +57,9 @@ CREATE TABLE sessions (
 );
 -- Session ids are global (a reused id is a 409); with Citus this becomes a lookup table.
 CREATE UNIQUE INDEX sessions_session_id ON sessions (session_id);
-CREATE INDEX sessions_running ON sessions (last_at) WHERE phase = 'running';
-CREATE INDEX sessions_parked ON sessions (span_start) WHERE phase = 'parked';
+-- Open sessions for the expiry job. No index holds a column a heartbeat changes (last_at,
+-- last_seq, billed_seconds…), so PostgreSQL can update a session in place (HOT).
+CREATE INDEX sessions_open ON sessions (phase) WHERE phase IN ('running', 'parked');
 CREATE INDEX sessions_org_phase ON sessions (org_id, phase);
 
 -- Closed spans of each session's timeline; running ones are the ledger.

@@ -1,7 +1,5 @@
 //! Heartbeats in, session end, and one session's ledger.
 
-use std::collections::HashMap;
-
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -15,7 +13,6 @@ use crate::ids::Id;
 use crate::ingest::Heartbeat;
 use crate::ledger::{EndStatus, Observation, Phase, Secs, VmState};
 use crate::quota::{hours, rfc3339};
-use crate::standing::standing;
 use crate::store::{IngestReject, SessionRow};
 use crate::tokens::Scope;
 
@@ -124,40 +121,33 @@ pub async fn post_heartbeats(
     let now = state.clock.now();
     let bound = bound_org(&principal);
     let heartbeats = validate_batch(batch.heartbeats, bound, now, &state.rules)?;
-    let outcomes = state
+    let (outcomes, advice) = state
         .ingestor
         .submit(heartbeats)
         .await
-        .map_err(|e| ApiError::from(e.as_ref()))?
-        .map_err(reject_error)?;
-
-    // Each org's standing once, after the commit, so the answer counts this batch.
-    let mut actions: HashMap<&str, (&'static str, i64)> = HashMap::new();
-    for o in &outcomes {
-        if actions.contains_key(o.org_id.as_str()) {
-            continue;
-        }
-        let s = standing(&state.db, &state.plans, &o.org_id, now, &state.rules)
-            .await?
-            .ok_or_else(|| ApiError::org_not_found(&o.org_id))?;
-        let action = if s.must_park() { "park" } else { "continue" };
-        actions.insert(o.org_id.as_str(), (action, s.remaining_seconds()));
-    }
+        .map_err(|e| ApiError::from(e.as_ref()))?;
+    let outcomes = outcomes.map_err(reject_error)?;
     let results = outcomes
-        .iter()
+        .into_iter()
         .map(|o| {
-            let (action, remaining) = actions[o.org_id.as_str()];
+            let a = advice
+                .get(&o.org_id)
+                .copied()
+                .unwrap_or(crate::ingest::OrgAdvice {
+                    remaining_seconds: 0,
+                    park: true,
+                });
             HeartbeatResult {
-                session_id: o.session_id.clone(),
                 accepted: true,
                 duplicate: o.duplicate,
                 // An ended session's VM has no business running.
-                action: if o.phase == Phase::Ended {
+                action: if a.park || o.phase == Phase::Ended {
                     "park"
                 } else {
-                    action
+                    "continue"
                 },
-                remaining_seconds: remaining,
+                remaining_seconds: a.remaining_seconds,
+                session_id: o.session_id,
             }
         })
         .collect();

@@ -2,7 +2,9 @@
 //!
 //! The SQL is written once, in `queries.rs`, and compiled twice: into `pg` with
 //! `DB = Postgres` and into `sqlite` with `DB = Sqlite`. Each backend module supplies the
-//! few words in which the dialects differ (how a write transaction begins, row locks).
+//! few words in which the dialects differ (how a write transaction begins, row locks,
+//! LEAST/GREATEST) and its set-based statements (`bulk_pg.rs`: arrays and UNNEST;
+//! `bulk_sqlite.rs`: multi-row VALUES), the one place where the two differ in shape.
 //! Times are Unix seconds in BIGINT columns, so the same SQL reads the same on both.
 //!
 //! SQLite serves one instance: its writes go through a single connection, in
@@ -25,9 +27,11 @@ mod pg {
     pub type DB = sqlx::Postgres;
     /// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
     pub const BEGIN_WRITE: &str = "BEGIN";
-    pub const FOR_UPDATE: &str = " FOR UPDATE";
     pub const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
+    pub const LEAST: &str = "LEAST";
+    pub const GREATEST: &str = "GREATEST";
     include!("queries.rs");
+    include!("bulk_pg.rs");
 }
 
 #[allow(clippy::duplicate_mod)]
@@ -35,9 +39,12 @@ mod sqlite {
     pub type DB = sqlx::Sqlite;
     /// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
     pub const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
-    pub const FOR_UPDATE: &str = "";
     pub const SKIP_LOCKED: &str = "";
+    /// SQLite's multi-argument scalar MIN and MAX.
+    pub const LEAST: &str = "MIN";
+    pub const GREATEST: &str = "MAX";
     include!("queries.rs");
+    include!("bulk_sqlite.rs");
 }
 
 /// Which database, and the pools onto it.
@@ -136,7 +143,11 @@ impl Db {
     /// missing SQLite file.
     pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Db> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let opts = PgConnectOptions::from_str(url)?;
+            // Plan each statement for the parameters and statistics of the moment: a generic
+            // plan cached while a table was still empty (a new deployment) would scan it
+            // whole for the life of the connection.
+            let opts = PgConnectOptions::from_str(url)?
+                .options([("plan_cache_mode", "force_custom_plan")]);
             let pool = PgPoolOptions::new()
                 .max_connections(settings.max_connections)
                 .acquire_timeout(settings.acquire_timeout)
@@ -147,7 +158,7 @@ impl Db {
             let opts = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
+                .synchronous(SqliteSynchronous::Full)
                 .foreign_keys(true)
                 .busy_timeout(Duration::from_secs(5));
             let write = SqlitePoolOptions::new()
@@ -272,16 +283,21 @@ impl Db {
         on_backend!(self, read, get_session(session_id))
     }
 
-    /// Seconds the ledger has booked for `org_id` inside `window`, plus what its running
-    /// sessions add up to `now` (see `SessionLedger::provisional`).
+    /// Seconds used in the month and week windows by each of `org_ids` (orgs that share
+    /// those windows), booked time plus running sessions counted up to `now`. Orgs with
+    /// nothing used are absent.
     pub async fn window_usage(
         &self,
-        org_id: &str,
-        windows: &[crate::ledger::Interval],
+        org_ids: &[&str],
+        windows: &crate::quota::Windows,
         now: Secs,
         rules: &crate::ledger::Rules,
-    ) -> StoreResult<Vec<i64>> {
-        on_backend!(self, read, window_usage(org_id, windows, now, rules))
+    ) -> StoreResult<std::collections::HashMap<String, WindowTotals>> {
+        on_backend!(self, read, window_usage(org_ids, windows, now, rules))
+    }
+
+    pub async fn get_orgs(&self, org_ids: &[&str]) -> StoreResult<Vec<OrgRow>> {
+        on_backend!(self, read, get_orgs(org_ids))
     }
 
     pub async fn session_counts(&self, org_id: &str) -> StoreResult<SessionCounts> {

@@ -4,14 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use sqlx::{Pool, QueryBuilder, Transaction};
+use sqlx::{Pool, Transaction};
 
 use super::{
-    HeartbeatOutcome, IngestReject, KeyRow, OrgRow, OrgUpsert, SessionCounts, SessionRow,
+    WindowTotals, HeartbeatOutcome, IngestReject, KeyRow, OrgRow, OrgUpsert, SessionCounts, SessionRow,
     StoreResult, TokenRow,
 };
 use crate::ingest::Heartbeat;
-use crate::ledger::{self, Effects, EndStatus, Interval, Rules, Secs, SessionLedger, VmState};
+use crate::ledger::{self, Effects, EndStatus, Rules, Secs, VmState};
 
 type Tx = Transaction<'static, DB>;
 
@@ -52,6 +52,14 @@ pub async fn get_org(pool: &Pool<DB>, org_id: &str) -> StoreResult<Option<OrgRow
         .bind(org_id)
         .fetch_optional(pool)
         .await?)
+}
+
+pub async fn get_orgs(pool: &Pool<DB>, org_ids: &[&str]) -> StoreResult<Vec<OrgRow>> {
+    let mut rows = Vec::with_capacity(org_ids.len());
+    for chunk in org_ids.chunks(CHUNK) {
+        rows.extend(select_orgs(pool, chunk).await?);
+    }
+    Ok(rows)
 }
 
 pub async fn upsert_key(
@@ -149,49 +157,18 @@ impl Booking {
     async fn write(self, tx: &mut Tx) -> StoreResult<()> {
         let sessions: Vec<SessionRow> = self.sessions.into_values().collect();
         for chunk in sessions.chunks(CHUNK) {
-            upsert_sessions(tx, chunk).await?;
+            write_session_rows(tx, chunk, true).await?;
         }
         let org_hours: Vec<_> = self.org_hours.into_iter().collect();
         for chunk in org_hours.chunks(CHUNK) {
-            let mut q = QueryBuilder::<DB>::new("INSERT INTO org_hourly (org_id, hour, seconds) ");
-            q.push_values(chunk, |mut b, ((org, hour), secs)| {
-                b.push_bind(org).push_bind(*hour).push_bind(*secs);
-            });
-            q.push(
-                " ON CONFLICT (org_id, hour) DO UPDATE \
-                  SET seconds = org_hourly.seconds + excluded.seconds",
-            );
-            q.build().execute(&mut **tx).await?;
+            add_org_hours(tx, chunk).await?;
         }
         let session_hours: Vec<_> = self.session_hours.into_iter().collect();
         for chunk in session_hours.chunks(CHUNK) {
-            let mut q = QueryBuilder::<DB>::new(
-                "INSERT INTO session_hourly (org_id, hour, session_id, seconds) ",
-            );
-            q.push_values(chunk, |mut b, ((org, hour, session), secs)| {
-                b.push_bind(org)
-                    .push_bind(*hour)
-                    .push_bind(session)
-                    .push_bind(*secs);
-            });
-            q.push(
-                " ON CONFLICT (org_id, hour, session_id) DO UPDATE \
-                  SET seconds = session_hourly.seconds + excluded.seconds",
-            );
-            q.build().execute(&mut **tx).await?;
+            add_session_hours(tx, chunk).await?;
         }
         for chunk in self.spans.chunks(CHUNK) {
-            let mut q = QueryBuilder::<DB>::new(
-                "INSERT INTO spans (org_id, session_id, start_at, end_at, kind) ",
-            );
-            q.push_values(chunk, |mut b, (org, session, span)| {
-                b.push_bind(org)
-                    .push_bind(session)
-                    .push_bind(span.interval.start)
-                    .push_bind(span.interval.end)
-                    .push_bind(span_kind(span.kind));
-            });
-            q.build().execute(&mut **tx).await?;
+            insert_spans(tx, chunk).await?;
         }
         Ok(())
     }
@@ -208,61 +185,27 @@ const SESSION_COLUMNS: &str = "org_id, session_id, key_id, agent, project_id, st
      vm_id, phase, last_seq, last_at, span_start, billed_seconds, heartbeats, silences, \
      unadmitted, created_at, ended_at, end_status";
 
-/// `INSERT INTO sessions … VALUES …` for whole rows; the caller adds the conflict rule.
-fn insert_sessions(rows: &[SessionRow]) -> QueryBuilder<'_, DB> {
-    let mut q = QueryBuilder::<DB>::new(format!("INSERT INTO sessions ({SESSION_COLUMNS}) "));
-    q.push_values(rows, |mut b, r| {
-        b.push_bind(&r.org_id)
-            .push_bind(&r.session_id)
-            .push_bind(&r.key_id)
-            .push_bind(&r.agent)
-            .push_bind(&r.project_id)
-            .push_bind(&r.started_by)
-            .push_bind(&r.vm_id)
-            .push_bind(&r.phase)
-            .push_bind(r.last_seq)
-            .push_bind(r.last_at)
-            .push_bind(r.span_start)
-            .push_bind(r.billed_seconds)
-            .push_bind(r.heartbeats)
-            .push_bind(r.silences)
-            .push_bind(r.unadmitted)
-            .push_bind(r.created_at)
-            .push_bind(r.ended_at)
-            .push_bind(&r.end_status);
-    });
-    q
-}
+/// Overwrites every column of a locked session row with the new state.
+const SESSION_UPSERT: &str = " ON CONFLICT (session_id) DO UPDATE SET \
+     key_id = excluded.key_id, agent = excluded.agent, project_id = excluded.project_id, \
+     started_by = excluded.started_by, vm_id = excluded.vm_id, phase = excluded.phase, \
+     last_seq = excluded.last_seq, last_at = excluded.last_at, \
+     span_start = excluded.span_start, billed_seconds = excluded.billed_seconds, \
+     heartbeats = excluded.heartbeats, silences = excluded.silences, \
+     unadmitted = excluded.unadmitted, ended_at = excluded.ended_at, \
+     end_status = excluded.end_status";
 
-/// Insert or overwrite whole session rows (the caller holds their row locks).
-async fn upsert_sessions(tx: &mut Tx, rows: &[SessionRow]) -> StoreResult<()> {
-    let mut q = insert_sessions(rows);
-    q.push(
-        " ON CONFLICT (session_id) DO UPDATE SET \
-          key_id = excluded.key_id, agent = excluded.agent, project_id = excluded.project_id, \
-          started_by = excluded.started_by, vm_id = excluded.vm_id, phase = excluded.phase, \
-          last_seq = excluded.last_seq, last_at = excluded.last_at, \
-          span_start = excluded.span_start, billed_seconds = excluded.billed_seconds, \
-          heartbeats = excluded.heartbeats, silences = excluded.silences, \
-          unadmitted = excluded.unadmitted, ended_at = excluded.ended_at, \
-          end_status = excluded.end_status",
-    );
-    q.build().execute(&mut **tx).await?;
-    Ok(())
-}
+const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour) DO UPDATE \
+     SET seconds = org_hourly.seconds + excluded.seconds";
+
+const SESSION_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, session_id) DO UPDATE \
+     SET seconds = session_hourly.seconds + excluded.seconds";
 
 /// Lock and read the sessions with these ids, in id order.
 async fn lock_sessions(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<SessionRow>> {
     let mut rows = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
-        let mut q = QueryBuilder::<DB>::new("SELECT * FROM sessions WHERE session_id IN (");
-        let mut sep = q.separated(", ");
-        for id in chunk {
-            sep.push_bind(*id);
-        }
-        q.push(") ORDER BY session_id");
-        q.push(FOR_UPDATE);
-        rows.extend(q.build_query_as::<SessionRow>().fetch_all(&mut **tx).await?);
+        rows.extend(select_sessions_for_update(tx, chunk).await?);
     }
     Ok(rows)
 }
@@ -437,17 +380,7 @@ fn check_request(
 async fn existing_orgs(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
     let mut found = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
-        let mut q = QueryBuilder::<DB>::new("SELECT org_id FROM orgs WHERE org_id IN (");
-        let mut sep = q.separated(", ");
-        for id in chunk {
-            sep.push_bind(*id);
-        }
-        q.push(")");
-        found.extend(
-            q.build_query_scalar::<String>()
-                .fetch_all(&mut **tx)
-                .await?,
-        );
+        found.extend(select_org_ids(tx, chunk).await?);
     }
     found.sort_unstable();
     Ok(found)
@@ -457,9 +390,7 @@ async fn existing_orgs(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
 async fn insert_new_sessions(tx: &mut Tx, rows: &[SessionRow]) -> StoreResult<bool> {
     let mut inserted = 0;
     for chunk in rows.chunks(CHUNK) {
-        let mut q = insert_sessions(chunk);
-        q.push(" ON CONFLICT DO NOTHING");
-        inserted += q.build().execute(&mut **tx).await?.rows_affected();
+        inserted += write_session_rows(tx, chunk, false).await?;
     }
     Ok(inserted == rows.len() as u64)
 }
@@ -549,76 +480,100 @@ pub async fn sessions_of_org(pool: &Pool<DB>, org_id: &str) -> StoreResult<Vec<S
     .await?)
 }
 
-/// Used seconds in each of `windows` (at most two), read in one statement so that one
-/// snapshot gives every figure.
+/// `GREATEST(0, LEAST(hi, $b) - GREATEST(lo, $a))`: seconds of `[lo, hi)` inside `[$a, $b)`.
+fn overlap(lo: &str, hi: &str, a: usize, b: usize) -> String {
+    format!("{GREATEST}(0, {LEAST}({hi}, ${b}) - {GREATEST}({lo}, ${a}))")
+}
+
+/// Seconds used in the month and week windows by each of `org_ids` (which share those
+/// windows), in one statement so that one snapshot gives every figure: whole hours from
+/// the hourly rollup, part hours at the windows' edges from the spans and open stretches,
+/// and each running session counted up to `now` (`SessionLedger::provisional`).
 pub async fn window_usage(
     pool: &Pool<DB>,
-    org_id: &str,
-    windows: &[Interval],
+    org_ids: &[&str],
+    windows: &crate::quota::Windows,
     now: Secs,
     rules: &Rules,
-) -> StoreResult<Vec<i64>> {
-    assert!(windows.len() <= 2, "window_usage reads at most two windows");
-    let full: Vec<(Secs, Secs)> = windows.iter().map(|w| crate::usage::full_hours(*w)).collect();
-    let full_of = |i: usize| full.get(i).copied().unwrap_or((0, 0));
-    let edges: Vec<Interval> = windows
-        .iter()
-        .flat_map(|w| crate::usage::partial_hours(*w))
-        .collect();
-    let edge_of = |i: usize| edges.get(i).map_or((0, 0), |e| (e.start, e.end));
-    let hull_start = full.iter().map(|f| f.0).min().unwrap_or(0);
-    let hull_end = full.iter().map(|f| f.1).max().unwrap_or(0);
-
-    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
-        "SELECT CAST(0 AS BIGINT), \
-           CAST(COALESCE(SUM(CASE WHEN hour >= $2 AND hour < $3 THEN seconds END), 0) AS BIGINT), \
-           CAST(COALESCE(SUM(CASE WHEN hour >= $4 AND hour < $5 THEN seconds END), 0) AS BIGINT) \
-         FROM org_hourly WHERE org_id = $1 AND hour >= $6 AND hour < $7 \
-         UNION ALL \
-         SELECT CAST(1 AS BIGINT), start_at, end_at FROM spans \
-         WHERE org_id = $1 AND kind = 'running' AND ( \
-           (end_at > $8 AND start_at < $9) OR (end_at > $10 AND start_at < $11) OR \
-           (end_at > $12 AND start_at < $13) OR (end_at > $14 AND start_at < $15)) \
-         UNION ALL \
-         SELECT CAST(2 AS BIGINT), span_start, last_at FROM sessions \
-         WHERE org_id = $1 AND phase = 'running'",
-    )
-    .bind(org_id)
-    .bind(full_of(0).0)
-    .bind(full_of(0).1)
-    .bind(full_of(1).0)
-    .bind(full_of(1).1)
-    .bind(hull_start)
-    .bind(hull_end)
-    .bind(edge_of(0).0)
-    .bind(edge_of(0).1)
-    .bind(edge_of(1).0)
-    .bind(edge_of(1).1)
-    .bind(edge_of(2).0)
-    .bind(edge_of(2).1)
-    .bind(edge_of(3).0)
-    .bind(edge_of(3).1)
-    .fetch_all(pool)
-    .await?;
-
-    let mut totals = crate::usage::LedgerSlice::default();
-    for (kind, a, b) in rows {
-        match kind {
-            0 => totals.full_hours = vec![a, b],
-            1 => totals.closed_spans.extend(Interval::new(a, b)),
-            _ => totals.running.push(SessionLedger {
-                phase: ledger::Phase::Running,
-                span_start: a,
-                last_at: b,
-                ..SessionLedger::admitted(a)
-            }),
+) -> StoreResult<HashMap<String, WindowTotals>> {
+    use crate::usage::{full_hours, partial_hours};
+    let mut out: HashMap<String, WindowTotals> = HashMap::new();
+    let ws = [windows.month, windows.week];
+    let full = ws.map(full_hours);
+    let edges = ws.map(|w| {
+        let mut e = partial_hours(w).into_iter().map(|i| (i.start, i.end));
+        [e.next().unwrap_or((0, 0)), e.next().unwrap_or((0, 0))]
+    });
+    let (lo, hi) = (full[0].0.min(full[1].0), full[0].1.max(full[1].1));
+    // Parameters: $1..$4 full-hour bounds, $5 $6 hull, $7..$14 edges, $15..$18 windows,
+    // $19 now, $20 interval, $21 lease; org ids follow.
+    let sum_edges = |lo_col: &str, hi_col: &str, w: usize| {
+        let base = 7 + 4 * w;
+        format!(
+            "{} + {}",
+            overlap(lo_col, hi_col, base, base + 1),
+            overlap(lo_col, hi_col, base + 2, base + 3)
+        )
+    };
+    let provisional = |w: usize| {
+        overlap(
+            "last_at",
+            &format!("{LEAST}($19, last_at + $20)"),
+            15 + 2 * w,
+            16 + 2 * w,
+        )
+    };
+    for chunk in org_ids.chunks(CHUNK) {
+        let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", 22 + i)).collect();
+        let list = list.join(", ");
+        let sql = format!(
+            "SELECT org_id, \
+               CAST(COALESCE(SUM(CASE WHEN hour >= $1 AND hour < $2 THEN seconds ELSE 0 END), 0) AS BIGINT), \
+               CAST(COALESCE(SUM(CASE WHEN hour >= $3 AND hour < $4 THEN seconds ELSE 0 END), 0) AS BIGINT), \
+               CAST(0 AS BIGINT) \
+             FROM org_hourly WHERE org_id IN ({list}) AND hour >= $5 AND hour < $6 GROUP BY org_id \
+             UNION ALL \
+             SELECT org_id, CAST(SUM({se0}) AS BIGINT), CAST(SUM({se1}) AS BIGINT), CAST(0 AS BIGINT) FROM spans \
+             WHERE org_id IN ({list}) AND kind = 'running' AND ( \
+               (end_at > $7 AND start_at < $8) OR (end_at > $9 AND start_at < $10) OR \
+               (end_at > $11 AND start_at < $12) OR (end_at > $13 AND start_at < $14)) \
+             GROUP BY org_id \
+             UNION ALL \
+             SELECT org_id, CAST(SUM({oe0} + {p0}) AS BIGINT), CAST(SUM({oe1} + {p1}) AS BIGINT), \
+               CAST(SUM(CASE WHEN last_at >= $19 - $21 THEN 1 ELSE 0 END) AS BIGINT) \
+             FROM sessions WHERE org_id IN ({list}) AND phase = 'running' GROUP BY org_id",
+            se0 = sum_edges("start_at", "end_at", 0),
+            se1 = sum_edges("start_at", "end_at", 1),
+            oe0 = sum_edges("span_start", "last_at", 0),
+            oe1 = sum_edges("span_start", "last_at", 1),
+            p0 = provisional(0),
+            p1 = provisional(1),
+        );
+        let mut q = sqlx::query_as::<_, (String, i64, i64, i64)>(&sql)
+            .bind(full[0].0)
+            .bind(full[0].1)
+            .bind(full[1].0)
+            .bind(full[1].1)
+            .bind(lo)
+            .bind(hi);
+        for e in edges.iter().flatten() {
+            q = q.bind(e.0).bind(e.1);
+        }
+        for w in ws {
+            q = q.bind(w.start).bind(w.end);
+        }
+        q = q.bind(now).bind(rules.interval).bind(rules.lease);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for (org, m, w, n) in q.fetch_all(pool).await? {
+            let e = out.entry(org).or_default();
+            e.month += m;
+            e.week += w;
+            e.running += n;
         }
     }
-    Ok(windows
-        .iter()
-        .enumerate()
-        .map(|(i, w)| totals.used(i, *w, now, rules))
-        .collect())
+    Ok(out)
 }
 
 pub async fn session_counts(pool: &Pool<DB>, org_id: &str) -> StoreResult<SessionCounts> {

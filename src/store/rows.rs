@@ -163,3 +163,12 @@ pub struct SessionCounts {
     pub running: i64,
     pub parked: i64,
 }
+
+/// One org's use of its month and week windows, and its running sessions, at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowTotals {
+    pub month: i64,
+    pub week: i64,
+    /// Running sessions heard from within the lease.
+    pub running: i64,
+}

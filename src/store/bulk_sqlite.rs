@@ -1,0 +1,115 @@
+// Set-based statements for SQLite: multi-row VALUES. SQLite prepares in-process, so a text
+// that varies with the row count costs little. Included into `store::sqlite` after
+// `queries.rs`.
+
+use sqlx::QueryBuilder;
+
+/// Query text built at run time varies with its row count: prepare it once, uncached.
+fn once<'q, 'a>(
+    q: &'q mut QueryBuilder<'a, DB>,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'a>> {
+    q.build().persistent(false)
+}
+
+/// `SELECT * FROM <table> WHERE <column> IN (ids…)`, plus `tail`.
+fn select_in<'a>(head: &str, ids: &'a [&str], tail: &str) -> QueryBuilder<'a, DB> {
+    let mut q = QueryBuilder::<DB>::new(head);
+    q.push(" IN (");
+    let mut sep = q.separated(", ");
+    for id in ids {
+        sep.push_bind(*id);
+    }
+    q.push(")");
+    q.push(tail);
+    q
+}
+
+/// Write whole session rows: overwrite existing ones (`upsert`), or insert only new ones.
+/// Returns the rows written.
+async fn write_session_rows(tx: &mut Tx, rows: &[SessionRow], upsert: bool) -> StoreResult<u64> {
+    let mut q = QueryBuilder::<DB>::new(format!("INSERT INTO sessions ({SESSION_COLUMNS}) "));
+    q.push_values(rows, |mut b, r| {
+        b.push_bind(&r.org_id)
+            .push_bind(&r.session_id)
+            .push_bind(&r.key_id)
+            .push_bind(&r.agent)
+            .push_bind(&r.project_id)
+            .push_bind(&r.started_by)
+            .push_bind(&r.vm_id)
+            .push_bind(&r.phase)
+            .push_bind(r.last_seq)
+            .push_bind(r.last_at)
+            .push_bind(r.span_start)
+            .push_bind(r.billed_seconds)
+            .push_bind(r.heartbeats)
+            .push_bind(r.silences)
+            .push_bind(r.unadmitted)
+            .push_bind(r.created_at)
+            .push_bind(r.ended_at)
+            .push_bind(&r.end_status);
+    });
+    q.push(if upsert { SESSION_UPSERT } else { " ON CONFLICT DO NOTHING" });
+    Ok(once(&mut q).execute(&mut **tx).await?.rows_affected())
+}
+
+async fn add_org_hours(tx: &mut Tx, rows: &[((String, Secs), i64)]) -> StoreResult<()> {
+    let mut q = QueryBuilder::<DB>::new("INSERT INTO org_hourly (org_id, hour, seconds) ");
+    q.push_values(rows, |mut b, ((org, hour), secs)| {
+        b.push_bind(org).push_bind(*hour).push_bind(*secs);
+    });
+    q.push(ORG_HOURS_CONFLICT);
+    once(&mut q).execute(&mut **tx).await?;
+    Ok(())
+}
+
+async fn add_session_hours(tx: &mut Tx, rows: &[((String, Secs, String), i64)]) -> StoreResult<()> {
+    let mut q =
+        QueryBuilder::<DB>::new("INSERT INTO session_hourly (org_id, hour, session_id, seconds) ");
+    q.push_values(rows, |mut b, ((org, hour, session), secs)| {
+        b.push_bind(org)
+            .push_bind(*hour)
+            .push_bind(session)
+            .push_bind(*secs);
+    });
+    q.push(SESSION_HOURS_CONFLICT);
+    once(&mut q).execute(&mut **tx).await?;
+    Ok(())
+}
+
+async fn insert_spans(tx: &mut Tx, rows: &[(String, String, ledger::Span)]) -> StoreResult<()> {
+    let mut q =
+        QueryBuilder::<DB>::new("INSERT INTO spans (org_id, session_id, start_at, end_at, kind) ");
+    q.push_values(rows, |mut b, (org, session, span)| {
+        b.push_bind(org)
+            .push_bind(session)
+            .push_bind(span.interval.start)
+            .push_bind(span.interval.end)
+            .push_bind(span_kind(span.kind));
+    });
+    once(&mut q).execute(&mut **tx).await?;
+    Ok(())
+}
+
+async fn select_sessions_for_update(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<SessionRow>> {
+    let mut q = select_in("SELECT * FROM sessions WHERE session_id", ids, " ORDER BY session_id");
+    Ok(q.build_query_as::<SessionRow>()
+        .persistent(false)
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
+    let mut q = select_in("SELECT org_id FROM orgs WHERE org_id", ids, "");
+    Ok(q.build_query_scalar::<String>()
+        .persistent(false)
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+async fn select_orgs(pool: &Pool<DB>, ids: &[&str]) -> StoreResult<Vec<OrgRow>> {
+    let mut q = select_in("SELECT * FROM orgs WHERE org_id", ids, "");
+    Ok(q.build_query_as::<OrgRow>()
+        .persistent(false)
+        .fetch_all(pool)
+        .await?)
+}
