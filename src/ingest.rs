@@ -101,7 +101,7 @@ impl Ingestor {
         let (queue, rx) = mpsc::channel::<Job>(8192);
         let rx = Arc::new(Mutex::new(rx));
         let handles = (0..writers.max(1))
-            .map(|_| tokio::spawn(writer(w.clone(), Arc::clone(&rx))))
+            .map(|i| tokio::spawn(writer(w.clone(), Arc::clone(&rx), i as i64 + 1)))
             .collect();
         (Ingestor { queue }, handles)
     }
@@ -119,7 +119,9 @@ impl Ingestor {
     }
 }
 
-async fn writer(w: Writer, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
+/// One writer task. `shard` keeps its rollup rows apart from the other writers' (shard 0
+/// is left to session ends and the expiry job).
+async fn writer(w: Writer, rx: Arc<Mutex<mpsc::Receiver<Job>>>, shard: i64) {
     loop {
         let jobs = {
             let mut rx = rx.lock().await;
@@ -137,15 +139,15 @@ async fn writer(w: Writer, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
             }
             jobs
         };
-        commit_group(&w, jobs).await;
+        commit_group(&w, jobs, shard).await;
     }
 }
 
-async fn commit_group(w: &Writer, jobs: Vec<Job>) {
+async fn commit_group(w: &Writer, jobs: Vec<Job>, shard: i64) {
     let (requests, replies): (Vec<Vec<Heartbeat>>, Vec<_>) =
         jobs.into_iter().map(|j| (j.heartbeats, j.reply)).unzip();
     let started = std::time::Instant::now();
-    let results = match w.db.ingest(&requests, &w.rules).await {
+    let results = match w.db.ingest(&requests, &w.rules, shard).await {
         Ok(results) => {
             w.metrics.observe_ingest_group(&results, started.elapsed());
             Ok(results)
@@ -156,7 +158,7 @@ async fn commit_group(w: &Writer, jobs: Vec<Job>) {
             let mut each = Vec::with_capacity(requests.len());
             for request in &requests {
                 each.push(
-                    w.db.ingest(std::slice::from_ref(request), &w.rules)
+                    w.db.ingest(std::slice::from_ref(request), &w.rules, shard)
                         .await
                         .map(|mut r| r.pop().expect("one result per request"))
                         .map_err(Arc::new),

@@ -171,7 +171,7 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
                     session, status, ..
                 } => {
                     if !group.is_empty() {
-                        let results = db.ingest(&group, &rules).await.unwrap();
+                        let results = db.ingest(&group, &rules, 1).await.unwrap();
                         assert!(results.iter().all(Result::is_ok));
                         group.clear();
                     }
@@ -183,7 +183,7 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
             i += 1;
         }
         if !group.is_empty() {
-            let results = db.ingest(&group, &rules).await.unwrap();
+            let results = db.ingest(&group, &rules, 1).await.unwrap();
             assert!(results.iter().all(Result::is_ok));
         }
     }

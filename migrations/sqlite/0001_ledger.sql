@@ -73,12 +73,15 @@ CREATE TABLE spans (
 );
 CREATE INDEX spans_org_running_end ON spans (org_id, end_at) WHERE kind = 'running';
 
--- Billed seconds by org and UTC hour, written in the same transaction as the spans.
+-- Billed seconds by org and UTC hour, written in the same transaction as the spans. Each
+-- ingest writer of an instance adds to its own shard's row, so concurrent commits never
+-- wait on one another's lock on a busy org's current hour; readers sum the shards.
 CREATE TABLE org_hourly (
     org_id  TEXT NOT NULL,
     hour    INTEGER NOT NULL,
+    shard   INTEGER NOT NULL,
     seconds INTEGER NOT NULL,
-    PRIMARY KEY (org_id, hour)
+    PRIMARY KEY (org_id, hour, shard)
 );
 
 -- Billed seconds by org, hour and session: the breakdowns by session, project, user, agent.

@@ -119,6 +119,7 @@ pub async fn get_org(
     principal: Principal,
     Path(org_id): Path<String>,
 ) -> ApiResult<Json<OrgView>> {
+    principal.require_any(&[Scope::Console, Scope::Finance])?;
     let org_id = path_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
     let row = state
@@ -205,9 +206,9 @@ pub async fn get_key(
     principal: Principal,
     Path((org_id, key_id)): Path<(String, String)>,
 ) -> ApiResult<Json<KeyView>> {
+    principal.require_any(&[Scope::Admin, Scope::Admission])?;
     let org_id = path_id("org_id", &org_id)?;
     let key_id = path_id("key_id", &key_id)?;
-    principal.require_any(&[Scope::Admin, Scope::Admission])?;
     principal.check_org(org_id.as_str())?;
     let org = state
         .db

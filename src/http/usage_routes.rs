@@ -10,6 +10,7 @@ use super::{ApiError, ApiResult, AppState};
 use crate::ledger::Secs;
 use crate::quota::{rfc3339, WindowUsage};
 use crate::standing::standing;
+use crate::tokens::Scope;
 
 #[derive(Serialize)]
 pub struct UsageView {
@@ -29,13 +30,17 @@ pub async fn get_usage(
     principal: Principal,
     Path(org_id): Path<String>,
 ) -> ApiResult<Json<UsageView>> {
+    principal.require_any(&[Scope::Console, Scope::Finance])?;
     let org_id = path_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
     let now = state.clock.now();
     let s = standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules)
         .await?
         .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
-    let counts = state.db.session_counts(org_id.as_str()).await?;
+    let counts = state
+        .db
+        .session_counts(org_id.as_str(), now, &state.rules)
+        .await?;
     Ok(Json(UsageView {
         org_id: s.org.org_id,
         plan: s.plan.id,

@@ -7,18 +7,16 @@ fn column<T, F: Fn(&SessionRow) -> T>(rows: &[SessionRow], f: F) -> Vec<T> {
     rows.iter().map(f).collect()
 }
 
-/// Write whole session rows: overwrite existing ones (`upsert`), or insert only new ones.
-/// Returns the rows written.
-async fn write_session_rows(tx: &mut Tx, rows: &[SessionRow], upsert: bool) -> StoreResult<u64> {
-    let sql = format!(
-        "INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST(\
-         $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
-         $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], \
-         $14::int8[], $15::bool[], $16::int8[], $17::int8[], $18::text[]){}",
-        if upsert { SESSION_UPSERT } else { " ON CONFLICT DO NOTHING" }
-    );
-    let done = sqlx::query(&sql)
-        .bind(column(rows, |r| r.org_id.clone()))
+const SESSION_ARRAYS: &str = "$1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+     $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], \
+     $13::int8[], $14::int8[], $15::bool[], $16::int8[], $17::int8[], $18::text[]";
+
+/// Bind every column of `rows` as one array each, in `SESSION_COLUMNS` order ($1..$18).
+fn bind_sessions<'q>(
+    q: sqlx::query::Query<'q, DB, sqlx::postgres::PgArguments>,
+    rows: &[SessionRow],
+) -> sqlx::query::Query<'q, DB, sqlx::postgres::PgArguments> {
+    q.bind(column(rows, |r| r.org_id.clone()))
         .bind(column(rows, |r| r.session_id.clone()))
         .bind(column(rows, |r| r.key_id.clone()))
         .bind(column(rows, |r| r.agent.clone()))
@@ -36,51 +34,57 @@ async fn write_session_rows(tx: &mut Tx, rows: &[SessionRow], upsert: bool) -> S
         .bind(column(rows, |r| r.created_at))
         .bind(column(rows, |r| r.ended_at))
         .bind(column(rows, |r| r.end_status.clone()))
+}
+
+/// Write what one transaction books (session rows, both rollups, closed spans) in one
+/// statement: one round trip while the rows stay locked, whatever the group's size.
+async fn write_booking(
+    tx: &mut Tx,
+    shard: i64,
+    sessions: &[SessionRow],
+    org_hours: &[((String, Secs), i64)],
+    session_hours: &[((String, Secs, String), i64)],
+    spans: &[(String, String, ledger::Span)],
+) -> StoreResult<()> {
+    let sql = format!(
+        "WITH s AS (INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}){SESSION_UPSERT}), \
+         o AS (INSERT INTO org_hourly (org_id, hour, shard, seconds) \
+               SELECT o, h, $31::int8, s FROM UNNEST($19::text[], $20::int8[], $21::int8[]) AS u(o, h, s) \
+               {ORG_HOURS_CONFLICT}), \
+         h AS (INSERT INTO session_hourly (org_id, hour, session_id, seconds) \
+               SELECT * FROM UNNEST($22::text[], $23::int8[], $24::text[], $25::int8[]){SESSION_HOURS_CONFLICT}) \
+         INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
+         SELECT * FROM UNNEST($26::text[], $27::text[], $28::int8[], $29::int8[], $30::text[])"
+    );
+    bind_sessions(sqlx::query(&sql), sessions)
+        .bind(org_hours.iter().map(|((o, _), _)| o.clone()).collect::<Vec<_>>())
+        .bind(org_hours.iter().map(|((_, h), _)| *h).collect::<Vec<_>>())
+        .bind(org_hours.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+        .bind(session_hours.iter().map(|((o, _, _), _)| o.clone()).collect::<Vec<_>>())
+        .bind(session_hours.iter().map(|((_, h, _), _)| *h).collect::<Vec<_>>())
+        .bind(session_hours.iter().map(|((_, _, s), _)| s.clone()).collect::<Vec<_>>())
+        .bind(session_hours.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+        .bind(spans.iter().map(|(o, _, _)| o.clone()).collect::<Vec<_>>())
+        .bind(spans.iter().map(|(_, s, _)| s.clone()).collect::<Vec<_>>())
+        .bind(spans.iter().map(|(_, _, sp)| sp.interval.start).collect::<Vec<_>>())
+        .bind(spans.iter().map(|(_, _, sp)| sp.interval.end).collect::<Vec<_>>())
+        .bind(spans.iter().map(|(_, _, sp)| span_kind(sp.kind)).collect::<Vec<_>>())
+        .bind(shard)
         .execute(&mut **tx)
         .await?;
-    Ok(done.rows_affected())
-}
-
-async fn add_org_hours(tx: &mut Tx, rows: &[((String, Secs), i64)]) -> StoreResult<()> {
-    sqlx::query(&format!(
-        "INSERT INTO org_hourly (org_id, hour, seconds) \
-         SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[]){ORG_HOURS_CONFLICT}"
-    ))
-    .bind(rows.iter().map(|((o, _), _)| o.clone()).collect::<Vec<_>>())
-    .bind(rows.iter().map(|((_, h), _)| *h).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(_, s)| *s).collect::<Vec<_>>())
-    .execute(&mut **tx)
-    .await?;
     Ok(())
 }
 
-async fn add_session_hours(tx: &mut Tx, rows: &[((String, Secs, String), i64)]) -> StoreResult<()> {
-    sqlx::query(&format!(
-        "INSERT INTO session_hourly (org_id, hour, session_id, seconds) \
-         SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::int8[]){SESSION_HOURS_CONFLICT}"
-    ))
-    .bind(rows.iter().map(|((o, _, _), _)| o.clone()).collect::<Vec<_>>())
-    .bind(rows.iter().map(|((_, h, _), _)| *h).collect::<Vec<_>>())
-    .bind(rows.iter().map(|((_, _, s), _)| s.clone()).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(_, s)| *s).collect::<Vec<_>>())
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-async fn insert_spans(tx: &mut Tx, rows: &[(String, String, ledger::Span)]) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[])",
-    )
-    .bind(rows.iter().map(|(o, _, _)| o.clone()).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(_, s, _)| s.clone()).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(_, _, sp)| sp.interval.start).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(_, _, sp)| sp.interval.end).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(_, _, sp)| span_kind(sp.kind)).collect::<Vec<_>>())
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+/// Insert sessions first seen now, skipping any another writer inserted first; returns
+/// how many were inserted.
+async fn insert_new_session_rows(tx: &mut Tx, rows: &[SessionRow]) -> StoreResult<u64> {
+    let sql = format!(
+        "INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}) ON CONFLICT DO NOTHING"
+    );
+    Ok(bind_sessions(sqlx::query(&sql), rows)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected())
 }
 
 /// Locks are taken in `session_id` order, so writers on several instances never deadlock.

@@ -24,6 +24,35 @@ fn select_in<'a>(head: &str, ids: &'a [&str], tail: &str) -> QueryBuilder<'a, DB
     q
 }
 
+/// Write what one transaction books: session rows, both rollups, closed spans.
+async fn write_booking(
+    tx: &mut Tx,
+    shard: i64,
+    sessions: &[SessionRow],
+    org_hours: &[((String, Secs), i64)],
+    session_hours: &[((String, Secs, String), i64)],
+    spans: &[(String, String, ledger::Span)],
+) -> StoreResult<()> {
+    for chunk in sessions.chunks(CHUNK) {
+        write_session_rows(tx, chunk, true).await?;
+    }
+    for chunk in org_hours.chunks(CHUNK) {
+        add_org_hours(tx, shard, chunk).await?;
+    }
+    for chunk in session_hours.chunks(CHUNK) {
+        add_session_hours(tx, chunk).await?;
+    }
+    for chunk in spans.chunks(CHUNK) {
+        insert_spans(tx, chunk).await?;
+    }
+    Ok(())
+}
+
+/// Insert sessions first seen now, skipping any that exist; returns how many were inserted.
+async fn insert_new_session_rows(tx: &mut Tx, rows: &[SessionRow]) -> StoreResult<u64> {
+    write_session_rows(tx, rows, false).await
+}
+
 /// Write whole session rows: overwrite existing ones (`upsert`), or insert only new ones.
 /// Returns the rows written.
 async fn write_session_rows(tx: &mut Tx, rows: &[SessionRow], upsert: bool) -> StoreResult<u64> {
@@ -52,10 +81,13 @@ async fn write_session_rows(tx: &mut Tx, rows: &[SessionRow], upsert: bool) -> S
     Ok(once(&mut q).execute(&mut **tx).await?.rows_affected())
 }
 
-async fn add_org_hours(tx: &mut Tx, rows: &[((String, Secs), i64)]) -> StoreResult<()> {
-    let mut q = QueryBuilder::<DB>::new("INSERT INTO org_hourly (org_id, hour, seconds) ");
+async fn add_org_hours(tx: &mut Tx, shard: i64, rows: &[((String, Secs), i64)]) -> StoreResult<()> {
+    let mut q = QueryBuilder::<DB>::new("INSERT INTO org_hourly (org_id, hour, shard, seconds) ");
     q.push_values(rows, |mut b, ((org, hour), secs)| {
-        b.push_bind(org).push_bind(*hour).push_bind(*secs);
+        b.push_bind(org)
+            .push_bind(*hour)
+            .push_bind(shard)
+            .push_bind(*secs);
     });
     q.push(ORG_HOURS_CONFLICT);
     once(&mut q).execute(&mut **tx).await?;

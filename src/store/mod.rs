@@ -245,12 +245,15 @@ impl Db {
     // ----- the ledger -----
 
     /// Apply heartbeat requests in one transaction (see `queries.rs` `ingest`).
+    /// `shard` names the `org_hourly` rows this writer adds to; give each concurrent
+    /// writer its own.
     pub async fn ingest(
         &self,
         requests: &[Vec<crate::ingest::Heartbeat>],
         rules: &crate::ledger::Rules,
+        shard: i64,
     ) -> StoreResult<Vec<Result<Vec<HeartbeatOutcome>, IngestReject>>> {
-        on_backend!(self, write, ingest(requests, rules))
+        on_backend!(self, write, ingest(requests, rules, shard))
     }
 
     pub async fn end_session(
@@ -300,8 +303,14 @@ impl Db {
         on_backend!(self, read, get_orgs(org_ids))
     }
 
-    pub async fn session_counts(&self, org_id: &str) -> StoreResult<SessionCounts> {
-        on_backend!(self, read, session_counts(org_id))
+    /// Running sessions heard from within the lease, and parked ones.
+    pub async fn session_counts(
+        &self,
+        org_id: &str,
+        now: Secs,
+        rules: &crate::ledger::Rules,
+    ) -> StoreResult<SessionCounts> {
+        on_backend!(self, read, session_counts(org_id, now, rules))
     }
 
     /// Every closed running span and open running stretch of an org, for audits and tests.

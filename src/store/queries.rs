@@ -127,6 +127,8 @@ pub async fn token_by_hash(pool: &Pool<DB>, hash: &str) -> StoreResult<Option<To
 /// PostgreSQL take their row locks in the same order.
 #[derive(Default)]
 struct Booking {
+    /// Which `org_hourly` rows this writer adds to (see `org_hourly` in the migrations).
+    shard: i64,
     org_hours: BTreeMap<(String, Secs), i64>,
     session_hours: BTreeMap<(String, Secs, String), i64>,
     spans: Vec<(String, String, ledger::Span)>,
@@ -156,21 +158,9 @@ impl Booking {
 
     async fn write(self, tx: &mut Tx) -> StoreResult<()> {
         let sessions: Vec<SessionRow> = self.sessions.into_values().collect();
-        for chunk in sessions.chunks(CHUNK) {
-            write_session_rows(tx, chunk, true).await?;
-        }
         let org_hours: Vec<_> = self.org_hours.into_iter().collect();
-        for chunk in org_hours.chunks(CHUNK) {
-            add_org_hours(tx, chunk).await?;
-        }
         let session_hours: Vec<_> = self.session_hours.into_iter().collect();
-        for chunk in session_hours.chunks(CHUNK) {
-            add_session_hours(tx, chunk).await?;
-        }
-        for chunk in self.spans.chunks(CHUNK) {
-            insert_spans(tx, chunk).await?;
-        }
-        Ok(())
+        write_booking(tx, self.shard, &sessions, &org_hours, &session_hours, &self.spans).await
     }
 }
 
@@ -195,7 +185,7 @@ const SESSION_UPSERT: &str = " ON CONFLICT (session_id) DO UPDATE SET \
      unadmitted = excluded.unadmitted, ended_at = excluded.ended_at, \
      end_status = excluded.end_status";
 
-const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour) DO UPDATE \
+const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, shard) DO UPDATE \
      SET seconds = org_hourly.seconds + excluded.seconds";
 
 const SESSION_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, session_id) DO UPDATE \
@@ -219,10 +209,11 @@ pub async fn ingest(
     pool: &Pool<DB>,
     requests: &[Vec<Heartbeat>],
     rules: &Rules,
+    shard: i64,
 ) -> StoreResult<Vec<RequestResult>> {
     let mut attempt = 0;
     loop {
-        match ingest_once(pool, requests, rules).await {
+        match ingest_once(pool, requests, rules, shard).await {
             Ok(Some(done)) => return Ok(done),
             Ok(None) if attempt < 5 => {}
             Err(e) if e.is_retryable() && attempt < 5 => {}
@@ -241,13 +232,9 @@ async fn ingest_once(
     pool: &Pool<DB>,
     requests: &[Vec<Heartbeat>],
     rules: &Rules,
+    shard: i64,
 ) -> StoreResult<Option<Vec<RequestResult>>> {
     let mut tx = begin_write(pool).await?;
-
-    let mut org_ids: Vec<&str> = requests.iter().flatten().map(|h| h.org_id.as_str()).collect();
-    org_ids.sort_unstable();
-    org_ids.dedup();
-    let known_orgs = existing_orgs(&mut tx, &org_ids).await?;
 
     let mut session_ids: Vec<&str> = requests
         .iter()
@@ -261,6 +248,23 @@ async fn ingest_once(
         .into_iter()
         .map(|r| (r.session_id.clone(), r))
         .collect();
+
+    // An org that owns a session exists (orgs are never deleted); ask only about the rest.
+    let owners: std::collections::HashSet<&str> = rows.values().map(|r| r.org_id.as_str()).collect();
+    let mut known_orgs: Vec<String> = owners.iter().map(|o| o.to_string()).collect();
+    let mut unproven: Vec<&str> = requests
+        .iter()
+        .flatten()
+        .map(|h| h.org_id.as_str())
+        .filter(|o| !owners.contains(o))
+        .collect();
+    unproven.sort_unstable();
+    unproven.dedup();
+    if !unproven.is_empty() {
+        known_orgs.extend(existing_orgs(&mut tx, &unproven).await?);
+    }
+    known_orgs.sort_unstable();
+    known_orgs.dedup();
 
     // Decide each request whole, in arrival order; new sessions go to the first that names them.
     let mut verdicts: Vec<Result<(), IngestReject>> = Vec::with_capacity(requests.len());
@@ -305,7 +309,10 @@ async fn ingest_once(
     });
     let mut outcomes: Vec<Vec<Option<HeartbeatOutcome>>> =
         requests.iter().map(|r| vec![None; r.len()]).collect();
-    let mut booking = Booking::default();
+    let mut booking = Booking {
+        shard,
+        ..Booking::default()
+    };
     for (r, i) in order {
         let h = &requests[r][i];
         let row = rows
@@ -390,7 +397,7 @@ async fn existing_orgs(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
 async fn insert_new_sessions(tx: &mut Tx, rows: &[SessionRow]) -> StoreResult<bool> {
     let mut inserted = 0;
     for chunk in rows.chunks(CHUNK) {
-        inserted += write_session_rows(tx, chunk, false).await?;
+        inserted += insert_new_session_rows(tx, chunk).await?;
     }
     Ok(inserted == rows.len() as u64)
 }
@@ -576,14 +583,21 @@ pub async fn window_usage(
     Ok(out)
 }
 
-pub async fn session_counts(pool: &Pool<DB>, org_id: &str) -> StoreResult<SessionCounts> {
+/// Running sessions heard from within the lease, and parked ones.
+pub async fn session_counts(
+    pool: &Pool<DB>,
+    org_id: &str,
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<SessionCounts> {
     let (running, parked): (i64, i64) = sqlx::query_as(
         "SELECT \
-           CAST(COALESCE(SUM(CASE WHEN phase = 'running' THEN 1 ELSE 0 END), 0) AS BIGINT), \
+           CAST(COALESCE(SUM(CASE WHEN phase = 'running' AND last_at >= $2 THEN 1 ELSE 0 END), 0) AS BIGINT), \
            CAST(COALESCE(SUM(CASE WHEN phase = 'parked' THEN 1 ELSE 0 END), 0) AS BIGINT) \
          FROM sessions WHERE org_id = $1 AND phase IN ('running', 'parked')",
     )
     .bind(org_id)
+    .bind(now - rules.lease)
     .fetch_one(pool)
     .await?;
     Ok(SessionCounts { running, parked })
@@ -606,7 +620,8 @@ pub async fn running_spans(pool: &Pool<DB>, org_id: &str) -> StoreResult<Vec<(St
 
 pub async fn hourly_totals(pool: &Pool<DB>, org_id: &str) -> StoreResult<Vec<(Secs, i64)>> {
     Ok(
-        sqlx::query_as("SELECT hour, seconds FROM org_hourly WHERE org_id = $1 ORDER BY hour")
+        sqlx::query_as("SELECT hour, CAST(SUM(seconds) AS BIGINT) FROM org_hourly WHERE org_id = $1 \
+             GROUP BY hour ORDER BY hour")
             .bind(org_id)
             .fetch_all(pool)
             .await?,

@@ -110,6 +110,11 @@ impl TestServer {
     }
 
     pub async fn start_with(backend: Backend, opts: Options) -> Option<TestServer> {
+        // RUST_LOG=debug shows the server's logs under the failing test.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let (database_url, dir) = fresh_database(backend).await?;
         let config = Config {
             database_url: database_url.clone(),

@@ -1,0 +1,179 @@
+//! The `rush-meter` binary: start-up checks, `migrate`, `token create`, and the two
+//! schemas kept in step.
+
+mod common;
+
+use std::process::Command;
+
+use common::{fresh_database, Backend};
+use rush_meter::store::Db;
+
+fn rush_meter() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rush-meter"));
+    // The environment of the test run must not leak into the command's settings.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RUSH_METER_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("RUST_LOG", "error");
+    c
+}
+
+fn run(c: &mut Command) -> (i32, String, String) {
+    let out = c.output().expect("binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_settings_stop_start_up_naming_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("m.db").display());
+    let (code, _, err) =
+        run(rush_meter().args(["--lease-secs", "3", "--database-url", &db, "migrate"]));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--lease-secs / RUSH_METER_LEASE_SECS"),
+        "{err}"
+    );
+
+    let (code, _, err) = run(rush_meter()
+        .env("RUSH_METER_LISTEN", "not-an-address")
+        .args(["--database-url", &db]));
+    assert_eq!(code, 2);
+    assert!(err.contains("RUSH_METER_LISTEN"), "{err}");
+
+    // A plan file with a negative ceiling: start-up names the file and the field.
+    let plans = dir.path().join("plans");
+    std::fs::create_dir(&plans).unwrap();
+    for f in ["free.toml", "pro.toml", "team.toml"] {
+        std::fs::copy(common::repo_plans().join(f), plans.join(f)).unwrap();
+    }
+    let pro = std::fs::read_to_string(plans.join("pro.toml")).unwrap();
+    std::fs::write(
+        plans.join("pro.toml"),
+        pro.replace("weekly_agent_hours = 15", "weekly_agent_hours = -15"),
+    )
+    .unwrap();
+    let (code, _, err) = run(rush_meter()
+        .args([
+            "--database-url",
+            &db,
+            "--listen",
+            "127.0.0.1:0",
+            "--plans-dir",
+        ])
+        .arg(&plans));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("pro.toml") && err.contains("weekly_agent_hours"),
+        "{err}"
+    );
+
+    // A dangling upgrade_to names its file and field too.
+    std::fs::write(
+        plans.join("pro.toml"),
+        pro.replace("upgrade_to = \"team\"", "upgrade_to = \"gold\""),
+    )
+    .unwrap();
+    let (code, _, err) = run(rush_meter()
+        .args([
+            "--database-url",
+            &db,
+            "--listen",
+            "127.0.0.1:0",
+            "--plans-dir",
+        ])
+        .arg(&plans));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("pro.toml") && err.contains("upgrade_to"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn token_create_prints_a_secret_once_and_stores_only_its_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let (code, _, err) = run(rush_meter().args([
+        "--database-url",
+        &url,
+        "token",
+        "create",
+        "--scope",
+        "console",
+    ]));
+    assert_eq!(code, 2, "a console token needs --org");
+    assert!(err.contains("--org"), "{err}");
+    let (code, _, err) =
+        run(rush_meter().args(["--database-url", &url, "token", "create", "--scope", "root"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("`root`"), "{err}");
+
+    let (code, secret, err) = run(rush_meter().args([
+        "--database-url",
+        &url,
+        "token",
+        "create",
+        "--scope",
+        "admission,ingest",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    let secret = secret.trim();
+    assert!(secret.starts_with("rm_") && secret.len() > 60, "{secret}");
+    let db = Db::connect(&url, Default::default()).await.unwrap();
+    let row = db
+        .token_by_hash(&rush_meter::tokens::hash_secret(secret))
+        .await
+        .unwrap()
+        .expect("the token is stored by its hash");
+    assert_eq!(row.scopes, "ingest,admission");
+    assert!(!row.secret_hash.contains(&secret[3..]));
+}
+
+/// The same tables with the same columns on both backends.
+#[tokio::test]
+async fn migrations_are_in_step() {
+    let Some((sqlite_url, _dir)) = fresh_database(Backend::Sqlite).await else {
+        return;
+    };
+    let Some((pg_url, _)) = fresh_database(Backend::Postgres).await else {
+        return;
+    };
+    let sqlite = sqlx::SqlitePool::connect(&format!("{sqlite_url}?mode=rwc"))
+        .await
+        .unwrap();
+    sqlx::migrate!("migrations/sqlite")
+        .run(&sqlite)
+        .await
+        .unwrap();
+    let pg = sqlx::PgPool::connect(&pg_url).await.unwrap();
+    sqlx::migrate!("migrations/postgres")
+        .run(&pg)
+        .await
+        .unwrap();
+
+    let mut lite: Vec<(String, String)> = sqlx::query_as(
+        "SELECT m.name, p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p \
+         WHERE m.type = 'table' AND m.name NOT LIKE '\\_%' ESCAPE '\\' AND m.name NOT LIKE 'sqlite%'",
+    )
+    .fetch_all(&sqlite)
+    .await
+    .unwrap();
+    let mut post: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_name::text, column_name::text FROM information_schema.columns \
+         WHERE table_schema = 'public' AND table_name NOT LIKE '\\_%'",
+    )
+    .fetch_all(&pg)
+    .await
+    .unwrap();
+    lite.sort();
+    post.sort();
+    assert!(!lite.is_empty());
+    assert_eq!(lite, post);
+}
