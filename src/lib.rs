@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod gate;
 pub mod http;
 pub mod ids;
 pub mod ingest;

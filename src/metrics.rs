@@ -37,6 +37,13 @@ pub struct Metrics {
     pub ingest_commit_seconds: Histogram,
     pub sessions_expired: Counter,
     pub session_ends: Counter,
+    pub decisions: Family<DecisionLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub decision: String,
+    pub reason: String,
 }
 
 fn latency_histogram() -> Histogram {
@@ -90,7 +97,14 @@ impl Default for Metrics {
             "Session end requests that closed a session",
             session_ends.clone(),
         );
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Gate decisions, by decision (allow, deny) and reason (empty for allow)",
+            decisions.clone(),
+        );
         Metrics {
+            decisions,
             registry,
             http_requests,
             http_duration,
@@ -124,6 +138,15 @@ impl Metrics {
                 route: route.to_owned(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn observe_decision(&self, decision: &str, reason: Option<&str>) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                decision: decision.to_owned(),
+                reason: reason.unwrap_or("").to_owned(),
+            })
+            .inc();
     }
 
     pub fn observe_ingest_group(&self, results: &[RequestOutcome], elapsed: Duration) {

@@ -324,4 +324,20 @@ both_backends! {
         }
         eprintln!("{backend:?}: {} of 200 acknowledged before shutdown, all stored", acked.len());
     }
+
+    async fn a_session_parked_for_seven_days_ends_expired(srv) {
+        srv.create_org("acme", "free").await;
+        srv.clock.set(T0);
+        srv.heartbeats(vec![hb("acme", "s", 1, "running", T0)]).await;
+        srv.clock.set(T0 + 10);
+        srv.heartbeats(vec![hb("acme", "s", 2, "parked", T0 + 10)]).await;
+        let week = 7 * 86_400;
+        assert_eq!(srv.db.expire_sessions(T0 + 10 + week - 1, &srv.rules, 100).await.unwrap(), 0);
+        assert_eq!(srv.db.expire_sessions(T0 + 10 + week + 60, &srv.rules, 100).await.unwrap(), 1);
+        srv.clock.set(T0 + 10 + week + 60);
+        let s = srv.admin("GET", "/v1/sessions/s", None).await;
+        assert_eq!((s["state"].as_str(), s["end_status"].as_str()), (Some("ended"), Some("expired")));
+        assert_eq!(s["ended_at"], rush_meter::quota::format_rfc3339(T0 + 10 + week));
+        assert_eq!(s["billed_seconds"], 10);
+    }
 }

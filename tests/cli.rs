@@ -177,3 +177,89 @@ async fn migrations_are_in_step() {
     assert!(!lite.is_empty());
     assert_eq!(lite, post);
 }
+
+/// The real binary on SIGTERM: it finishes what is in flight and exits 0, and what it
+/// acknowledged is in the database.
+#[cfg(unix)]
+#[tokio::test]
+async fn sigterm_drains_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("s.db").display());
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let token = "sigterm-test-token-0123456789";
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
+        .args([
+            "--database-url",
+            &url,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", token)
+        .env("RUSH_METER_PLANS_DIR", common::repo_plans())
+        .env("RUST_LOG", "error")
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    // Wait for readiness (a condition, not a fixed sleep), for at most 20 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server never became ready"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = client
+        .put(format!("{base}/v1/orgs/acme"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut acked = Vec::new();
+    for i in 0..20 {
+        let body = serde_json::json!({"heartbeats": [{"org_id": "acme", "session_id": format!("s{i}"), "vm_id": "v", "seq": 1, "state": "running"}]});
+        let r = client
+            .post(format!("{base}/v1/heartbeats"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            acked.push(format!("s{i}"));
+        }
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let db = Db::connect(&url, Default::default()).await.unwrap();
+    let stored: Vec<String> = db
+        .sessions_of_org("acme")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    assert_eq!(acked.len(), 20);
+    for s in &acked {
+        assert!(stored.contains(s), "{s} acknowledged but not stored");
+    }
+}

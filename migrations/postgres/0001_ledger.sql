@@ -53,6 +53,9 @@ CREATE TABLE sessions (
     created_at     BIGINT NOT NULL,
     ended_at       BIGINT,
     end_status     TEXT,
+    -- When the gate last admitted (or resumed) it: it holds a slot from then until it is
+    -- next heard from or the lease passes (gate.rs holds_slot).
+    slot_at        BIGINT,
     PRIMARY KEY (org_id, session_id)
 ) WITH (fillfactor = 70);
 -- Session ids are global (a reused id is a 409); with Citus this becomes a lookup table.
@@ -61,6 +64,8 @@ CREATE UNIQUE INDEX sessions_session_id ON sessions (session_id);
 -- last_seq, billed_seconds…), so PostgreSQL can update a session in place (HOT).
 CREATE INDEX sessions_open ON sessions (phase) WHERE phase IN ('running', 'parked');
 CREATE INDEX sessions_org_phase ON sessions (org_id, phase);
+-- A key's open sessions, for the gate's slot count.
+CREATE INDEX sessions_key_open ON sessions (org_id, key_id) WHERE phase <> 'ended';
 
 -- Closed spans of each session's timeline; running ones are the ledger.
 CREATE TABLE spans (
@@ -92,3 +97,31 @@ CREATE TABLE session_hourly (
     seconds    BIGINT NOT NULL,
     PRIMARY KEY (org_id, hour, session_id)
 ) WITH (fillfactor = 70);
+
+-- Every decision of the gate, with what it was made from, so support can answer "why was
+-- my run refused at 14:02?".
+CREATE TABLE decisions (
+    org_id            TEXT NOT NULL,
+    decision_id       TEXT NOT NULL,
+    decided_at        BIGINT NOT NULL,
+    session_id        TEXT NOT NULL,
+    key_id            TEXT NOT NULL,
+    decision          TEXT NOT NULL,
+    reason            TEXT,
+    rule              TEXT NOT NULL,
+    plan_id           TEXT NOT NULL,
+    suspended         BOOLEAN NOT NULL,
+    month_start       BIGINT NOT NULL,
+    month_end         BIGINT NOT NULL,
+    month_used        BIGINT NOT NULL,
+    month_limit       BIGINT NOT NULL,
+    week_start        BIGINT NOT NULL,
+    week_end          BIGINT NOT NULL,
+    week_used         BIGINT NOT NULL,
+    week_limit        BIGINT NOT NULL,
+    running           BIGINT NOT NULL,
+    concurrency_limit BIGINT NOT NULL,
+    upgrade_plan      TEXT,
+    PRIMARY KEY (org_id, decision_id)
+);
+CREATE INDEX decisions_org_time ON decisions (org_id, decided_at, decision_id);

@@ -23,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::plans::Plans;
 use crate::store::{Db, TokenRow};
 
+mod admissions;
 pub mod auth;
 pub mod error;
 pub mod json;
@@ -47,6 +48,10 @@ pub struct Shared {
     /// Token hash to token, briefly: a token's scopes change rarely, and every request
     /// would otherwise pay a database read for them.
     pub tokens: moka::future::Cache<String, Arc<TokenRow>>,
+    /// One queue per API key for this instance's admissions: callers of a busy key wait
+    /// here, not while holding a database connection. The database's row lock still
+    /// orders the instances.
+    pub key_queues: moka::future::Cache<(String, String), Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl Deref for AppState {
@@ -80,6 +85,10 @@ impl AppState {
                 .max_capacity(100_000)
                 .time_to_live(TOKEN_CACHE_TTL)
                 .build(),
+            key_queues: moka::future::Cache::builder()
+                .max_capacity(1_000_000)
+                .time_to_idle(Duration::from_secs(300))
+                .build(),
         }))
     }
 }
@@ -108,6 +117,11 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         )
         .route("/v1/orgs/{org_id}/usage", get(usage_routes::get_usage))
         .route("/v1/heartbeats", post(ledger_routes::post_heartbeats))
+        .route("/v1/admissions", post(admissions::post_admission))
+        .route(
+            "/v1/orgs/{org_id}/decisions",
+            get(admissions::list_decisions),
+        )
         .route("/v1/sessions/{session_id}", get(ledger_routes::get_session))
         .route(
             "/v1/sessions/{session_id}/end",

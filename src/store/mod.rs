@@ -27,6 +27,7 @@ mod pg {
     pub type DB = sqlx::Postgres;
     /// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
     pub const BEGIN_WRITE: &str = "BEGIN";
+    pub const FOR_UPDATE: &str = " FOR UPDATE";
     pub const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
     pub const LEAST: &str = "LEAST";
     pub const GREATEST: &str = "GREATEST";
@@ -39,6 +40,8 @@ mod sqlite {
     pub type DB = sqlx::Sqlite;
     /// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
     pub const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+    /// The single writer connection and BEGIN IMMEDIATE already serialise writers.
+    pub const FOR_UPDATE: &str = "";
     pub const SKIP_LOCKED: &str = "";
     /// SQLite's multi-argument scalar MIN and MAX.
     pub const LEAST: &str = "MIN";
@@ -333,5 +336,34 @@ impl Db {
     /// Row counts and sums of every table, for tests that prove nothing was written.
     pub async fn digest(&self) -> StoreResult<Vec<(String, i64, i64)>> {
         on_backend!(self, read, digest())
+    }
+
+    // ----- the gate -----
+
+    /// Decide an admission (see `queries.rs` `admit`).
+    pub async fn admit(
+        &self,
+        plans: &crate::plans::Plans,
+        req: &AdmissionRequest,
+        now: Secs,
+        rules: &crate::ledger::Rules,
+    ) -> StoreResult<Result<DecisionRow, AdmitReject>> {
+        on_backend!(self, write, admit(plans, req, now, rules))
+    }
+
+    pub async fn list_decisions(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+        only: Option<&str>,
+        after: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<DecisionRow>> {
+        on_backend!(
+            self,
+            read,
+            list_decisions(org_id, from, to, only, after, limit)
+        )
     }
 }

@@ -75,6 +75,8 @@ pub struct SessionRow {
     pub created_at: i64,
     pub ended_at: Option<i64>,
     pub end_status: Option<String>,
+    /// Last admission by the gate (written only by the gate, never by heartbeats).
+    pub slot_at: Option<i64>,
 }
 
 impl SessionRow {
@@ -108,6 +110,7 @@ impl SessionRow {
             created_at: led.last_at,
             ended_at: None,
             end_status: None,
+            slot_at: None,
         };
         row.set_ledger(led);
         row
@@ -171,4 +174,50 @@ pub struct WindowTotals {
     pub week: i64,
     /// Running sessions heard from within the lease.
     pub running: i64,
+}
+
+/// One decision of the gate, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct DecisionRow {
+    pub org_id: String,
+    pub decision_id: String,
+    pub decided_at: i64,
+    pub session_id: String,
+    pub key_id: String,
+    pub decision: String,
+    pub reason: Option<String>,
+    pub rule: String,
+    pub plan_id: String,
+    pub suspended: bool,
+    pub month_start: i64,
+    pub month_end: i64,
+    pub month_used: i64,
+    pub month_limit: i64,
+    pub week_start: i64,
+    pub week_end: i64,
+    pub week_used: i64,
+    pub week_limit: i64,
+    pub running: i64,
+    pub concurrency_limit: i64,
+    pub upgrade_plan: Option<String>,
+}
+
+/// What the orchestrator asks the gate.
+#[derive(Clone, Debug)]
+pub struct AdmissionRequest {
+    pub org_id: String,
+    pub key_id: String,
+    pub session_id: String,
+    pub agent: String,
+    pub project_id: Option<String>,
+    pub started_by: Option<String>,
+}
+
+/// Why an admission request could not be decided at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdmitReject {
+    UnknownOrg,
+    UnknownKey,
+    SessionOfAnotherOrg,
+    SessionEnded,
 }

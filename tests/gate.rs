@@ -1,0 +1,219 @@
+//! The gate over HTTP, on SQLite and PostgreSQL: exact concurrency under a burst, slots
+//! released by park, end and silence, ceilings, suspension, and the decision record.
+
+mod common;
+
+use common::*;
+use rush_meter::tokens::Scope;
+use serde_json::{json, Value};
+
+async fn admit(srv: &TestServer, org: &str, key: &str, session: &str) -> (u16, Value) {
+    srv.call(
+        "POST",
+        "/v1/admissions",
+        Some(ADMIN),
+        Some(
+            &json!({"org_id": org, "key_id": key, "session_id": session, "agent": "claude",
+                     "project_id": "web", "started_by": "user_7"}),
+        ),
+    )
+    .await
+}
+
+async fn setup(srv: &TestServer, plan: &str, limit: i64) {
+    srv.create_org("acme", plan).await;
+    srv.admin(
+        "PUT",
+        "/v1/orgs/acme/keys/k1",
+        Some(json!({"concurrency_limit": limit})),
+    )
+    .await;
+}
+
+both_backends! {
+    async fn a_burst_of_2000_admits_exactly_the_limit(srv) {
+        setup(&srv, "team", 100).await;
+        srv.clock.set(T0);
+        let mut tasks = Vec::new();
+        for i in 0..2000 {
+            let (client, url) = (srv.client.clone(), format!("{}/v1/admissions", srv.url));
+            tasks.push(tokio::spawn(async move {
+                let body = json!({"org_id": "acme", "key_id": "k1", "session_id": format!("s{i}"), "agent": "codex"});
+                let r = client.post(url).bearer_auth(ADMIN).json(&body).send().await.unwrap();
+                let status = r.status().as_u16();
+                (status, r.json::<Value>().await.unwrap())
+            }));
+        }
+        let (mut allowed, mut denied) = (0, 0);
+        for t in tasks {
+            let (status, v) = t.await.unwrap();
+            assert_eq!(status, 200, "{v}");
+            match v["decision"].as_str() {
+                Some("allow") => allowed += 1,
+                Some("deny") => {
+                    assert_eq!(v["reason"], "concurrency_limit_reached");
+                    assert_eq!(v["concurrency"]["running"], 100);
+                    denied += 1
+                }
+                _ => panic!("{v}"),
+            }
+        }
+        assert_eq!((allowed, denied), (100, 1900));
+    }
+
+    async fn a_slot_comes_back_on_park_end_and_silence(srv) {
+        setup(&srv, "free", 2).await;
+        srv.clock.set(T0);
+        assert_eq!(admit(&srv, "acme", "k1", "a").await.1["decision"], "allow");
+        assert_eq!(admit(&srv, "acme", "k1", "b").await.1["decision"], "allow");
+        let (_, v) = admit(&srv, "acme", "k1", "c").await;
+        assert_eq!((v["decision"].as_str(), v["reason"].as_str()), (Some("deny"), Some("concurrency_limit_reached")));
+        // Repeating an admitted session's call answers the same and takes no second slot.
+        let (_, v) = admit(&srv, "acme", "k1", "a").await;
+        assert_eq!((v["decision"].as_str(), v["rule"].as_str()), (Some("allow"), Some("already_admitted")));
+        assert_eq!(v["concurrency"]["running"], 2);
+        // a runs then parks: its slot comes back.
+        srv.heartbeats(vec![hb("acme", "a", 1, "running", T0)]).await;
+        srv.clock.set(T0 + 10);
+        srv.heartbeats(vec![hb("acme", "a", 2, "parked", T0 + 10)]).await;
+        assert_eq!(admit(&srv, "acme", "k1", "c").await.1["decision"], "allow");
+        // Resuming the parked session passes the same gate: full now.
+        let (_, v) = admit(&srv, "acme", "k1", "a").await;
+        assert_eq!(v["reason"], "concurrency_limit_reached");
+        // b ends: its slot comes back, and a resumes.
+        srv.admin("POST", "/v1/sessions/b/end", Some(json!({"status": "completed"}))).await;
+        assert_eq!(admit(&srv, "acme", "k1", "a").await.1["decision"], "allow");
+        // c and a go silent (c never sent a heartbeat): both slots come back after the lease.
+        srv.clock.set(T0 + 10 + 46);
+        assert_eq!(admit(&srv, "acme", "k1", "d").await.1["decision"], "allow");
+        assert_eq!(admit(&srv, "acme", "k1", "e").await.1["decision"], "allow");
+        assert_eq!(admit(&srv, "acme", "k1", "f").await.1["reason"], "concurrency_limit_reached");
+    }
+
+    async fn ceilings_deny_with_an_upgrade_and_a_plan_change_applies_at_once(srv) {
+        setup(&srv, "free", 4).await;
+        // Free: 2 h a week. Run 2 h.
+        srv.clock.set(T0);
+        assert_eq!(admit(&srv, "acme", "k1", "s1").await.1["decision"], "allow");
+        for (seq, dt) in (0..=7200).step_by(15).enumerate() {
+            srv.clock.set(T0 + dt);
+            srv.heartbeats(vec![hb("acme", "s1", seq as i64 + 1, "running", T0 + dt)]).await;
+        }
+        srv.heartbeats(vec![hb("acme", "s1", 10_000, "parked", T0 + 7200)]).await;
+        let before = srv.db.sessions_of_org("acme").await.unwrap();
+        let (_, v) = admit(&srv, "acme", "k1", "s2").await;
+        assert_eq!((v["decision"].as_str(), v["reason"].as_str()), (Some("deny"), Some("weekly_ceiling_reached")), "{v}");
+        assert_eq!(v["usage"]["week"]["remaining_seconds"], 0);
+        assert_eq!(v["usage"]["week"]["resets_at"], "2026-12-07T00:00:00Z");
+        assert_eq!(v["usage"]["month"]["used_seconds"], 7200);
+        assert_eq!(v["upgrade"]["plan"], "pro");
+        // Denials consume nothing: no session, no slot.
+        assert_eq!(srv.db.sessions_of_org("acme").await.unwrap(), before);
+        // Resuming the parked session is refused by the same ceiling.
+        assert_eq!(admit(&srv, "acme", "k1", "s1").await.1["reason"], "weekly_ceiling_reached");
+        srv.admin("PUT", "/v1/orgs/acme", Some(json!({"plan": "pro"}))).await;
+        let (_, v) = admit(&srv, "acme", "k1", "s2").await;
+        assert_eq!((v["decision"].as_str(), v["plan"].as_str()), (Some("allow"), Some("pro")), "{v}");
+        srv.admin("PUT", "/v1/orgs/acme", Some(json!({"suspended": true}))).await;
+        let (_, v) = admit(&srv, "acme", "k1", "s3").await;
+        assert_eq!(v["reason"], "org_suspended");
+        assert!(v.get("upgrade").is_none(), "{v}");
+    }
+
+    async fn every_decision_is_recorded_and_readable(srv) {
+        setup(&srv, "free", 1).await;
+        srv.create_org("other", "free").await;
+        for (i, t) in [T0, T0 + 10, T0 + 20, T0 + 30].iter().enumerate() {
+            srv.clock.set(*t);
+            admit(&srv, "acme", "k1", &format!("s{i}")).await;
+        }
+        let page = srv.admin("GET", "/v1/orgs/acme/decisions?limit=2", None).await;
+        let list = page["decisions"].as_array().unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0]["decision"], "allow");
+        assert_eq!(list[1]["reason"], "concurrency_limit_reached");
+        assert_eq!(list[1]["concurrency"], json!({"running": 1, "limit": 1}));
+        assert_eq!(list[1]["as_of"], "2026-11-30T12:00:10Z");
+        let cursor = page["next_cursor"].as_str().unwrap();
+        let next = srv.admin("GET", &format!("/v1/orgs/acme/decisions?limit=2&cursor={cursor}"), None).await;
+        assert_eq!(next["decisions"].as_array().unwrap().len(), 2);
+        let denies = srv.admin("GET", "/v1/orgs/acme/decisions?decision=deny&from=2026-11-30T12:00:15Z&to=2026-11-30T13:00:00Z", None).await;
+        assert_eq!(denies["decisions"].as_array().unwrap().len(), 2);
+        assert_eq!(denies["next_cursor"], Value::Null);
+        let console = srv.token(&[Scope::Console], Some("acme")).await;
+        let (s, _) = srv.call("GET", "/v1/orgs/acme/decisions", Some(&console), None).await;
+        assert_eq!(s, 200);
+        let theirs = srv.token(&[Scope::Console], Some("other")).await;
+        let (s, _) = srv.call("GET", "/v1/orgs/acme/decisions", Some(&theirs), None).await;
+        assert_eq!(s, 404);
+        let (s, v) = srv.call("GET", "/v1/orgs/acme/decisions?decision=maybe", Some(ADMIN), None).await;
+        assert_eq!((s, v["error"]["field"].as_str()), (422, Some("decision")));
+    }
+
+    async fn admission_errors_name_the_field_and_change_nothing(srv) {
+        setup(&srv, "free", 4).await;
+        srv.create_org("other", "free").await;
+        srv.clock.set(T0);
+        srv.heartbeats(vec![hb("other", "theirs", 1, "running", T0)]).await;
+        admit(&srv, "acme", "k1", "done").await;
+        srv.admin("POST", "/v1/sessions/done/end", Some(json!({"status": "cancelled"}))).await;
+        let ingest = srv.token(&[Scope::Ingest], None).await;
+        let before = srv.db.digest().await.unwrap();
+        let (s, v) = admit(&srv, "acme", "nokey", "x").await;
+        assert_eq!((s, v["error"]["code"].as_str(), v["error"]["field"].as_str()), (404, Some("key_not_found"), Some("key_id")));
+        let (s, v) = admit(&srv, "ghost", "k1", "x").await;
+        assert_eq!((s, v["error"]["field"].as_str()), (404, Some("org_id")));
+        let (s, v) = admit(&srv, "acme", "k1", "theirs").await;
+        assert_eq!((s, v["error"]["code"].as_str()), (409, Some("session_conflict")));
+        let (s, v) = admit(&srv, "acme", "k1", "done").await;
+        assert_eq!((s, v["error"]["code"].as_str()), (409, Some("session_ended")));
+        let (s, v) = srv.call("POST", "/v1/admissions", Some(ADMIN),
+            Some(&json!({"org_id": "acme", "key_id": "k1", "session_id": "x", "agent": "gpt"}))).await;
+        assert_eq!((s, v["error"]["field"].as_str()), (422, Some("agent")));
+        let (s, _) = srv.call("POST", "/v1/admissions", Some(&ingest),
+            Some(&json!({"org_id": "acme", "key_id": "k1", "session_id": "x", "agent": "codex"}))).await;
+        assert_eq!(s, 403);
+        assert_eq!(srv.db.digest().await.unwrap(), before);
+    }
+
+    async fn running_sessions_overshoot_the_ceiling_by_at_most_one_interval_each(srv) {
+        // Free: 2 h a week, grace 0. Four sessions run into the ceiling; each parks when a
+        // heartbeat answer says so. Bound (docs/gate.md): grace + sessions x interval.
+        setup(&srv, "free", 4).await;
+        srv.clock.set(T0);
+        let sessions = ["a", "b", "c", "d"];
+        for s in sessions {
+            assert_eq!(admit(&srv, "acme", "k1", s).await.1["decision"], "allow");
+        }
+        let mut seq = [0i64; 4];
+        let mut parked = [false; 4];
+        let mut t = T0;
+        while parked.iter().any(|p| !p) {
+            assert!(t < T0 + 4 * 3600, "sessions never told to park");
+            srv.clock.set(t);
+            let beats: Vec<Value> = (0..4)
+                .filter(|i| !parked[*i])
+                .map(|i| {
+                    seq[i] += 1;
+                    hb("acme", sessions[i], seq[i], "running", t)
+                })
+                .collect();
+            let (status, v) = srv.heartbeats(beats).await;
+            assert_eq!(status, 200, "{v}");
+            for r in v["results"].as_array().unwrap() {
+                if r["action"] == "park" {
+                    let i = sessions.iter().position(|s| *s == r["session_id"]).unwrap();
+                    seq[i] += 1;
+                    srv.heartbeats(vec![hb("acme", sessions[i], seq[i], "parked", t)]).await;
+                    parked[i] = true;
+                }
+            }
+            t += 15;
+        }
+        let used = srv.usage("acme").await["week"]["used_seconds"].as_i64().unwrap();
+        assert!(used >= 7200, "the ceiling was reached: {used}");
+        assert!(used <= 7200 + 4 * 15, "overshoot {} s is past the bound of 60 s", used - 7200);
+        // And nothing new starts.
+        assert_eq!(admit(&srv, "acme", "k1", "e").await.1["reason"], "weekly_ceiling_reached");
+    }
+}
