@@ -216,4 +216,42 @@ both_backends! {
         // And nothing new starts.
         assert_eq!(admit(&srv, "acme", "k1", "e").await.1["reason"], "weekly_ceiling_reached");
     }
+
+    async fn a_session_running_across_window_boundaries_is_split_exactly(srv) {
+        setup(&srv, "team", 10).await;
+        let at = |t: &str| rush_meter::quota::rfc3339::parse(t).unwrap();
+        // (start, end) of a run, and the windows it crosses, read just after it.
+        for (name, start, end) in [
+            ("newyear", "2026-12-31T23:59:30Z", "2027-01-01T00:00:30Z"),
+            ("leap", "2028-02-29T23:59:45Z", "2028-03-01T00:00:15Z"),
+            ("feb", "2027-02-28T23:59:50Z", "2027-03-01T00:00:10Z"),
+            ("monday", "2027-03-07T23:59:40Z", "2027-03-08T00:00:20Z"),
+        ] {
+            let (s, e) = (at(start), at(end));
+            // One org a case, so that each window holds one run.
+            srv.create_org(name, "team").await;
+            let mut seq = 0;
+            for t in (s..e).step_by(15) {
+                seq += 1;
+                srv.clock.set(t);
+                srv.heartbeats(vec![hb(name, name, seq, "running", t)]).await;
+            }
+            srv.clock.set(e);
+            srv.heartbeats(vec![hb(name, name, seq + 1, "parked", e)]).await;
+            let u = srv.usage(name).await;
+            let month_start = at(u["month"]["start"].as_str().unwrap());
+            let week_start = at(u["week"]["start"].as_str().unwrap());
+            // Only the part after each window's start counts in it.
+            let in_month = e - s.max(month_start);
+            let in_week = e - s.max(week_start);
+            assert_eq!(u["month"]["used_seconds"].as_i64().unwrap(), in_month, "{name}: {u}");
+            assert_eq!(u["week"]["used_seconds"].as_i64().unwrap(), in_week, "{name}: {u}");
+        }
+        // The ISO week of 31 Dec 2026 spans two months (and years): 28 Dec to 4 Jan.
+        srv.clock.set(at("2027-01-02T00:00:00Z"));
+        let u = srv.usage("newyear").await;
+        assert_eq!(u["week"]["start"], "2026-12-28T00:00:00Z");
+        assert_eq!(u["week"]["used_seconds"], 60);
+        assert_eq!(u["month"]["used_seconds"], 30);
+    }
 }
