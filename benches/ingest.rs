@@ -3,32 +3,24 @@
 //! `cargo bench --bench ingest` writes `reports/ingest.md`. PostgreSQL is the machine's
 //! (`RUSH_METER_TEST_PG`, default postgres://postgres@127.0.0.1:5432), with its default
 //! `synchronous_commit = on`: every acknowledged heartbeat is fsynced. SQLite runs in WAL
-//! with `synchronous = FULL`. The load generator is wrk (`apt-get install wrk`), on the same two
-//! cores: the figures are what this machine does with client and server together.
+//! with `synchronous = FULL`. The load generator is wrk (`apt-get install wrk`), on the same
+//! two cores: the figures are what this machine does with client and server together.
+
+mod common;
 
 use std::time::Duration;
 
-use rush_meter::clock::Clock;
-use rush_meter::config::Config;
-use rush_meter::ledger::Rules;
-use rush_meter::server::App;
+use common::{machine, wrk, Backend, Server, ADMIN};
 
 // The allocator of the `rush-meter` binary, so the server measured here is the one shipped.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const ADMIN: &str = "bench-admin-token-0123456789";
 const ORGS: usize = 50;
 const WARMUP: Duration = Duration::from_secs(4);
 /// Sessions each wrk thread cycles through: more than it ever has in flight at once.
 const SESSIONS_PER_THREAD: usize = 5000;
 const MEASURE: Duration = Duration::from_secs(12);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Backend {
-    Postgres,
-    Sqlite,
-}
 
 struct Outcome {
     backend: Backend,
@@ -43,115 +35,41 @@ struct Outcome {
     mean_group: f64,
 }
 
-async fn database(backend: Backend) -> (String, Option<tempfile::TempDir>) {
-    match backend {
-        Backend::Sqlite => {
-            let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-            (url, Some(dir))
-        }
-        Backend::Postgres => {
-            let base = std::env::var("RUSH_METER_TEST_PG")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-            let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
-                .await
-                .expect("PostgreSQL for the benchmark");
-            let name = format!("rm_bench_{:08x}", rand::random::<u32>());
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&admin)
-                .await
-                .unwrap();
-            (format!("{base}/{name}"), None)
-        }
-    }
-}
-
 async fn run(backend: Backend, batch: usize, clients: usize) -> Outcome {
-    let (url, _dir) = database(backend).await;
-    let config = Config {
-        database_url: url,
-        listen: "127.0.0.1:0".parse().unwrap(),
-        plans_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/plans").into(),
-        rules: Rules {
-            interval: 15,
-            lease: 45,
-        },
-        bootstrap_admin_token: Some(
-            <rush_meter::config::Cli as clap::Parser>::try_parse_from([
-                "rush-meter",
-                "--bootstrap-admin-token",
-                ADMIN,
-            ])
-            .unwrap()
-            .settings
-            .validate()
-            .unwrap()
-            .bootstrap_admin_token
-            .unwrap(),
-        ),
-        max_body_bytes: 1 << 20,
-    };
-    let app = App::start(&config, Clock::System).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.serve(listener, async {
-        let _ = stop_rx.await;
-    }));
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(clients)
-        .build()
-        .unwrap();
+    let server = Server::start(backend).await;
     for o in 0..ORGS {
-        let r = client
-            .put(format!("{base}/v1/orgs/org_{o}"))
-            .bearer_auth(ADMIN)
-            .json(&serde_json::json!({"plan": "team"}))
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
+        server
+            .put(
+                &format!("/v1/orgs/org_{o}"),
+                serde_json::json!({"plan": "team"}),
+            )
+            .await;
     }
-
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/wrk/heartbeats.lua");
-    let wrk_base = base.clone();
-    let wrk = move |secs: u64| {
-        let out = std::process::Command::new("wrk")
-            .args([
-                "-t2",
-                &format!("-c{clients}"),
-                &format!("-d{secs}s"),
-                "--latency",
-                "-s",
-                script,
-            ])
-            .arg(format!("{wrk_base}/v1/heartbeats"))
-            .args([
-                "--",
-                &batch.to_string(),
-                &SESSIONS_PER_THREAD.to_string(),
-                &ORGS.to_string(),
-                ADMIN,
-            ])
-            .output()
-            .expect("wrk runs (apt-get install wrk)");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+    let url = format!("{}/v1/heartbeats", server.base);
+    let args = || {
+        vec![
+            batch.to_string(),
+            SESSIONS_PER_THREAD.to_string(),
+            ORGS.to_string(),
+            ADMIN.to_string(),
+        ]
     };
     // Warm-up: every session exists and is running before the measured run.
-    {
-        let wrk = wrk.clone();
-        tokio::task::spawn_blocking(move || wrk(WARMUP.as_secs()))
-            .await
-            .unwrap();
-    }
-    let before = group_stats(&client, &base).await;
-    let text = tokio::task::spawn_blocking(move || wrk(MEASURE.as_secs()))
-        .await
-        .unwrap();
-    let after = group_stats(&client, &base).await;
-    let _ = stop_tx.send(());
-    server.await.unwrap().unwrap();
-    let w = parse_wrk(&text);
+    wrk(
+        url.clone(),
+        "heartbeats.lua",
+        2,
+        clients,
+        WARMUP.as_secs(),
+        args(),
+    )
+    .await;
+    let sum = "rush_meter_ingest_group_requests_sum";
+    let count = "rush_meter_ingest_group_requests_count";
+    let before = (server.metric(sum).await, server.metric(count).await);
+    let w = wrk(url, "heartbeats.lua", 2, clients, MEASURE.as_secs(), args()).await;
+    let after = (server.metric(sum).await, server.metric(count).await);
+    server.stop().await;
     Outcome {
         backend,
         batch,
@@ -164,110 +82,6 @@ async fn run(backend: Backend, batch: usize, clients: usize) -> Outcome {
         p99: w.p99,
         mean_group: (after.0 - before.0) / (after.1 - before.1).max(1.0),
     }
-}
-
-struct WrkResult {
-    requests: u64,
-    errors: u64,
-    elapsed: Duration,
-    p50: Duration,
-    p99: Duration,
-}
-
-fn parse_duration(s: &str) -> Duration {
-    let (num, unit): (String, String) = s.chars().partition(|c| c.is_ascii_digit() || *c == '.');
-    let v: f64 = num.parse().unwrap_or(0.0);
-    Duration::from_secs_f64(match unit.as_str() {
-        "us" => v / 1e6,
-        "ms" => v / 1e3,
-        "s" => v,
-        "m" => v * 60.0,
-        _ => 0.0,
-    })
-}
-
-/// Read wrk's summary: `N requests in Xs`, the latency distribution, non-2xx responses.
-fn parse_wrk(text: &str) -> WrkResult {
-    let mut r = WrkResult {
-        requests: 0,
-        errors: 0,
-        elapsed: Duration::ZERO,
-        p50: Duration::ZERO,
-        p99: Duration::ZERO,
-    };
-    for line in text.lines().map(str::trim) {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        match words.as_slice() {
-            [n, "requests", "in", t, ..] => {
-                r.requests = n.parse().unwrap_or(0);
-                r.elapsed = parse_duration(t.trim_end_matches(','));
-            }
-            ["50%", d] => r.p50 = parse_duration(d),
-            ["99%", d] => r.p99 = parse_duration(d),
-            ["Non-2xx", "or", "3xx", "responses:", n] => r.errors += n.parse::<u64>().unwrap_or(0),
-            ["Socket", "errors:", rest @ ..] => {
-                r.errors += rest
-                    .iter()
-                    .filter_map(|w| w.trim_end_matches(',').parse::<u64>().ok())
-                    .sum::<u64>()
-            }
-            _ => {}
-        }
-    }
-    assert!(r.requests > 0, "wrk reported no requests:\n{text}");
-    r
-}
-
-/// `(sum, count)` of the group-size histogram: requests committed per transaction.
-async fn group_stats(client: &reqwest::Client, base: &str) -> (f64, f64) {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let value = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (
-        value("rush_meter_ingest_group_requests_sum"),
-        value("rush_meter_ingest_group_requests_count"),
-    )
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines().next().map(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .unwrap_or("0")
-                    .parse::<u64>()
-                    .unwrap_or(0)
-                    / 1024
-                    / 1024
-            })
-        })
-        .unwrap_or(0);
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    format!("{cores} cores ({cpu}), {mem} GiB memory")
 }
 
 fn main() {
