@@ -47,53 +47,38 @@ fn bad_settings_stop_start_up_naming_what_to_fix() {
     assert_eq!(code, 2);
     assert!(err.contains("RUSH_METER_LISTEN"), "{err}");
 
-    // A plan file with a negative ceiling: start-up names the file and the field.
     let plans = dir.path().join("plans");
     std::fs::create_dir(&plans).unwrap();
     for f in ["free.toml", "pro.toml", "team.toml"] {
         std::fs::copy(common::repo_plans().join(f), plans.join(f)).unwrap();
     }
     let pro = std::fs::read_to_string(plans.join("pro.toml")).unwrap();
-    std::fs::write(
-        plans.join("pro.toml"),
-        pro.replace("weekly_agent_hours = 15", "weekly_agent_hours = -15"),
-    )
-    .unwrap();
-    let (code, _, err) = run(rush_meter()
-        .args([
-            "--database-url",
-            &db,
-            "--listen",
-            "127.0.0.1:0",
-            "--plans-dir",
-        ])
-        .arg(&plans));
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("pro.toml") && err.contains("weekly_agent_hours"),
-        "{err}"
-    );
-
-    // A dangling upgrade_to names its file and field too.
-    std::fs::write(
-        plans.join("pro.toml"),
-        pro.replace("upgrade_to = \"team\"", "upgrade_to = \"gold\""),
-    )
-    .unwrap();
-    let (code, _, err) = run(rush_meter()
-        .args([
-            "--database-url",
-            &db,
-            "--listen",
-            "127.0.0.1:0",
-            "--plans-dir",
-        ])
-        .arg(&plans));
-    assert_eq!(code, 2);
-    assert!(
-        err.contains("pro.toml") && err.contains("upgrade_to"),
-        "{err}"
-    );
+    // A negative ceiling, then a dangling upgrade_to: each names its file and field.
+    for (from, to, field) in [
+        (
+            "weekly_agent_hours = 15",
+            "weekly_agent_hours = -15",
+            "weekly_agent_hours",
+        ),
+        (
+            "upgrade_to = \"team\"",
+            "upgrade_to = \"gold\"",
+            "upgrade_to",
+        ),
+    ] {
+        std::fs::write(plans.join("pro.toml"), pro.replace(from, to)).unwrap();
+        let (code, _, err) = run(rush_meter()
+            .args([
+                "--database-url",
+                &db,
+                "--listen",
+                "127.0.0.1:0",
+                "--plans-dir",
+            ])
+            .arg(&plans));
+        assert_eq!(code, 2);
+        assert!(err.contains("pro.toml") && err.contains(field), "{err}");
+    }
 }
 
 #[tokio::test]
@@ -185,39 +170,9 @@ async fn migrations_are_in_step() {
 async fn sigterm_drains_and_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("s.db").display());
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     let token = "sigterm-test-token-0123456789";
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
-        .args([
-            "--database-url",
-            &url,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", token)
-        .env("RUSH_METER_PLANS_DIR", common::repo_plans())
-        .env("RUST_LOG", "error")
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    let (mut child, base) = common::spawn_service(&url, token).await;
     let client = reqwest::Client::new();
-    // Wait for readiness (a condition, not a fixed sleep), for at most 20 s.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
-            if r.status() == 200 {
-                break;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "server never became ready"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
     let r = client
         .put(format!("{base}/v1/orgs/acme"))
         .bearer_auth(token)

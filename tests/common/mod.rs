@@ -245,6 +245,43 @@ pub fn secret(s: &str) -> Secret {
         .unwrap()
 }
 
+/// The `rush-meter` binary serving `database_url` on a free port with `token` as its
+/// bootstrap admin token; returns once `/readyz` answers 200 (at most 30 s).
+pub async fn spawn_service(database_url: &str, token: &str) -> (tokio::process::Child, String) {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
+        .args([
+            "--database-url",
+            database_url,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", token)
+        .env("RUSH_METER_PLANS_DIR", repo_plans())
+        .env("RUST_LOG", "error")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+            if r.status() == 200 {
+                return (child, base);
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{base} never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A heartbeat as a supervisor sends it, `sent_at` as RFC 3339.
 pub fn hb(org: &str, session: &str, seq: i64, state: &str, at: Secs) -> Value {
     json!({"org_id": org, "session_id": session, "vm_id": format!("vm_{session}"),
