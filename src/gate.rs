@@ -105,12 +105,18 @@ pub fn upgrade_for<'p>(plans: &'p Plans, reason: Reason, f: &Facts) -> Option<&'
 /// Does this session hold one of its key's slots at `now`? A running session does while it
 /// is heard from within the lease; an admitted (or resumed) one from its admission until it
 /// is next heard from, or the lease passes. Parked, silent and ended sessions hold none.
+///
+/// Heard from means a heartbeat applied by the meter's clock (`heard_at`), never the
+/// reporter's: a host whose clock runs late cannot make its sessions look gone. A heartbeat
+/// in the very second of the admission keeps the slot (the safe side).
 pub fn holds_slot(s: &SessionRow, now: Secs, lease: Secs) -> bool {
     let phase = Phase::parse(&s.phase).unwrap_or(Phase::Ended);
-    let running = phase == Phase::Running && s.last_at >= now - lease;
+    let heard = s.heard_at.unwrap_or(s.last_at);
+    let running = phase == Phase::Running && heard >= now - lease;
     let admitted_unheard = phase != Phase::Ended
-        && s.slot_at
-            .is_some_and(|a| a >= now - lease && (phase == Phase::Admitted || s.last_at < a));
+        && s.slot_at.is_some_and(|a| {
+            a >= now - lease && (phase == Phase::Admitted || s.heard_at.is_none_or(|h| h <= a))
+        });
     running || admitted_unheard
 }
 

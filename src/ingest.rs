@@ -24,6 +24,8 @@ pub struct Heartbeat {
     pub session_id: Id,
     pub vm_id: Id,
     pub obs: Observation,
+    /// The meter's clock when the heartbeat arrived.
+    pub received_at: Secs,
 }
 
 pub type RequestOutcome = Result<Vec<HeartbeatOutcome>, IngestReject>;
@@ -153,7 +155,7 @@ async fn commit_group(w: &Writer, jobs: Vec<Job>, shard: i64) {
             Ok(results)
         }
         // One request's failure must not fail its neighbours: retry each on its own.
-        Err(StoreError::Other(e)) if requests.len() > 1 => {
+        Err(e @ (StoreError::Other(_) | StoreError::Conflict(_))) if requests.len() > 1 => {
             tracing::warn!(error = %e, requests = requests.len(), "group commit failed; retrying requests one by one");
             let mut each = Vec::with_capacity(requests.len());
             for request in &requests {

@@ -321,7 +321,8 @@ pub fn end_session(
 }
 
 /// Time passing with no event: a running session silent for two leases becomes `Silent`
-/// (its last interval booked), and one parked for `PARKED_EXPIRY_SECS` ends as `expired`.
+/// (its last interval booked), and one idle for `PARKED_EXPIRY_SECS` (parked, admitted and
+/// never started, or silent) ends as `expired`.
 ///
 /// Two leases, not one: a heartbeat may arrive up to a lease after it was sent and keep its
 /// own time, so only after two leases can no heartbeat still land within a lease of the
@@ -341,14 +342,22 @@ pub fn expire(led: &SessionLedger, now: Secs, rules: &Rules) -> Option<(SessionL
             next.billed_seconds += fx.billed.map_or(0, |b| b.len());
             next.phase = Phase::Silent;
             next.span_start = stop;
+            // Whatever arrives later is timed after what was just booked, even a
+            // heartbeat sent earlier whose commit was delayed: nothing bills twice.
+            next.last_at = stop;
             Some((next, fx))
         }
-        Phase::Parked if now - led.span_start >= PARKED_EXPIRY_SECS => Some(end_session(
-            led,
-            led.span_start + PARKED_EXPIRY_SECS,
-            EndStatus::Expired,
-            rules,
-        )),
+        // Idle for 7 days: parked, admitted but never started, or silent since.
+        Phase::Parked | Phase::Admitted | Phase::Silent
+            if now - led.span_start >= PARKED_EXPIRY_SECS =>
+        {
+            Some(end_session(
+                led,
+                led.span_start + PARKED_EXPIRY_SECS,
+                EndStatus::Expired,
+                rules,
+            ))
+        }
         _ => None,
     }
 }
@@ -485,6 +494,19 @@ mod tests {
         let (e, _) = expire(&p, 10 + PARKED_EXPIRY_SECS + 500, &R).unwrap();
         assert_eq!(e.end_status, Some(EndStatus::Expired));
         assert_eq!(e.ended_at, Some(10 + PARKED_EXPIRY_SECS));
+    }
+
+    #[test]
+    fn a_heartbeat_committed_after_expiry_never_bills_twice() {
+        let a = run(SessionLedger::admitted(0), &[hb(1, 100, VmState::Running)]);
+        let (b, fx) = expire(&a, 300, &R).unwrap();
+        assert_eq!(fx.billed, Interval::new(100, 115));
+        // Sent at 105, its commit delayed past the expiry: it is timed after what was booked.
+        let (c, _) = apply_heartbeat(&b, &hb(2, 105, VmState::Running), &R);
+        assert_eq!((c.span_start, c.last_at), (115, 115));
+        let (d, fx) = apply_heartbeat(&c, &hb(3, 130, VmState::Parked), &R);
+        assert_eq!(fx.billed, Interval::new(115, 130));
+        assert_eq!(d.billed_seconds, 30);
     }
 
     #[test]

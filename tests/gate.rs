@@ -254,4 +254,19 @@ both_backends! {
         assert_eq!(u["week"]["used_seconds"], 60);
         assert_eq!(u["month"]["used_seconds"], 30);
     }
+
+    async fn a_host_clock_running_late_does_not_free_slots(srv) {
+        setup(&srv, "free", 1).await;
+        srv.clock.set(T0);
+        assert_eq!(admit(&srv, "acme", "k1", "a").await.1["decision"], "allow");
+        // The supervisor's clock is 44 s behind the meter's: its beats are timed at the edge
+        // of the lease, yet the session is heard from now, and keeps its slot.
+        for (seq, dt) in [(1, 0), (2, 15), (3, 30)] {
+            srv.clock.set(T0 + dt);
+            srv.heartbeats(vec![hb("acme", "a", seq, "running", T0 + dt - 44)]).await;
+        }
+        srv.clock.set(T0 + 40);
+        assert_eq!(admit(&srv, "acme", "k1", "b").await.1["reason"], "concurrency_limit_reached");
+        assert_eq!(srv.usage("acme").await["running_sessions"], 1);
+    }
 }

@@ -164,6 +164,7 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
                             session_id: rush_meter::ids::Id::parse(&b.session).unwrap(),
                             vm_id: rush_meter::ids::Id::parse(&b.vm).unwrap(),
                             obs: sim::observation(b, at, &rules),
+                            received_at: at,
                         })
                         .collect(),
                 ),

@@ -53,6 +53,9 @@ CREATE TABLE sessions (
     created_at     BIGINT NOT NULL,
     ended_at       BIGINT,
     end_status     TEXT,
+    -- The meter's clock when a heartbeat of it was last applied: slots and "running" are
+    -- judged by this, never by a reporter's clock.
+    heard_at       BIGINT,
     -- When the gate last admitted (or resumed) it: it holds a slot from then until it is
     -- next heard from or the lease passes (gate.rs holds_slot).
     slot_at        BIGINT,
@@ -62,7 +65,7 @@ CREATE TABLE sessions (
 CREATE UNIQUE INDEX sessions_session_id ON sessions (session_id);
 -- Open sessions for the expiry job. No index holds a column a heartbeat changes (last_at,
 -- last_seq, billed_seconds…), so PostgreSQL can update a session in place (HOT).
-CREATE INDEX sessions_open ON sessions (phase) WHERE phase IN ('running', 'parked');
+CREATE INDEX sessions_open ON sessions (phase) WHERE phase <> 'ended';
 CREATE INDEX sessions_org_phase ON sessions (org_id, phase);
 -- A key's open sessions, for the gate's slot count.
 CREATE INDEX sessions_key_open ON sessions (org_id, key_id) WHERE phase <> 'ended';
@@ -79,8 +82,10 @@ CREATE TABLE spans (
 CREATE INDEX spans_org_running_end ON spans (org_id, end_at) WHERE kind = 'running';
 
 -- Billed seconds by org and UTC hour, written in the same transaction as the spans. Each
--- ingest writer of an instance adds to its own shard's row, so concurrent commits never
--- wait on one another's lock on a busy org's current hour; readers sum the shards.
+-- ingest writer of an instance adds to its own shard's row, so the writers of one instance
+-- never wait on one another's lock on a busy org's current hour (instances share shard
+-- numbers; their writers may wait, never deadlock: locks are taken in key order).
+-- Readers sum the shards.
 CREATE TABLE org_hourly (
     org_id  TEXT NOT NULL,
     hour    BIGINT NOT NULL,

@@ -106,6 +106,7 @@ pub fn validate_batch(
                     at: rules.clamp_sent_at(sent_at, now),
                     state,
                 },
+                received_at: now,
             })
         })
         .collect()

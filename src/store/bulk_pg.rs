@@ -9,9 +9,9 @@ fn column<T, F: Fn(&SessionRow) -> T>(rows: &[SessionRow], f: F) -> Vec<T> {
 
 const SESSION_ARRAYS: &str = "$1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
      $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], \
-     $13::int8[], $14::int8[], $15::bool[], $16::int8[], $17::int8[], $18::text[]";
+     $13::int8[], $14::int8[], $15::bool[], $16::int8[], $17::int8[], $18::text[], $19::int8[]";
 
-/// Bind every column of `rows` as one array each, in `SESSION_COLUMNS` order ($1..$18).
+/// Bind every column of `rows` as one array each, in `SESSION_COLUMNS` order ($1..$19).
 fn bind_sessions<'q>(
     q: sqlx::query::Query<'q, DB, sqlx::postgres::PgArguments>,
     rows: &[SessionRow],
@@ -34,6 +34,7 @@ fn bind_sessions<'q>(
         .bind(column(rows, |r| r.created_at))
         .bind(column(rows, |r| r.ended_at))
         .bind(column(rows, |r| r.end_status.clone()))
+        .bind(column(rows, |r| r.heard_at))
 }
 
 /// Write what one transaction books (session rows, both rollups, closed spans) in one
@@ -49,12 +50,12 @@ async fn write_booking(
     let sql = format!(
         "WITH s AS (INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}){SESSION_UPSERT}), \
          o AS (INSERT INTO org_hourly (org_id, hour, shard, seconds) \
-               SELECT o, h, $31::int8, s FROM UNNEST($19::text[], $20::int8[], $21::int8[]) AS u(o, h, s) \
+               SELECT o, h, $32::int8, s FROM UNNEST($20::text[], $21::int8[], $22::int8[]) AS u(o, h, s) \
                {ORG_HOURS_CONFLICT}), \
          h AS (INSERT INTO session_hourly (org_id, hour, session_id, seconds) \
-               SELECT * FROM UNNEST($22::text[], $23::int8[], $24::text[], $25::int8[]){SESSION_HOURS_CONFLICT}) \
+               SELECT * FROM UNNEST($23::text[], $24::int8[], $25::text[], $26::int8[]){SESSION_HOURS_CONFLICT}) \
          INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
-         SELECT * FROM UNNEST($26::text[], $27::text[], $28::int8[], $29::int8[], $30::text[])"
+         SELECT * FROM UNNEST($27::text[], $28::text[], $29::int8[], $30::int8[], $31::text[])"
     );
     bind_sessions(sqlx::query(&sql), sessions)
         .bind(org_hours.iter().map(|((o, _), _)| o.clone()).collect::<Vec<_>>())
@@ -87,10 +88,12 @@ async fn insert_new_session_rows(tx: &mut Tx, rows: &[SessionRow]) -> StoreResul
         .rows_affected())
 }
 
-/// Locks are taken in `session_id` order, so writers on several instances never deadlock.
+/// Locks are taken in `session_id` byte order (the order the caller's chunks follow, whatever
+/// the database's collation), so writers on several instances never deadlock.
 async fn select_sessions_for_update(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<SessionRow>> {
     Ok(sqlx::query_as::<_, SessionRow>(
-        "SELECT * FROM sessions WHERE session_id = ANY($1) ORDER BY session_id FOR UPDATE",
+        "SELECT * FROM sessions WHERE session_id = ANY($1) \
+         ORDER BY session_id COLLATE \"C\" FOR UPDATE",
     )
     .bind(ids)
     .fetch_all(&mut **tx)

@@ -75,7 +75,8 @@ async fn write_session_rows(tx: &mut Tx, rows: &[SessionRow], upsert: bool) -> S
             .push_bind(r.unadmitted)
             .push_bind(r.created_at)
             .push_bind(r.ended_at)
-            .push_bind(&r.end_status);
+            .push_bind(&r.end_status)
+            .push_bind(r.heard_at);
     });
     q.push(if upsert { SESSION_UPSERT } else { " ON CONFLICT DO NOTHING" });
     Ok(once(&mut q).execute(&mut **tx).await?.rows_affected())

@@ -173,7 +173,7 @@ fn span_kind(kind: VmState) -> &'static str {
 
 const SESSION_COLUMNS: &str = "org_id, session_id, key_id, agent, project_id, started_by, \
      vm_id, phase, last_seq, last_at, span_start, billed_seconds, heartbeats, silences, \
-     unadmitted, created_at, ended_at, end_status";
+     unadmitted, created_at, ended_at, end_status, heard_at";
 
 /// Overwrites every column of a locked session row with the new state.
 const SESSION_UPSERT: &str = " ON CONFLICT (session_id) DO UPDATE SET \
@@ -183,7 +183,7 @@ const SESSION_UPSERT: &str = " ON CONFLICT (session_id) DO UPDATE SET \
      span_start = excluded.span_start, billed_seconds = excluded.billed_seconds, \
      heartbeats = excluded.heartbeats, silences = excluded.silences, \
      unadmitted = excluded.unadmitted, ended_at = excluded.ended_at, \
-     end_status = excluded.end_status";
+     end_status = excluded.end_status, heard_at = excluded.heard_at";
 
 const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, shard) DO UPDATE \
      SET seconds = org_hourly.seconds + excluded.seconds";
@@ -287,6 +287,14 @@ async fn ingest_once(
         }
         verdicts.push(verdict);
     }
+    // A new session starts at its earliest heartbeat, whatever the order they came in.
+    for h in requests.iter().zip(&verdicts).filter(|(_, v)| v.is_ok()).flat_map(|(r, _)| r) {
+        if let Some(row) = created.get_mut(h.session_id.as_str()) {
+            if h.obs.at < row.last_at {
+                *row = SessionRow::unadmitted(row.org_id.as_str(), row.session_id.as_str(), h.vm_id.as_str(), h.obs.at);
+            }
+        }
+    }
     if !created.is_empty() {
         let new_rows: Vec<SessionRow> = created.values().cloned().collect();
         if !insert_new_sessions(&mut tx, &new_rows).await? {
@@ -322,6 +330,7 @@ async fn ingest_once(
         if !fx.ignored {
             row.set_ledger(&led);
             row.vm_id = Some(h.vm_id.to_string());
+            row.heard_at = row.heard_at.max(Some(h.received_at));
             booking.add(row, &fx);
         }
         outcomes[r][i] = Some(HeartbeatOutcome {
@@ -448,7 +457,7 @@ pub async fn expire_sessions(
     .await?;
     rows.extend(
         sqlx::query_as::<_, SessionRow>(&format!(
-            "SELECT * FROM sessions WHERE phase = 'parked' AND span_start <= $1 \
+            "SELECT * FROM sessions WHERE phase IN ('parked', 'admitted', 'silent') AND span_start <= $1 \
              ORDER BY session_id LIMIT $2{SKIP_LOCKED}"
         ))
         .bind(now - ledger::PARKED_EXPIRY_SECS)
@@ -558,7 +567,7 @@ async fn window_usage_on(
              GROUP BY org_id \
              UNION ALL \
              SELECT org_id, CAST(SUM({oe0} + {p0}) AS BIGINT), CAST(SUM({oe1} + {p1}) AS BIGINT), \
-               CAST(SUM(CASE WHEN last_at >= $19 - $21 THEN 1 ELSE 0 END) AS BIGINT) \
+               CAST(SUM(CASE WHEN COALESCE(heard_at, last_at) >= $19 - $21 THEN 1 ELSE 0 END) AS BIGINT) \
              FROM sessions WHERE org_id IN ({list}) AND phase = 'running' GROUP BY org_id",
             se0 = sum_edges("start_at", "end_at", 0),
             se1 = sum_edges("start_at", "end_at", 1),
@@ -603,7 +612,7 @@ pub async fn session_counts(
 ) -> StoreResult<SessionCounts> {
     let (running, parked): (i64, i64) = sqlx::query_as(
         "SELECT \
-           CAST(COALESCE(SUM(CASE WHEN phase = 'running' AND last_at >= $2 THEN 1 ELSE 0 END), 0) AS BIGINT), \
+           CAST(COALESCE(SUM(CASE WHEN phase = 'running' AND COALESCE(heard_at, last_at) >= $2 THEN 1 ELSE 0 END), 0) AS BIGINT), \
            CAST(COALESCE(SUM(CASE WHEN phase = 'parked' THEN 1 ELSE 0 END), 0) AS BIGINT) \
          FROM sessions WHERE org_id = $1 AND phase IN ('running', 'parked')",
     )
@@ -723,8 +732,8 @@ pub async fn admit(
     let running: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM sessions \
          WHERE org_id = $1 AND key_id = $2 AND phase <> 'ended' AND session_id <> $3 AND ( \
-           (phase = 'running' AND last_at >= $4) OR \
-           (slot_at >= $4 AND (phase = 'admitted' OR last_at < slot_at)))",
+           (phase = 'running' AND COALESCE(heard_at, last_at) >= $4) OR \
+           (slot_at >= $4 AND (phase = 'admitted' OR heard_at IS NULL OR heard_at <= slot_at)))",
     )
     .bind(&req.org_id)
     .bind(&req.key_id)
@@ -758,8 +767,8 @@ pub async fn admit(
         ),
         _ => (None, None),
     };
-    if rule == Rule::WithinLimits {
-        take_slot(&mut tx, req, session.is_none(), now).await?;
+    if rule == Rule::WithinLimits && !take_slot(&mut tx, req, session.is_none(), now).await? {
+        return Ok(Err(AdmitReject::SessionOfAnotherOrg));
     }
     let decision = DecisionRow {
         org_id: req.org_id.clone(),
@@ -789,12 +798,18 @@ pub async fn admit(
     Ok(Ok(decision))
 }
 
-/// Give the session its slot: a new session row, or a parked one resumed.
-async fn take_slot(tx: &mut Tx, req: &AdmissionRequest, new: bool, now: Secs) -> StoreResult<()> {
+/// Give the session its slot: a new session row (or the row a heartbeat just created for
+/// it), or a parked one resumed. False if the id turned out to belong to another org.
+async fn take_slot(tx: &mut Tx, req: &AdmissionRequest, new: bool, now: Secs) -> StoreResult<bool> {
     if new {
-        sqlx::query(&format!(
+        let done = sqlx::query(&format!(
             "INSERT INTO sessions ({SESSION_COLUMNS}, slot_at) VALUES \
-             ($1, $2, $3, $4, $5, $6, NULL, 'admitted', NULL, $7, $7, 0, 0, 0, FALSE, $7, NULL, NULL, $7)"
+             ($1, $2, $3, $4, $5, $6, NULL, 'admitted', NULL, $7, $7, 0, 0, 0, FALSE, $7, NULL, NULL, \
+              NULL, $7) \
+             ON CONFLICT (session_id) DO UPDATE SET slot_at = excluded.slot_at, \
+               key_id = excluded.key_id, agent = excluded.agent, \
+               project_id = excluded.project_id, started_by = excluded.started_by \
+             WHERE sessions.org_id = excluded.org_id"
         ))
         .bind(&req.org_id)
         .bind(&req.session_id)
@@ -805,6 +820,10 @@ async fn take_slot(tx: &mut Tx, req: &AdmissionRequest, new: bool, now: Secs) ->
         .bind(now)
         .execute(&mut **tx)
         .await?;
+        // A heartbeat of another org created the id meanwhile (the row was not there to lock).
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
     } else {
         sqlx::query(
             "UPDATE sessions SET slot_at = $1, key_id = $2, agent = $3, \
@@ -820,7 +839,7 @@ async fn take_slot(tx: &mut Tx, req: &AdmissionRequest, new: bool, now: Secs) ->
         .execute(&mut **tx)
         .await?;
     }
-    Ok(())
+    Ok(true)
 }
 
 async fn insert_decision(tx: &mut Tx, d: &DecisionRow) -> StoreResult<()> {

@@ -75,6 +75,8 @@ pub struct SessionRow {
     pub created_at: i64,
     pub ended_at: Option<i64>,
     pub end_status: Option<String>,
+    /// The meter's clock when a heartbeat was last applied.
+    pub heard_at: Option<i64>,
     /// Last admission by the gate (written only by the gate, never by heartbeats).
     pub slot_at: Option<i64>,
 }
@@ -83,6 +85,7 @@ impl SessionRow {
     /// A session first seen through a heartbeat, never admitted by the gate: it is billed
     /// all the same (its VM runs) and flagged.
     pub fn unadmitted(org_id: &str, session_id: &str, vm_id: &str, at: Secs) -> SessionRow {
+        // `heard_at` is set as its heartbeats are applied.
         let mut row = SessionRow::from_ledger(org_id, session_id, &SessionLedger::admitted(at));
         row.vm_id = Some(vm_id.to_owned());
         row.unadmitted = true;
@@ -110,6 +113,7 @@ impl SessionRow {
             created_at: led.last_at,
             ended_at: None,
             end_status: None,
+            heard_at: None,
             slot_at: None,
         };
         row.set_ledger(led);
