@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{machine, wrk, Backend, Server, ADMIN};
+use common::{wrk, Backend, Server, ADMIN};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -87,10 +87,7 @@ async fn run(backend: Backend) -> Vec<Row> {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let mut rows = Vec::new();
     for backend in [Backend::Postgres, Backend::Sqlite] {
         rows.extend(rt.block_on(run(backend)));
@@ -103,11 +100,12 @@ fn main() {
         "reads the org's month and week windows, writes the session (when allowed) and the\n",
     );
     md.push_str("decision record, and commits (fsynced) before answering.\n\n");
-    md.push_str(&format!(
-        "- Command: `cargo bench --bench admission`\n- Machine: {}\n- Date: {}\n- Load: wrk on the same two cores; {KEYS} keys of {ORGS} orgs (Team), new session ids, {} s a row\n\n",
-        machine(),
-        chrono::Utc::now().format("%Y-%m-%d"),
-        MEASURE.as_secs()
+    md.push_str(&common::provenance(
+        "admission",
+        &format!(
+            "wrk on the same two cores; {KEYS} keys of {ORGS} orgs (Team), new session ids, {} s a row",
+            MEASURE.as_secs()
+        ),
     ));
     md.push_str("| backend | concurrent callers | decisions/s | p50 | p99 | allowed | errors |\n");
     md.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{machine, wrk, Backend, Server, ADMIN};
+use common::{wrk, Backend, Server, ADMIN};
 
 // The allocator of the `rush-meter` binary, so the server measured here is the one shipped.
 #[global_allocator]
@@ -85,10 +85,7 @@ async fn run(backend: Backend, batch: usize, clients: usize) -> Outcome {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let only = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     let mut outcomes = Vec::new();
     for (backend, batch, clients) in [
@@ -125,13 +122,14 @@ fn main() {
         "session, so each one books time into the hourly rollups. Concurrent requests share\n",
     );
     md.push_str("commits (group commit, `src/ingest.rs`).\n\n");
-    md.push_str(&format!(
-        "- Command: `cargo bench --bench ingest`\n- Machine: {}\n- Date: {}\n- Load: wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs on the Team plan, {} s warm-up, {} s measured\n\n",
-        machine(),
-        chrono::Utc::now().format("%Y-%m-%d"),
-        ORGS,
-        WARMUP.as_secs(),
-        MEASURE.as_secs()
+    md.push_str(&common::provenance(
+        "ingest",
+        &format!(
+            "wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs on the Team plan, {} s warm-up, {} s measured",
+            ORGS,
+            WARMUP.as_secs(),
+            MEASURE.as_secs()
+        ),
     ));
     md.push_str("| backend | heartbeats a request | concurrent clients | heartbeats/s | requests/s | p50 | p99 | errors | requests per commit |\n");
     md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");

@@ -16,6 +16,29 @@ pub enum Backend {
     Sqlite,
 }
 
+/// The runtime every benchmark drives its server and load from.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The lines every report opens its figures with: the command, the machine, the date, the load.
+pub fn provenance(bench: &str, load: &str) -> String {
+    format!(
+        "- Command: `cargo bench --bench {bench}`\n- Machine: {}\n- Date: {}\n- Load: {load}\n\n",
+        machine(),
+        chrono::Utc::now().format("%Y-%m-%d"),
+    )
+}
+
+/// PostgreSQL's base URL (without a database).
+fn pg_base() -> String {
+    std::env::var("RUSH_METER_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
 /// A fresh database: a new one on the machine's PostgreSQL (default settings, so commits
 /// are fsynced), or a SQLite file in a temporary directory.
 pub async fn database(backend: Backend) -> (String, Option<tempfile::TempDir>) {
@@ -26,8 +49,7 @@ pub async fn database(backend: Backend) -> (String, Option<tempfile::TempDir>) {
             (url, Some(dir))
         }
         Backend::Postgres => {
-            let base = std::env::var("RUSH_METER_TEST_PG")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+            let base = pg_base();
             let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
                 .await
                 .expect("PostgreSQL for the benchmark");
@@ -47,6 +69,7 @@ pub struct Server {
     pub client: reqwest::Client,
     stop: tokio::sync::oneshot::Sender<()>,
     handle: tokio::task::JoinHandle<std::io::Result<()>>,
+    database_url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -54,7 +77,7 @@ impl Server {
     pub async fn start(backend: Backend) -> Server {
         let (url, dir) = database(backend).await;
         let config = Config {
-            database_url: url,
+            database_url: url.clone(),
             listen: "127.0.0.1:0".parse().unwrap(),
             plans_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/plans").into(),
             rules: Rules {
@@ -88,6 +111,7 @@ impl Server {
             client: reqwest::Client::new(),
             stop,
             handle,
+            database_url: url,
             _dir: dir,
         }
     }
@@ -122,9 +146,19 @@ impl Server {
             .unwrap_or(0.0)
     }
 
+    /// Stop the server and drop its PostgreSQL database (SQLite's goes with its directory).
     pub async fn stop(self) {
         let _ = self.stop.send(());
         self.handle.await.unwrap().unwrap();
+        if let Some(name) = self.database_url.strip_prefix(&format!("{}/", pg_base())) {
+            let admin = sqlx::PgPool::connect(&format!("{}/postgres", pg_base()))
+                .await
+                .unwrap();
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&admin)
+                .await
+                .unwrap();
+        }
     }
 }
 
