@@ -3,10 +3,15 @@
 
 use serde::Serialize;
 
-use crate::ledger::{Phase, Secs};
+use std::collections::{BTreeSet, HashMap};
+
+use crate::ledger::{Phase, Secs, SessionLedger};
 use crate::plans::{Plan, Plans};
-use crate::quota::WindowUsage;
-use crate::store::SessionRow;
+use crate::quota::{effective_concurrency_limit, WindowUsage, Windows};
+use crate::standing::effective_plan;
+use crate::store::{
+    AdmissionRequest, AdmitReject, DecisionRow, KeyRow, OrgRow, SessionRow, WindowTotals,
+};
 
 /// Why a run is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -120,6 +125,147 @@ pub fn holds_slot(s: &SessionRow, now: Secs, lease: Secs) -> bool {
     running || admitted_unheard
 }
 
+/// Everything a group of admissions is decided from, read in the transaction that holds
+/// the locks of every key (and session) the group names.
+#[derive(Debug, Default)]
+pub struct GroupFacts {
+    pub orgs: HashMap<String, OrgRow>,
+    pub keys: HashMap<(String, String), KeyRow>,
+    /// The named sessions that exist.
+    pub sessions: HashMap<String, SessionRow>,
+    /// Slots held per key, by every session of the key (the SQL twin of `holds_slot`).
+    pub slots: HashMap<(String, String), i64>,
+    /// Window usage per org, in the windows `Windows::at(now, billing period)` gives.
+    pub usage: HashMap<String, WindowTotals>,
+}
+
+/// What a group decides: an answer per request, and the session rows to write.
+#[derive(Debug, Default)]
+pub struct GroupOutcome {
+    pub answers: Vec<Result<DecisionRow, AdmitReject>>,
+    /// Sessions the group creates, in id order.
+    pub created: Vec<SessionRow>,
+    /// Every session given a slot (created or resumed), as it stands after the group.
+    pub slotted: Vec<SessionRow>,
+}
+
+/// Decide `requests` one after another, as if each were alone in its own transaction:
+/// each allowed one takes its slot before the next is looked at, so a group is exact.
+pub fn decide_group(
+    plans: &Plans,
+    requests: &[AdmissionRequest],
+    mut facts: GroupFacts,
+    now: Secs,
+    lease: Secs,
+    mut decision_id: impl FnMut() -> String,
+) -> GroupOutcome {
+    let mut created = BTreeSet::new();
+    let mut slotted = BTreeSet::new();
+    let answers = requests
+        .iter()
+        .map(|req| {
+            let org = facts.orgs.get(&req.org_id).ok_or(AdmitReject::UnknownOrg)?;
+            let key_id = (req.org_id.clone(), req.key_id.clone());
+            let key = facts.keys.get(&key_id).ok_or(AdmitReject::UnknownKey)?;
+            let session = facts.sessions.get(&req.session_id);
+            if let Some(s) = session {
+                if s.org_id != req.org_id {
+                    return Err(AdmitReject::SessionOfAnotherOrg);
+                }
+                if s.phase == Phase::Ended.as_str() {
+                    return Err(AdmitReject::SessionEnded);
+                }
+            }
+            let holds = session.is_some_and(|s| holds_slot(s, now, lease));
+            let own = holds && session.is_some_and(|s| s.key_id.as_deref() == Some(&req.key_id));
+            let slots = facts.slots.entry(key_id).or_default();
+            let running = *slots - i64::from(own);
+            let windows = Windows::at(now, org.billing_period());
+            let used = facts.usage.get(&req.org_id).copied().unwrap_or_default();
+            let plan = effective_plan(org, plans);
+            let month = WindowUsage::new(windows.month, used.month, plan.monthly_limit_seconds);
+            let week = WindowUsage::new(windows.week, used.week, plan.weekly_limit_seconds);
+            let f = Facts {
+                suspended: org.suspended,
+                plan: &plan,
+                month: &month,
+                week: &week,
+                running,
+                limit: effective_concurrency_limit(key.concurrency_limit, &plan),
+                holds_slot: holds,
+            };
+            let rule = decide(&f);
+            let (reason, upgrade) = match rule {
+                Rule::Denied(r) => (
+                    Some(r.as_str().to_owned()),
+                    upgrade_for(plans, r, &f).map(|p| p.id.clone()),
+                ),
+                _ => (None, None),
+            };
+            let decision = DecisionRow {
+                org_id: req.org_id.clone(),
+                decision_id: decision_id(),
+                decided_at: now,
+                session_id: req.session_id.clone(),
+                key_id: req.key_id.clone(),
+                decision: if rule.allows() { "allow" } else { "deny" }.to_owned(),
+                reason,
+                rule: rule.as_str().to_owned(),
+                plan_id: plan.id.clone(),
+                suspended: org.suspended,
+                month_start: month.start,
+                month_end: month.end,
+                month_used: month.used_seconds,
+                month_limit: month.limit_seconds,
+                week_start: week.start,
+                week_end: week.end,
+                week_used: week.used_seconds,
+                week_limit: week.limit_seconds,
+                running: running + i64::from(rule.allows()),
+                concurrency_limit: f.limit,
+                upgrade_plan: upgrade,
+            };
+            if rule == Rule::WithinLimits {
+                *slots += 1;
+                if session.is_none() {
+                    created.insert(req.session_id.clone());
+                }
+                slotted.insert(req.session_id.clone());
+                let row = facts
+                    .sessions
+                    .entry(req.session_id.clone())
+                    .or_insert_with(|| admitted_row(req, now));
+                take_slot(row, req, now);
+            }
+            Ok(decision)
+        })
+        .collect();
+    let row = |id: &String| facts.sessions[id].clone();
+    GroupOutcome {
+        answers,
+        created: created.iter().map(row).collect(),
+        slotted: slotted.iter().map(row).collect(),
+    }
+}
+
+/// A session the gate admits before any heartbeat: it holds its slot from `now`.
+fn admitted_row(req: &AdmissionRequest, now: Secs) -> SessionRow {
+    SessionRow::from_ledger(&req.org_id, &req.session_id, &SessionLedger::admitted(now))
+}
+
+/// Give a session its slot; the request's project and starter replace what was known.
+fn take_slot(row: &mut SessionRow, req: &AdmissionRequest, now: Secs) {
+    row.slot_at = Some(now);
+    row.key_id = Some(req.key_id.clone());
+    row.agent = Some(req.agent.clone());
+    if req.project_id.is_some() {
+        row.project_id.clone_from(&req.project_id);
+    }
+    if req.started_by.is_some() {
+        row.started_by.clone_from(&req.started_by);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +366,128 @@ mod tests {
             Some("team")
         );
         assert!(upgrade_for(&p, Reason::OrgSuspended, &f).is_none());
+    }
+
+    fn group_facts(limit: i64, held: i64) -> GroupFacts {
+        let org = OrgRow {
+            org_id: "o".into(),
+            name: "o".into(),
+            plan_id: "team".into(),
+            suspended: false,
+            period_start: None,
+            period_end: None,
+            stripe_customer_id: None,
+            stripe_subscription_id: None,
+            subscription_status: None,
+            created_at: 0,
+            updated_at: 0,
+        };
+        let key = KeyRow {
+            org_id: "o".into(),
+            key_id: "k".into(),
+            concurrency_limit: Some(limit),
+            created_at: 0,
+            updated_at: 0,
+        };
+        GroupFacts {
+            orgs: HashMap::from([("o".into(), org)]),
+            keys: HashMap::from([(("o".into(), "k".into()), key)]),
+            slots: HashMap::from([(("o".into(), "k".into()), held)]),
+            ..GroupFacts::default()
+        }
+    }
+
+    fn request(session: &str) -> AdmissionRequest {
+        AdmissionRequest {
+            org_id: "o".into(),
+            key_id: "k".into(),
+            session_id: session.into(),
+            agent: "codex".into(),
+            project_id: None,
+            started_by: None,
+        }
+    }
+
+    fn ids() -> impl FnMut() -> String {
+        let mut n = 0;
+        move || {
+            n += 1;
+            format!("dec_{n}")
+        }
+    }
+
+    #[test]
+    fn a_group_takes_no_more_slots_than_the_key_has_left() {
+        let reqs: Vec<_> = (0..10).map(|i| request(&format!("s{i}"))).collect();
+        let out = decide_group(&plans(), &reqs, group_facts(3, 1), 1000, 60, ids());
+        let rules: Vec<_> = out
+            .answers
+            .iter()
+            .map(|a| a.as_ref().unwrap().rule.as_str())
+            .collect();
+        assert_eq!(rules[..2], ["within_limits", "within_limits"]);
+        assert!(rules[2..].iter().all(|r| *r == "concurrency_limit_reached"));
+        let running: Vec<_> = out
+            .answers
+            .iter()
+            .map(|a| a.as_ref().unwrap().running)
+            .collect();
+        assert_eq!(running[..3], [2, 3, 3]);
+        assert_eq!(out.created.len(), 2);
+        assert_eq!(out.slotted.len(), 2);
+        assert!(out
+            .created
+            .iter()
+            .all(|s| s.slot_at == Some(1000) && s.phase == "admitted"));
+    }
+
+    #[test]
+    fn a_session_named_twice_in_a_group_takes_one_slot() {
+        let reqs = [request("s"), request("s"), request("t")];
+        let out = decide_group(&plans(), &reqs, group_facts(2, 0), 1000, 60, ids());
+        let rules: Vec<_> = out
+            .answers
+            .iter()
+            .map(|a| a.as_ref().unwrap().rule.as_str())
+            .collect();
+        assert_eq!(
+            rules,
+            ["within_limits", "already_admitted", "within_limits"]
+        );
+        assert_eq!(out.created.len(), 2);
+        let ids: Vec<_> = out
+            .answers
+            .iter()
+            .map(|a| a.as_ref().unwrap().decision_id.as_str())
+            .collect();
+        assert_eq!(ids, ["dec_1", "dec_2", "dec_3"]);
+    }
+
+    #[test]
+    fn unknown_orgs_keys_and_ended_sessions_are_rejected_without_a_decision() {
+        let mut facts = group_facts(2, 0);
+        let mut ended = SessionRow::from_ledger("o", "e", &SessionLedger::admitted(0));
+        ended.phase = Phase::Ended.as_str().into();
+        facts.sessions.insert("e".into(), ended);
+        let mut other = SessionRow::from_ledger("p", "x", &SessionLedger::admitted(0));
+        other.key_id = Some("k".into());
+        facts.sessions.insert("x".into(), other);
+        let mut unknown_key = request("s");
+        unknown_key.key_id = "nope".into();
+        let mut unknown_org = request("s");
+        unknown_org.org_id = "nope".into();
+        let reqs = [unknown_org, unknown_key, request("e"), request("x")];
+        let out = decide_group(&plans(), &reqs, facts, 1000, 60, ids());
+        let got: Vec<_> = out.answers.into_iter().map(|a| a.unwrap_err()).collect();
+        assert_eq!(
+            got,
+            [
+                AdmitReject::UnknownOrg,
+                AdmitReject::UnknownKey,
+                AdmitReject::SessionEnded,
+                AdmitReject::SessionOfAnotherOrg
+            ]
+        );
+        assert!(out.created.is_empty() && out.slotted.is_empty());
     }
 }

@@ -3,6 +3,7 @@
 //! A pure core (`ledger`, `quota`, `usage`, `plans`) under thin shells (`store`, `http`,
 //! `ingest`, `server`). See DESIGN.md for the rules and docs/ for the contract.
 
+pub mod admission;
 pub mod clock;
 pub mod config;
 pub mod gate;

@@ -8,6 +8,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::admission::{Admitter, Gatekeeper};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::http::{self, AppState};
@@ -78,7 +79,17 @@ impl App {
             ),
             writers,
         );
-        let state = AppState::new(db, plans, config.rules, clock, ingestor, metrics);
+        let (admitter, gate_handles) = Admitter::start(
+            Gatekeeper {
+                db: db.clone(),
+                plans: Arc::clone(&plans),
+                rules: config.rules,
+                clock: clock.clone(),
+            },
+            writers,
+        );
+        let writer_handles = writer_handles.into_iter().chain(gate_handles).collect();
+        let state = AppState::new(db, plans, config.rules, clock, ingestor, admitter, metrics);
         let (stop_jobs, stop) = watch::channel(false);
         let jobs = vec![tokio::spawn(expiry_job(state.clone(), stop))];
         Ok(App {

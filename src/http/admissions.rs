@@ -1,7 +1,5 @@
 //! The gate (`POST /v1/admissions`) and its record (`GET /v1/orgs/{org_id}/decisions`).
 
-use std::sync::Arc;
-
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -144,20 +142,12 @@ pub async fn post_admission(
         project_id: project_id.map(Id::into_string),
         started_by: started_by.map(Id::into_string),
     };
-    let queue = state
-        .key_queues
-        .get_with((req.org_id.clone(), req.key_id.clone()), async {
-            Arc::new(tokio::sync::Mutex::new(()))
-        })
-        .await;
-    let decision = {
-        let _turn = queue.lock().await;
-        state
-            .db
-            .admit(&state.plans, &req, state.clock.now(), &state.rules)
-            .await?
-    }
-    .map_err(|r| reject_error(r, &req))?;
+    let decision = state
+        .admitter
+        .submit(req.clone())
+        .await
+        .map_err(|e| ApiError::from(e.as_ref()))?
+        .map_err(|r| reject_error(r, &req))?;
     state
         .metrics
         .observe_decision(&decision.decision, decision.reason.as_deref());

@@ -16,6 +16,7 @@ use tower_http::request_id::{
 };
 use tower_http::trace::TraceLayer;
 
+use crate::admission::Admitter;
 use crate::clock::Clock;
 use crate::ingest::Ingestor;
 use crate::ledger::Rules;
@@ -44,14 +45,11 @@ pub struct Shared {
     pub rules: Rules,
     pub clock: Clock,
     pub ingestor: Ingestor,
+    pub admitter: Admitter,
     pub metrics: Arc<Metrics>,
     /// Token hash to token, briefly: a token's scopes change rarely, and every request
     /// would otherwise pay a database read for them.
     pub tokens: moka::future::Cache<String, Arc<TokenRow>>,
-    /// One queue per API key for this instance's admissions: callers of a busy key wait
-    /// here, not while holding a database connection. The database's row lock still
-    /// orders the instances.
-    pub key_queues: moka::future::Cache<(String, String), Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl Deref for AppState {
@@ -72,6 +70,7 @@ impl AppState {
         rules: Rules,
         clock: Clock,
         ingestor: Ingestor,
+        admitter: Admitter,
         metrics: Arc<Metrics>,
     ) -> AppState {
         AppState(Arc::new(Shared {
@@ -80,14 +79,11 @@ impl AppState {
             rules,
             clock,
             ingestor,
+            admitter,
             metrics,
             tokens: moka::future::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(TOKEN_CACHE_TTL)
-                .build(),
-            key_queues: moka::future::Cache::builder()
-                .max_capacity(1_000_000)
-                .time_to_idle(Duration::from_secs(300))
                 .build(),
         }))
     }

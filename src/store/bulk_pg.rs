@@ -109,11 +109,111 @@ async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
     )
 }
 
-async fn select_orgs(pool: &Pool<DB>, ids: &[&str]) -> StoreResult<Vec<OrgRow>> {
+async fn select_orgs<'e, E: sqlx::Executor<'e, Database = DB>>(
+    ex: E,
+    ids: &[&str],
+) -> StoreResult<Vec<OrgRow>> {
     Ok(
         sqlx::query_as::<_, OrgRow>("SELECT * FROM orgs WHERE org_id = ANY($1)")
             .bind(ids)
-            .fetch_all(pool)
+            .fetch_all(ex)
             .await?,
     )
+}
+
+/// `(org_id, key_id)` pairs as two array parameters.
+fn key_columns(keys: &[(&str, &str)]) -> (Vec<String>, Vec<String>) {
+    keys.iter().map(|(o, k)| (o.to_string(), k.to_string())).unzip()
+}
+
+/// Lock and read these keys, in byte order (as the caller sorted them, whatever the
+/// database's collation), so that gate writers on several instances never deadlock.
+async fn lock_keys(tx: &mut Tx, keys: &[(&str, &str)]) -> StoreResult<Vec<KeyRow>> {
+    let (orgs, ids) = key_columns(keys);
+    Ok(sqlx::query_as::<_, KeyRow>(
+        "SELECT k.* FROM api_keys k JOIN UNNEST($1::text[], $2::text[]) AS u(org_id, key_id) \
+           ON k.org_id = u.org_id AND k.key_id = u.key_id \
+         ORDER BY k.org_id COLLATE \"C\", k.key_id COLLATE \"C\" FOR UPDATE OF k",
+    )
+    .bind(orgs)
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?)
+}
+
+/// Slots held per key (keys holding none are absent).
+async fn slot_counts(
+    tx: &mut Tx,
+    keys: &[(&str, &str)],
+    since: Secs,
+) -> StoreResult<Vec<(String, String, i64)>> {
+    let (orgs, ids) = key_columns(keys);
+    Ok(sqlx::query_as(&format!(
+        "SELECT s.org_id, s.key_id, COUNT(*) FROM sessions s \
+           JOIN UNNEST($2::text[], $3::text[]) AS u(org_id, key_id) \
+           ON s.org_id = u.org_id AND s.key_id = u.key_id \
+         WHERE {SLOT_HELD} GROUP BY s.org_id, s.key_id"
+    ))
+    .bind(since)
+    .bind(orgs)
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?)
+}
+
+/// Record that these sessions hold a slot from their `slot_at`, under their key.
+async fn set_slots(tx: &mut Tx, rows: &[SessionRow]) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE sessions SET slot_at = u.slot_at, key_id = u.key_id, agent = u.agent, \
+           project_id = u.project_id, started_by = u.started_by \
+         FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::text[]) \
+           AS u(session_id, slot_at, key_id, agent, project_id, started_by) \
+         WHERE sessions.session_id = u.session_id",
+    )
+    .bind(column(rows, |r| r.session_id.clone()))
+    .bind(column(rows, |r| r.slot_at))
+    .bind(column(rows, |r| r.key_id.clone()))
+    .bind(column(rows, |r| r.agent.clone()))
+    .bind(column(rows, |r| r.project_id.clone()))
+    .bind(column(rows, |r| r.started_by.clone()))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn insert_decisions(tx: &mut Tx, rows: &[&DecisionRow]) -> StoreResult<()> {
+    fn col<T>(rows: &[&DecisionRow], f: impl Fn(&DecisionRow) -> T) -> Vec<T> {
+        rows.iter().map(|r| f(r)).collect()
+    }
+    sqlx::query(&format!(
+        "INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST($1::text[], \
+           $2::text[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
+           $9::text[], $10::bool[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], \
+           $15::int8[], $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[], \
+           $21::text[])"
+    ))
+    .bind(col(rows, |d| d.org_id.clone()))
+    .bind(col(rows, |d| d.decision_id.clone()))
+    .bind(col(rows, |d| d.decided_at))
+    .bind(col(rows, |d| d.session_id.clone()))
+    .bind(col(rows, |d| d.key_id.clone()))
+    .bind(col(rows, |d| d.decision.clone()))
+    .bind(col(rows, |d| d.reason.clone()))
+    .bind(col(rows, |d| d.rule.clone()))
+    .bind(col(rows, |d| d.plan_id.clone()))
+    .bind(col(rows, |d| d.suspended))
+    .bind(col(rows, |d| d.month_start))
+    .bind(col(rows, |d| d.month_end))
+    .bind(col(rows, |d| d.month_used))
+    .bind(col(rows, |d| d.month_limit))
+    .bind(col(rows, |d| d.week_start))
+    .bind(col(rows, |d| d.week_end))
+    .bind(col(rows, |d| d.week_used))
+    .bind(col(rows, |d| d.week_limit))
+    .bind(col(rows, |d| d.running))
+    .bind(col(rows, |d| d.concurrency_limit))
+    .bind(col(rows, |d| d.upgrade_plan.clone()))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

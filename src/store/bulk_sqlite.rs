@@ -139,10 +139,96 @@ async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
         .await?)
 }
 
-async fn select_orgs(pool: &Pool<DB>, ids: &[&str]) -> StoreResult<Vec<OrgRow>> {
+async fn select_orgs<'e, E: sqlx::Executor<'e, Database = DB>>(
+    ex: E,
+    ids: &[&str],
+) -> StoreResult<Vec<OrgRow>> {
     let mut q = select_in("SELECT * FROM orgs WHERE org_id", ids, "");
     Ok(q.build_query_as::<OrgRow>()
         .persistent(false)
-        .fetch_all(pool)
+        .fetch_all(ex)
         .await?)
+}
+
+// The gate's statements go row by row: SQLite runs them in-process, under the write lock
+// that BEGIN IMMEDIATE already holds, so a round trip costs microseconds.
+
+async fn lock_keys(tx: &mut Tx, keys: &[(&str, &str)]) -> StoreResult<Vec<KeyRow>> {
+    let mut rows = Vec::with_capacity(keys.len());
+    for (org, key) in keys {
+        rows.extend(
+            sqlx::query_as::<_, KeyRow>("SELECT * FROM api_keys WHERE org_id = $1 AND key_id = $2")
+                .bind(*org)
+                .bind(*key)
+                .fetch_optional(&mut **tx)
+                .await?,
+        );
+    }
+    Ok(rows)
+}
+
+async fn slot_counts(
+    tx: &mut Tx,
+    keys: &[(&str, &str)],
+    since: Secs,
+) -> StoreResult<Vec<(String, String, i64)>> {
+    let sql = format!("SELECT COUNT(*) FROM sessions WHERE org_id = $2 AND key_id = $3 AND {SLOT_HELD}");
+    let mut counts = Vec::with_capacity(keys.len());
+    for (org, key) in keys {
+        let n: i64 = sqlx::query_scalar(&sql)
+            .bind(since)
+            .bind(*org)
+            .bind(*key)
+            .fetch_one(&mut **tx)
+            .await?;
+        counts.push((org.to_string(), key.to_string(), n));
+    }
+    Ok(counts)
+}
+
+async fn set_slots(tx: &mut Tx, rows: &[SessionRow]) -> StoreResult<()> {
+    for r in rows {
+        sqlx::query(
+            "UPDATE sessions SET slot_at = $1, key_id = $2, agent = $3, project_id = $4, \
+               started_by = $5 WHERE session_id = $6",
+        )
+        .bind(r.slot_at)
+        .bind(&r.key_id)
+        .bind(&r.agent)
+        .bind(&r.project_id)
+        .bind(&r.started_by)
+        .bind(&r.session_id)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+async fn insert_decisions(tx: &mut Tx, rows: &[&DecisionRow]) -> StoreResult<()> {
+    let mut q = QueryBuilder::<DB>::new(format!("INSERT INTO decisions ({DECISION_COLUMNS}) "));
+    q.push_values(rows, |mut b, d| {
+        b.push_bind(&d.org_id)
+            .push_bind(&d.decision_id)
+            .push_bind(d.decided_at)
+            .push_bind(&d.session_id)
+            .push_bind(&d.key_id)
+            .push_bind(&d.decision)
+            .push_bind(&d.reason)
+            .push_bind(&d.rule)
+            .push_bind(&d.plan_id)
+            .push_bind(d.suspended)
+            .push_bind(d.month_start)
+            .push_bind(d.month_end)
+            .push_bind(d.month_used)
+            .push_bind(d.month_limit)
+            .push_bind(d.week_start)
+            .push_bind(d.week_end)
+            .push_bind(d.week_used)
+            .push_bind(d.week_limit)
+            .push_bind(d.running)
+            .push_bind(d.concurrency_limit)
+            .push_bind(&d.upgrade_plan);
+    });
+    once(&mut q).execute(&mut **tx).await?;
+    Ok(())
 }

@@ -27,11 +27,11 @@ mod pg {
     pub type DB = sqlx::Postgres;
     /// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
     pub const BEGIN_WRITE: &str = "BEGIN";
-    pub const FOR_UPDATE: &str = " FOR UPDATE";
     pub const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
     pub const LEAST: &str = "LEAST";
     pub const GREATEST: &str = "GREATEST";
     include!("queries.rs");
+    include!("admissions.rs");
     include!("bulk_pg.rs");
 }
 
@@ -41,12 +41,12 @@ mod sqlite {
     /// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
     pub const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
     /// The single writer connection and BEGIN IMMEDIATE already serialise writers.
-    pub const FOR_UPDATE: &str = "";
     pub const SKIP_LOCKED: &str = "";
     /// SQLite's multi-argument scalar MIN and MAX.
     pub const LEAST: &str = "MIN";
     pub const GREATEST: &str = "MAX";
     include!("queries.rs");
+    include!("admissions.rs");
     include!("bulk_sqlite.rs");
 }
 
@@ -340,15 +340,15 @@ impl Db {
 
     // ----- the gate -----
 
-    /// Decide an admission (see `queries.rs` `admit`).
+    /// Decide a group of admissions in one transaction, in order (see `admissions.rs`).
     pub async fn admit(
         &self,
         plans: &crate::plans::Plans,
-        req: &AdmissionRequest,
+        requests: &[AdmissionRequest],
         now: Secs,
         rules: &crate::ledger::Rules,
-    ) -> StoreResult<Result<DecisionRow, AdmitReject>> {
-        on_backend!(self, write, admit(plans, req, now, rules))
+    ) -> StoreResult<Vec<Result<DecisionRow, AdmitReject>>> {
+        on_backend!(self, write, admit(plans, requests, now, rules))
     }
 
     pub async fn list_decisions(

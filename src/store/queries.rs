@@ -1,6 +1,6 @@
 // The SQL of rush-meter, written once and compiled per backend: this file is
 // `include!`d by `store::pg` and `store::sqlite`, each defining `DB`, `BEGIN_WRITE`,
-// `FOR_UPDATE` and `SKIP_LOCKED` first.
+// `SKIP_LOCKED`, `LEAST` and `GREATEST` first.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -211,17 +211,26 @@ pub async fn ingest(
     rules: &Rules,
     shard: i64,
 ) -> StoreResult<Vec<RequestResult>> {
+    retry_group("sessions kept changing owner during ingest", || {
+        ingest_once(pool, requests, rules, shard)
+    })
+    .await
+}
+
+/// Run a group's transaction until it completes: again when it saw a row appear that it
+/// could not lock (`Ok(None)`), and on a serialization failure or deadlock; 6 tries.
+async fn retry_group<T, F, Fut>(what: &str, mut once: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<Option<T>>>,
+{
     let mut attempt = 0;
     loop {
-        match ingest_once(pool, requests, rules, shard).await {
+        match once().await {
             Ok(Some(done)) => return Ok(done),
             Ok(None) if attempt < 5 => {}
             Err(e) if e.is_retryable() && attempt < 5 => {}
-            Ok(None) => {
-                return Err(super::StoreError::Conflict(
-                    "sessions kept changing owner during ingest".into(),
-                ))
-            }
+            Ok(None) => return Err(super::StoreError::Conflict(what.to_owned())),
             Err(e) => return Err(e),
         }
         attempt += 1;
@@ -677,230 +686,4 @@ pub async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
     .await?)
 }
 
-// ----- the gate -----
-
-/// Decide one admission in one transaction that holds the key's row lock (PostgreSQL) or
-/// the database's write lock (SQLite), so that no number of concurrent callers on any
-/// number of instances gets past the key's limit. Records the decision in the same
-/// transaction.
-pub async fn admit(
-    pool: &Pool<DB>,
-    plans: &crate::plans::Plans,
-    req: &AdmissionRequest,
-    now: Secs,
-    rules: &Rules,
-) -> StoreResult<Result<DecisionRow, AdmitReject>> {
-    use crate::gate::{self, Facts, Rule};
-    use crate::quota::{effective_concurrency_limit, WindowUsage, Windows};
-
-    let mut tx = begin_write(pool).await?;
-    let key = sqlx::query_as::<_, KeyRow>(&format!(
-        "SELECT * FROM api_keys WHERE org_id = $1 AND key_id = $2{FOR_UPDATE}"
-    ))
-    .bind(&req.org_id)
-    .bind(&req.key_id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let org = sqlx::query_as::<_, OrgRow>("SELECT * FROM orgs WHERE org_id = $1")
-        .bind(&req.org_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(org) = org else {
-        return Ok(Err(AdmitReject::UnknownOrg));
-    };
-    let Some(key) = key else {
-        return Ok(Err(AdmitReject::UnknownKey));
-    };
-    let session = sqlx::query_as::<_, SessionRow>(&format!(
-        "SELECT * FROM sessions WHERE session_id = $1{FOR_UPDATE}"
-    ))
-    .bind(&req.session_id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some(s) = &session {
-        if s.org_id != req.org_id {
-            return Ok(Err(AdmitReject::SessionOfAnotherOrg));
-        }
-        if s.phase == ledger::Phase::Ended.as_str() {
-            return Ok(Err(AdmitReject::SessionEnded));
-        }
-    }
-    let holds_slot = session
-        .as_ref()
-        .is_some_and(|s| gate::holds_slot(s, now, rules.lease));
-    // The SQL twin of gate::holds_slot, over the key's other sessions.
-    let running: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM sessions \
-         WHERE org_id = $1 AND key_id = $2 AND phase <> 'ended' AND session_id <> $3 AND ( \
-           (phase = 'running' AND COALESCE(heard_at, last_at) >= $4) OR \
-           (slot_at >= $4 AND (phase = 'admitted' OR heard_at IS NULL OR heard_at <= slot_at)))",
-    )
-    .bind(&req.org_id)
-    .bind(&req.key_id)
-    .bind(&req.session_id)
-    .bind(now - rules.lease)
-    .fetch_one(&mut *tx)
-    .await?;
-
-    let windows = Windows::at(now, org.billing_period());
-    let used = window_usage_on(&mut tx, &[req.org_id.as_str()], &windows, now, rules)
-        .await?
-        .remove(&req.org_id)
-        .unwrap_or_default();
-    let plan = crate::standing::effective_plan(&org, plans);
-    let month = WindowUsage::new(windows.month, used.month, plan.monthly_limit_seconds);
-    let week = WindowUsage::new(windows.week, used.week, plan.weekly_limit_seconds);
-    let facts = Facts {
-        suspended: org.suspended,
-        plan: &plan,
-        month: &month,
-        week: &week,
-        running,
-        limit: effective_concurrency_limit(key.concurrency_limit, &plan),
-        holds_slot,
-    };
-    let rule = gate::decide(&facts);
-    let (reason, upgrade) = match rule {
-        Rule::Denied(r) => (
-            Some(r.as_str().to_owned()),
-            gate::upgrade_for(plans, r, &facts).map(|p| p.id.clone()),
-        ),
-        _ => (None, None),
-    };
-    if rule == Rule::WithinLimits && !take_slot(&mut tx, req, session.is_none(), now).await? {
-        return Ok(Err(AdmitReject::SessionOfAnotherOrg));
-    }
-    let decision = DecisionRow {
-        org_id: req.org_id.clone(),
-        decision_id: format!("dec_{:016x}", rand::random::<u64>()),
-        decided_at: now,
-        session_id: req.session_id.clone(),
-        key_id: req.key_id.clone(),
-        decision: if rule.allows() { "allow" } else { "deny" }.to_owned(),
-        reason,
-        rule: rule.as_str().to_owned(),
-        plan_id: plan.id.clone(),
-        suspended: org.suspended,
-        month_start: month.start,
-        month_end: month.end,
-        month_used: month.used_seconds,
-        month_limit: month.limit_seconds,
-        week_start: week.start,
-        week_end: week.end,
-        week_used: week.used_seconds,
-        week_limit: week.limit_seconds,
-        running: running + i64::from(rule.allows()),
-        concurrency_limit: facts.limit,
-        upgrade_plan: upgrade,
-    };
-    insert_decision(&mut tx, &decision).await?;
-    tx.commit().await?;
-    Ok(Ok(decision))
-}
-
-/// Give the session its slot: a new session row (or the row a heartbeat just created for
-/// it), or a parked one resumed. False if the id turned out to belong to another org.
-async fn take_slot(tx: &mut Tx, req: &AdmissionRequest, new: bool, now: Secs) -> StoreResult<bool> {
-    if new {
-        let done = sqlx::query(&format!(
-            "INSERT INTO sessions ({SESSION_COLUMNS}, slot_at) VALUES \
-             ($1, $2, $3, $4, $5, $6, NULL, 'admitted', NULL, $7, $7, 0, 0, 0, FALSE, $7, NULL, NULL, \
-              NULL, $7) \
-             ON CONFLICT (session_id) DO UPDATE SET slot_at = excluded.slot_at, \
-               key_id = excluded.key_id, agent = excluded.agent, \
-               project_id = excluded.project_id, started_by = excluded.started_by \
-             WHERE sessions.org_id = excluded.org_id"
-        ))
-        .bind(&req.org_id)
-        .bind(&req.session_id)
-        .bind(&req.key_id)
-        .bind(&req.agent)
-        .bind(&req.project_id)
-        .bind(&req.started_by)
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
-        // A heartbeat of another org created the id meanwhile (the row was not there to lock).
-        if done.rows_affected() == 0 {
-            return Ok(false);
-        }
-    } else {
-        sqlx::query(
-            "UPDATE sessions SET slot_at = $1, key_id = $2, agent = $3, \
-               project_id = COALESCE($4, project_id), started_by = COALESCE($5, started_by) \
-             WHERE session_id = $6",
-        )
-        .bind(now)
-        .bind(&req.key_id)
-        .bind(&req.agent)
-        .bind(&req.project_id)
-        .bind(&req.started_by)
-        .bind(&req.session_id)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(true)
-}
-
-async fn insert_decision(tx: &mut Tx, d: &DecisionRow) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO decisions (org_id, decision_id, decided_at, session_id, key_id, decision, \
-           reason, rule, plan_id, suspended, month_start, month_end, month_used, month_limit, \
-           week_start, week_end, week_used, week_limit, running, concurrency_limit, upgrade_plan) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-           $18, $19, $20, $21)",
-    )
-    .bind(&d.org_id)
-    .bind(&d.decision_id)
-    .bind(d.decided_at)
-    .bind(&d.session_id)
-    .bind(&d.key_id)
-    .bind(&d.decision)
-    .bind(&d.reason)
-    .bind(&d.rule)
-    .bind(&d.plan_id)
-    .bind(d.suspended)
-    .bind(d.month_start)
-    .bind(d.month_end)
-    .bind(d.month_used)
-    .bind(d.month_limit)
-    .bind(d.week_start)
-    .bind(d.week_end)
-    .bind(d.week_used)
-    .bind(d.week_limit)
-    .bind(d.running)
-    .bind(d.concurrency_limit)
-    .bind(&d.upgrade_plan)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// An org's decisions in `[from, to)`, oldest first, after the `(decided_at, decision_id)`
-/// cursor, at most `limit`; `only` keeps `allow` or `deny`.
-pub async fn list_decisions(
-    pool: &Pool<DB>,
-    org_id: &str,
-    from: Secs,
-    to: Secs,
-    only: Option<&str>,
-    after: Option<(Secs, String)>,
-    limit: i64,
-) -> StoreResult<Vec<DecisionRow>> {
-    let (after_at, after_id) = after.unwrap_or((i64::MIN, String::new()));
-    Ok(sqlx::query_as::<_, DecisionRow>(
-        "SELECT * FROM decisions WHERE org_id = $1 AND decided_at >= $2 AND decided_at < $3 \
-           AND ($4 IS NULL OR decision = $4) \
-           AND (decided_at > $5 OR (decided_at = $5 AND decision_id > $6)) \
-         ORDER BY decided_at, decision_id LIMIT $7",
-    )
-    .bind(org_id)
-    .bind(from)
-    .bind(to)
-    .bind(only)
-    .bind(after_at)
-    .bind(after_id)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?)
-}
+// ----- the gate: see admissions.rs -----
