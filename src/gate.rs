@@ -145,8 +145,8 @@ pub struct GroupOutcome {
     pub answers: Vec<Result<DecisionRow, AdmitReject>>,
     /// Sessions the group creates, in id order.
     pub created: Vec<SessionRow>,
-    /// Every session given a slot (created or resumed), as it stands after the group.
-    pub slotted: Vec<SessionRow>,
+    /// Sessions that existed and are given a slot (resumed), as they stand after the group.
+    pub resumed: Vec<SessionRow>,
 }
 
 /// Decide `requests` one after another, as if each were alone in its own transaction:
@@ -160,7 +160,7 @@ pub fn decide_group(
     mut decision_id: impl FnMut() -> String,
 ) -> GroupOutcome {
     let mut created = BTreeSet::new();
-    let mut slotted = BTreeSet::new();
+    let mut resumed = BTreeSet::new();
     let answers = requests
         .iter()
         .map(|req| {
@@ -229,8 +229,9 @@ pub fn decide_group(
                 *slots += 1;
                 if session.is_none() {
                     created.insert(req.session_id.clone());
+                } else if !created.contains(&req.session_id) {
+                    resumed.insert(req.session_id.clone());
                 }
-                slotted.insert(req.session_id.clone());
                 let row = facts
                     .sessions
                     .entry(req.session_id.clone())
@@ -244,7 +245,7 @@ pub fn decide_group(
     GroupOutcome {
         answers,
         created: created.iter().map(row).collect(),
-        slotted: slotted.iter().map(row).collect(),
+        resumed: resumed.iter().map(row).collect(),
     }
 }
 
@@ -434,7 +435,7 @@ mod tests {
             .collect();
         assert_eq!(running[..3], [2, 3, 3]);
         assert_eq!(out.created.len(), 2);
-        assert_eq!(out.slotted.len(), 2);
+        assert!(out.resumed.is_empty());
         assert!(out
             .created
             .iter()
@@ -488,6 +489,6 @@ mod tests {
                 AdmitReject::SessionOfAnotherOrg
             ]
         );
-        assert!(out.created.is_empty() && out.slotted.is_empty());
+        assert!(out.created.is_empty() && out.resumed.is_empty());
     }
 }

@@ -79,6 +79,9 @@ impl App {
             ),
             writers,
         );
+        // Gate groups are bigger with fewer writers; two keep one key's lock wait (on
+        // another instance) from holding up every admission (reports/admission.md).
+        let gate_writers = writers.min(2);
         let (admitter, gate_handles) = Admitter::start(
             Gatekeeper {
                 db: db.clone(),
@@ -86,7 +89,7 @@ impl App {
                 rules: config.rules,
                 clock: clock.clone(),
             },
-            writers,
+            gate_writers,
         );
         let writer_handles = writer_handles.into_iter().chain(gate_handles).collect();
         let state = AppState::new(db, plans, config.rules, clock, ingestor, admitter, metrics);

@@ -70,17 +70,13 @@ async fn admit_once(
     let outcome = crate::gate::decide_group(plans, requests, facts, now, rules.lease, || {
         format!("dec_{:016x}", rand::random::<u64>())
     });
-    if !outcome.created.is_empty() && !insert_new_sessions(&mut tx, &outcome.created).await? {
-        // A heartbeat created one of them meanwhile (there was no row to lock): start over
-        // and see it.
-        return Ok(None);
-    }
     let decisions: Vec<&DecisionRow> = outcome.answers.iter().flatten().collect();
-    for chunk in outcome.slotted.chunks(CHUNK) {
-        set_slots(&mut tx, chunk).await?;
-    }
-    for chunk in decisions.chunks(CHUNK) {
-        insert_decisions(&mut tx, chunk).await?;
+    let (created, resumed) = (&outcome.created, &outcome.resumed);
+    assert!(created.len() + resumed.len() <= CHUNK && decisions.len() <= CHUNK, "group too big");
+    if !write_admissions(&mut tx, created, resumed, &decisions).await? {
+        // A heartbeat created one of the new sessions meanwhile (there was no row to lock):
+        // start over and see it.
+        return Ok(None);
     }
     tx.commit().await?;
     Ok(Some(outcome.answers))

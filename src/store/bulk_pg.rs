@@ -161,59 +161,66 @@ async fn slot_counts(
     .await?)
 }
 
-/// Record that these sessions hold a slot from their `slot_at`, under their key.
-async fn set_slots(tx: &mut Tx, rows: &[SessionRow]) -> StoreResult<()> {
-    sqlx::query(
-        "UPDATE sessions SET slot_at = u.slot_at, key_id = u.key_id, agent = u.agent, \
+/// Write what a group of admissions decided in one statement: new sessions (holding their
+/// slot), slots of resumed ones, decision records. False (and the transaction must be
+/// abandoned) if one of the new sessions existed already.
+async fn write_admissions(
+    tx: &mut Tx,
+    created: &[SessionRow],
+    resumed: &[SessionRow],
+    decisions: &[&DecisionRow],
+) -> StoreResult<bool> {
+    let sql = format!(
+        "WITH n AS (INSERT INTO sessions ({SESSION_COLUMNS}, slot_at) \
+           SELECT * FROM UNNEST({SESSION_ARRAYS}, $20::int8[]) ON CONFLICT DO NOTHING RETURNING 1), \
+         r AS (UPDATE sessions SET slot_at = u.slot_at, key_id = u.key_id, agent = u.agent, \
            project_id = u.project_id, started_by = u.started_by \
-         FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::text[]) \
-           AS u(session_id, slot_at, key_id, agent, project_id, started_by) \
-         WHERE sessions.session_id = u.session_id",
-    )
-    .bind(column(rows, |r| r.session_id.clone()))
-    .bind(column(rows, |r| r.slot_at))
-    .bind(column(rows, |r| r.key_id.clone()))
-    .bind(column(rows, |r| r.agent.clone()))
-    .bind(column(rows, |r| r.project_id.clone()))
-    .bind(column(rows, |r| r.started_by.clone()))
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-async fn insert_decisions(tx: &mut Tx, rows: &[&DecisionRow]) -> StoreResult<()> {
+           FROM UNNEST($21::text[], $22::int8[], $23::text[], $24::text[], $25::text[], $26::text[]) \
+             AS u(session_id, slot_at, key_id, agent, project_id, started_by) \
+           WHERE sessions.session_id = u.session_id), \
+         d AS (INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST($27::text[], \
+           $28::text[], $29::int8[], $30::text[], $31::text[], $32::text[], $33::text[], \
+           $34::text[], $35::text[], $36::bool[], $37::int8[], $38::int8[], $39::int8[], \
+           $40::int8[], $41::int8[], $42::int8[], $43::int8[], $44::int8[], $45::int8[], \
+           $46::int8[], $47::text[])) \
+         SELECT COUNT(*) FROM n"
+    );
     fn col<T>(rows: &[&DecisionRow], f: impl Fn(&DecisionRow) -> T) -> Vec<T> {
         rows.iter().map(|r| f(r)).collect()
     }
-    sqlx::query(&format!(
-        "INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST($1::text[], \
-           $2::text[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
-           $9::text[], $10::bool[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], \
-           $15::int8[], $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[], \
-           $21::text[])"
-    ))
-    .bind(col(rows, |d| d.org_id.clone()))
-    .bind(col(rows, |d| d.decision_id.clone()))
-    .bind(col(rows, |d| d.decided_at))
-    .bind(col(rows, |d| d.session_id.clone()))
-    .bind(col(rows, |d| d.key_id.clone()))
-    .bind(col(rows, |d| d.decision.clone()))
-    .bind(col(rows, |d| d.reason.clone()))
-    .bind(col(rows, |d| d.rule.clone()))
-    .bind(col(rows, |d| d.plan_id.clone()))
-    .bind(col(rows, |d| d.suspended))
-    .bind(col(rows, |d| d.month_start))
-    .bind(col(rows, |d| d.month_end))
-    .bind(col(rows, |d| d.month_used))
-    .bind(col(rows, |d| d.month_limit))
-    .bind(col(rows, |d| d.week_start))
-    .bind(col(rows, |d| d.week_end))
-    .bind(col(rows, |d| d.week_used))
-    .bind(col(rows, |d| d.week_limit))
-    .bind(col(rows, |d| d.running))
-    .bind(col(rows, |d| d.concurrency_limit))
-    .bind(col(rows, |d| d.upgrade_plan.clone()))
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    let rows = decisions;
+    let row = bind_sessions(sqlx::query(&sql), created)
+        .bind(column(created, |r| r.slot_at))
+        .bind(column(resumed, |r| r.session_id.clone()))
+        .bind(column(resumed, |r| r.slot_at))
+        .bind(column(resumed, |r| r.key_id.clone()))
+        .bind(column(resumed, |r| r.agent.clone()))
+        .bind(column(resumed, |r| r.project_id.clone()))
+        .bind(column(resumed, |r| r.started_by.clone()))
+        .bind(col(rows, |d| d.org_id.clone()))
+        .bind(col(rows, |d| d.decision_id.clone()))
+        .bind(col(rows, |d| d.decided_at))
+        .bind(col(rows, |d| d.session_id.clone()))
+        .bind(col(rows, |d| d.key_id.clone()))
+        .bind(col(rows, |d| d.decision.clone()))
+        .bind(col(rows, |d| d.reason.clone()))
+        .bind(col(rows, |d| d.rule.clone()))
+        .bind(col(rows, |d| d.plan_id.clone()))
+        .bind(col(rows, |d| d.suspended))
+        .bind(col(rows, |d| d.month_start))
+        .bind(col(rows, |d| d.month_end))
+        .bind(col(rows, |d| d.month_used))
+        .bind(col(rows, |d| d.month_limit))
+        .bind(col(rows, |d| d.week_start))
+        .bind(col(rows, |d| d.week_end))
+        .bind(col(rows, |d| d.week_used))
+        .bind(col(rows, |d| d.week_limit))
+        .bind(col(rows, |d| d.running))
+        .bind(col(rows, |d| d.concurrency_limit))
+        .bind(col(rows, |d| d.upgrade_plan.clone()))
+        .fetch_one(&mut **tx)
+        .await?;
+    let inserted: i64 = sqlx::Row::try_get(&row, 0)?;
+    Ok(inserted == created.len() as i64)
 }
+

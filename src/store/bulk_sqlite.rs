@@ -186,7 +186,25 @@ async fn slot_counts(
     Ok(counts)
 }
 
-async fn set_slots(tx: &mut Tx, rows: &[SessionRow]) -> StoreResult<()> {
+/// Write what a group of admissions decided: new sessions, slots, decision records. False
+/// (and the transaction must be abandoned) if one of the new sessions existed already.
+async fn write_admissions(
+    tx: &mut Tx,
+    created: &[SessionRow],
+    resumed: &[SessionRow],
+    decisions: &[&DecisionRow],
+) -> StoreResult<bool> {
+    if !created.is_empty() && write_session_rows(tx, created, false).await? < created.len() as u64 {
+        return Ok(false);
+    }
+    set_slots(tx, created.iter().chain(resumed)).await?;
+    if !decisions.is_empty() {
+        insert_decisions(tx, decisions).await?;
+    }
+    Ok(true)
+}
+
+async fn set_slots(tx: &mut Tx, rows: impl Iterator<Item = &SessionRow>) -> StoreResult<()> {
     for r in rows {
         sqlx::query(
             "UPDATE sessions SET slot_at = $1, key_id = $2, agent = $3, project_id = $4, \
