@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::ledger::{Phase, Secs, SessionLedger};
 use crate::plans::{Plan, Plans};
 use crate::quota::{effective_concurrency_limit, WindowUsage, Windows};
-use crate::standing::effective_plan;
+use crate::standing::plan_access;
 use crate::store::{
     AdmissionRequest, AdmitReject, DecisionRow, KeyRow, OrgRow, SessionRow, WindowTotals,
 };
@@ -182,19 +182,48 @@ pub fn decide_group(
             let running = *slots - i64::from(own);
             let windows = Windows::at(now, org.billing_period());
             let used = facts.usage.get(&req.org_id).copied().unwrap_or_default();
-            let plan = effective_plan(org, plans);
-            let month = WindowUsage::new(windows.month, used.month, plan.monthly_limit_seconds);
-            let week = WindowUsage::new(windows.week, used.week, plan.weekly_limit_seconds);
+            let (paid, access) = plan_access(org, plans, now);
+            let plan = if access.grants_plan() {
+                paid.clone()
+            } else {
+                plans.free().clone()
+            };
+            let facts_on = |plan: &Plan| {
+                let month = WindowUsage::new(windows.month, used.month, plan.monthly_limit_seconds);
+                let week = WindowUsage::new(windows.week, used.week, plan.weekly_limit_seconds);
+                (
+                    month,
+                    week,
+                    effective_concurrency_limit(key.concurrency_limit, plan),
+                )
+            };
+            let (month, week, limit) = facts_on(&plan);
             let f = Facts {
                 suspended: org.suspended,
                 plan: &plan,
                 month: &month,
                 week: &week,
                 running,
-                limit: effective_concurrency_limit(key.concurrency_limit, &plan),
+                limit,
                 holds_slot: holds,
             };
-            let rule = decide(&f);
+            let mut rule = decide(&f);
+            // Refused on Free's terms, where the plan it pays for would allow it: the fix is
+            // to pay, not to upgrade.
+            if !access.grants_plan() && matches!(rule, Rule::Denied(r) if r != Reason::OrgSuspended)
+            {
+                let (m, w, limit) = facts_on(&paid);
+                let on_paid = Facts {
+                    plan: &paid,
+                    month: &m,
+                    week: &w,
+                    limit,
+                    ..f.clone()
+                };
+                if decide(&on_paid).allows() {
+                    rule = Rule::Denied(Reason::SubscriptionInactive);
+                }
+            }
             let (reason, upgrade) = match rule {
                 Rule::Denied(r) => (
                     Some(r.as_str().to_owned()),
@@ -382,6 +411,9 @@ mod tests {
             subscription_status: None,
             created_at: 0,
             updated_at: 0,
+            past_due_since: None,
+            cancel_at_period_end: false,
+            stripe_synced_at: None,
         };
         let key = KeyRow {
             org_id: "o".into(),
@@ -490,5 +522,35 @@ mod tests {
             ]
         );
         assert!(out.created.is_empty() && out.resumed.is_empty());
+    }
+
+    #[test]
+    fn an_unpaid_subscription_is_refused_on_free_terms_as_inactive() {
+        let mut facts = group_facts(100, 4);
+        let org = facts.orgs.get_mut("o").unwrap();
+        org.subscription_status = Some("unpaid".into());
+        // Over Free's month (5 h) but well within Team's: the fix is to pay.
+        facts.usage.insert(
+            "o".into(),
+            WindowTotals {
+                month: 6 * 3600,
+                week: 0,
+                running: 0,
+            },
+        );
+        let out = decide_group(&plans(), &[request("s")], facts, 1000, 60, ids());
+        let d = out.answers[0].as_ref().unwrap();
+        assert_eq!(d.reason.as_deref(), Some("subscription_inactive"));
+        assert_eq!(d.plan_id, "free");
+        assert_eq!(d.upgrade_plan, None);
+        // Within Free's terms, it runs on Free.
+        let mut facts = group_facts(100, 0);
+        facts.orgs.get_mut("o").unwrap().subscription_status = Some("incomplete".into());
+        let out = decide_group(&plans(), &[request("s")], facts, 1000, 60, ids());
+        let d = out.answers[0].as_ref().unwrap();
+        assert_eq!(
+            (d.rule.as_str(), d.plan_id.as_str(), d.concurrency_limit),
+            ("within_limits", "free", 4)
+        );
     }
 }

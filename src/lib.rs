@@ -4,6 +4,7 @@
 //! `ingest`, `server`). See DESIGN.md for the rules and docs/ for the contract.
 
 pub mod admission;
+pub mod billing;
 pub mod clock;
 pub mod config;
 pub mod gate;

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::billing::subscription::{access, Access};
 use crate::ledger::{Interval, Rules, Secs};
 use crate::plans::{Plan, Plans};
 use crate::quota::{WindowUsage, Windows};
@@ -36,14 +37,36 @@ impl Standing {
     }
 }
 
-/// The plan an org is on; an id no plan file defines falls back to Free, loudly.
-pub fn effective_plan(org: &OrgRow, plans: &Plans) -> Plan {
+/// The plan an org pays for (or an admin set); an id no plan file defines falls back to
+/// Free, loudly.
+pub fn subscribed_plan(org: &OrgRow, plans: &Plans) -> Plan {
     match plans.get(&org.plan_id) {
         Some(p) => p.clone(),
         None => {
             tracing::error!(org_id = %org.org_id, plan_id = %org.plan_id, "org is on a plan no plan file defines; treating it as free");
             plans.free().clone()
         }
+    }
+}
+
+/// The plan an org's subscription grants now, and what its status grants.
+pub fn plan_access(org: &OrgRow, plans: &Plans, now: Secs) -> (Plan, Access) {
+    let plan = subscribed_plan(org, plans);
+    let access = access(
+        org.subscription_status.as_deref(),
+        org.past_due_since,
+        &plan,
+        now,
+    );
+    (plan, access)
+}
+
+/// The plan an org's decisions and windows use now: the one it pays for while its status
+/// grants it, Free otherwise.
+pub fn effective_plan(org: &OrgRow, plans: &Plans, now: Secs) -> Plan {
+    match plan_access(org, plans, now) {
+        (plan, a) if a.grants_plan() => plan,
+        _ => plans.free().clone(),
     }
 }
 
@@ -92,7 +115,7 @@ async fn standings_of(
         let ids: Vec<&str> = orgs.iter().map(|o| o.org_id.as_str()).collect();
         let used = db.window_usage(&ids, &windows, now, rules).await?;
         for org in orgs {
-            let plan = effective_plan(&org, plans);
+            let plan = effective_plan(&org, plans, now);
             let u = used.get(&org.org_id).copied().unwrap_or_default();
             out.push(Standing {
                 month: WindowUsage::new(month, u.month, plan.monthly_limit_seconds),

@@ -10,7 +10,7 @@ use super::{ApiError, ApiResult, AppState};
 use crate::ids::Id;
 use crate::ledger::Secs;
 use crate::quota::{effective_concurrency_limit, rfc3339};
-use crate::standing::effective_plan;
+use crate::standing::{effective_plan, subscribed_plan};
 use crate::store::{KeyRow, OrgRow, OrgUpsert};
 use crate::tokens::Scope;
 
@@ -150,7 +150,7 @@ pub struct KeyView {
 }
 
 fn key_view(key: KeyRow, org: &OrgRow, state: &AppState) -> KeyView {
-    let plan = effective_plan(org, &state.plans);
+    let plan = effective_plan(org, &state.plans, state.clock.now());
     KeyView {
         concurrency_limit: effective_concurrency_limit(key.concurrency_limit, &plan),
         concurrency_limit_set: key.concurrency_limit,
@@ -176,7 +176,7 @@ pub async fn put_key(
         .get_org(org_id.as_str())
         .await?
         .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
-    let plan = effective_plan(&org, &state.plans);
+    let plan = subscribed_plan(&org, &state.plans);
     if let Some(limit) = body.concurrency_limit {
         if !(1..=plan.concurrency_max).contains(&limit) {
             return Err(ApiError::invalid(

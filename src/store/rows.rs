@@ -15,6 +15,11 @@ pub struct OrgRow {
     pub subscription_status: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// When the subscription went `past_due` (the plan is kept through its grace).
+    pub past_due_since: Option<i64>,
+    pub cancel_at_period_end: bool,
+    /// When the Stripe state last applied was read from Stripe.
+    pub stripe_synced_at: Option<i64>,
 }
 
 impl OrgRow {
