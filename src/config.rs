@@ -127,6 +127,31 @@ pub struct Settings {
         global = true
     )]
     pub stripe_api_base: String,
+    /// How old a webhook's signed timestamp may be, in seconds.
+    #[arg(
+        long,
+        env = "RUSH_METER_STRIPE_WEBHOOK_TOLERANCE_SECS",
+        default_value_t = 300,
+        global = true
+    )]
+    pub stripe_webhook_tolerance_secs: i64,
+    /// Where Stripe Checkout and the customer portal send the user back to (the console's
+    /// billing page); `?checkout=success` or `?checkout=cancel` is appended after Checkout.
+    #[arg(
+        long,
+        env = "RUSH_METER_STRIPE_RETURN_URL",
+        default_value = "http://localhost:3000/billing",
+        global = true
+    )]
+    pub stripe_return_url: String,
+    /// Seconds between two reconciliations with Stripe in `serve` (0: never).
+    #[arg(
+        long,
+        env = "RUSH_METER_STRIPE_RECONCILE_SECS",
+        default_value_t = 3600,
+        global = true
+    )]
+    pub stripe_reconcile_secs: u64,
 }
 
 impl fmt::Debug for Settings {
@@ -173,6 +198,39 @@ pub struct Config {
     pub rules: Rules,
     pub bootstrap_admin_token: Option<Secret>,
     pub max_body_bytes: usize,
+    pub stripe: StripeConfig,
+}
+
+/// Stripe settings. Without a secret key nothing is sent to Stripe (checkout and reconcile
+/// answer that Stripe is off); without a webhook secret the webhook refuses every event.
+#[derive(Clone, Debug)]
+pub struct StripeConfig {
+    pub secret_key: Option<Secret>,
+    pub webhook_secrets: Vec<Secret>,
+    pub webhook_tolerance_secs: i64,
+    pub api_base: String,
+    pub return_url: String,
+    pub reconcile_every: Option<std::time::Duration>,
+}
+
+impl Default for StripeConfig {
+    /// Stripe off.
+    fn default() -> Self {
+        StripeConfig {
+            secret_key: None,
+            webhook_secrets: Vec::new(),
+            webhook_tolerance_secs: 300,
+            api_base: "https://api.stripe.com".into(),
+            return_url: "http://localhost:3000/billing".into(),
+            reconcile_every: None,
+        }
+    }
+}
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
 }
 
 /// A secret that never prints.
@@ -235,7 +293,49 @@ impl Settings {
                 "--max-body-bytes / RUSH_METER_MAX_BODY_BYTES: must be at least 1024".into(),
             );
         }
+        if !(1..=86_400).contains(&self.stripe_webhook_tolerance_secs) {
+            return Err(format!(
+                "--stripe-webhook-tolerance-secs / RUSH_METER_STRIPE_WEBHOOK_TOLERANCE_SECS: must be 1 to 86400 (got {})",
+                self.stripe_webhook_tolerance_secs
+            ));
+        }
+        for (flag, url) in [
+            (
+                "--stripe-api-base / RUSH_METER_STRIPE_API_BASE",
+                &self.stripe_api_base,
+            ),
+            (
+                "--stripe-return-url / RUSH_METER_STRIPE_RETURN_URL",
+                &self.stripe_return_url,
+            ),
+        ] {
+            match url::Url::parse(url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                _ => return Err(format!("{flag}: `{url}` is not an http(s) URL")),
+            }
+        }
+        let webhook_secrets: Vec<Secret> = self
+            .stripe_webhook_secret
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| Secret(s.to_owned()))
+            .collect();
         Ok(Config {
+            stripe: StripeConfig {
+                secret_key: self
+                    .stripe_secret_key
+                    .clone()
+                    .filter(|k| !k.is_empty())
+                    .map(Secret),
+                webhook_secrets,
+                webhook_tolerance_secs: self.stripe_webhook_tolerance_secs,
+                api_base: self.stripe_api_base.trim_end_matches('/').to_owned(),
+                return_url: self.stripe_return_url.clone(),
+                reconcile_every: (self.stripe_reconcile_secs > 0)
+                    .then(|| std::time::Duration::from_secs(self.stripe_reconcile_secs)),
+            },
             database_url: self.database_url.clone(),
             listen,
             plans_dir: self.plans_dir.clone(),

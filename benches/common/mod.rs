@@ -98,6 +98,7 @@ impl Server {
                 .unwrap(),
             ),
             max_body_bytes: 1 << 20,
+            stripe: Default::default(),
         };
         let app = App::start(&config, Clock::System).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -4,3 +4,4 @@
 
 pub mod signature;
 pub mod subscription;
+pub mod sync;

@@ -27,11 +27,13 @@ mod pg {
     pub type DB = sqlx::Postgres;
     /// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
     pub const BEGIN_WRITE: &str = "BEGIN";
+    pub const FOR_UPDATE: &str = " FOR UPDATE";
     pub const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
     pub const LEAST: &str = "LEAST";
     pub const GREATEST: &str = "GREATEST";
     include!("queries.rs");
     include!("admissions.rs");
+    include!("stripe.rs");
     include!("bulk_pg.rs");
 }
 
@@ -41,12 +43,14 @@ mod sqlite {
     /// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
     pub const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
     /// The single writer connection and BEGIN IMMEDIATE already serialise writers.
+    pub const FOR_UPDATE: &str = "";
     pub const SKIP_LOCKED: &str = "";
     /// SQLite's multi-argument scalar MIN and MAX.
     pub const LEAST: &str = "MIN";
     pub const GREATEST: &str = "MAX";
     include!("queries.rs");
     include!("admissions.rs");
+    include!("stripe.rs");
     include!("bulk_sqlite.rs");
 }
 
@@ -364,6 +368,124 @@ impl Db {
             self,
             read,
             list_decisions(org_id, from, to, only, after, limit)
+        )
+    }
+
+    // ----- Stripe -----
+
+    /// Store a webhook event; false if its id was stored before.
+    pub async fn insert_stripe_event(
+        &self,
+        event_id: &str,
+        kind: &str,
+        created: Secs,
+        payload: &str,
+        now: Secs,
+    ) -> StoreResult<bool> {
+        on_backend!(
+            self,
+            write,
+            insert_stripe_event(event_id, kind, created, payload, now)
+        )
+    }
+
+    pub async fn claim_stripe_events(
+        &self,
+        now: Secs,
+        hold: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<StripeEventRow>> {
+        on_backend!(self, write, claim_stripe_events(now, hold, limit))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish_stripe_event(
+        &self,
+        event_id: &str,
+        state: &str,
+        org_id: Option<&str>,
+        error: Option<&str>,
+        next_attempt_at: Secs,
+        now: Secs,
+    ) -> StoreResult<()> {
+        on_backend!(
+            self,
+            write,
+            finish_stripe_event(event_id, state, org_id, error, next_attempt_at, now)
+        )
+    }
+
+    pub async fn list_stripe_events(
+        &self,
+        state: Option<&str>,
+        before: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<StripeEventRow>> {
+        on_backend!(self, read, list_stripe_events(state, before, limit))
+    }
+
+    pub async fn requeue_stripe_event(&self, event_id: &str, now: Secs) -> StoreResult<bool> {
+        on_backend!(self, write, requeue_stripe_event(event_id, now))
+    }
+
+    pub async fn org_by_stripe_customer(&self, customer_id: &str) -> StoreResult<Option<OrgRow>> {
+        on_backend!(self, read, org_by_stripe_customer(customer_id))
+    }
+
+    /// Apply Stripe's state to its org unless a later read was applied; `(before, after)`.
+    pub async fn apply_subscription_state(
+        &self,
+        state: &SubscriptionState,
+        source: &str,
+        now: Secs,
+    ) -> StoreResult<Option<(OrgRow, OrgRow)>> {
+        on_backend!(self, write, apply_subscription_state(state, source, now))
+    }
+
+    pub async fn list_stripe_changes(
+        &self,
+        org_id: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<(Secs, String, String)>> {
+        on_backend!(self, read, list_stripe_changes(org_id, limit))
+    }
+
+    pub async fn link_stripe_customer(
+        &self,
+        org_id: &str,
+        customer_id: &str,
+        now: Secs,
+    ) -> StoreResult<bool> {
+        on_backend!(self, write, link_stripe_customer(org_id, customer_id, now))
+    }
+
+    pub async fn begin_stripe_request(
+        &self,
+        r: &StripeRequestRow,
+    ) -> StoreResult<StripeRequestRow> {
+        on_backend!(self, write, begin_stripe_request(r))
+    }
+
+    pub async fn open_stripe_request(
+        &self,
+        org_id: &str,
+        operation: &str,
+        target: &str,
+    ) -> StoreResult<Option<StripeRequestRow>> {
+        on_backend!(self, write, open_stripe_request(org_id, operation, target))
+    }
+
+    pub async fn complete_stripe_request(
+        &self,
+        org_id: &str,
+        idempotency_key: &str,
+        object_id: &str,
+        now: Secs,
+    ) -> StoreResult<()> {
+        on_backend!(
+            self,
+            write,
+            complete_stripe_request(org_id, idempotency_key, object_id, now)
         )
     }
 }

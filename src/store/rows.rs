@@ -230,3 +230,47 @@ pub enum AdmitReject {
     SessionOfAnotherOrg,
     SessionEnded,
 }
+
+/// A Stripe webhook event as stored.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct StripeEventRow {
+    pub event_id: String,
+    #[sqlx(rename = "type")]
+    pub kind: String,
+    pub created: i64,
+    pub payload: String,
+    pub received_at: i64,
+    pub state: String,
+    pub attempts: i64,
+    pub next_attempt_at: i64,
+    pub last_error: Option<String>,
+    pub processed_at: Option<i64>,
+    pub org_id: Option<String>,
+}
+
+/// An org's Stripe state as read from Stripe at `synced_at`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubscriptionState {
+    pub org_id: String,
+    pub plan_id: String,
+    pub customer_id: String,
+    pub subscription_id: Option<String>,
+    pub status: Option<String>,
+    pub period_start: Option<i64>,
+    pub period_end: Option<i64>,
+    pub cancel_at_period_end: bool,
+    pub past_due_since: Option<i64>,
+    pub synced_at: i64,
+}
+
+/// An outbound Stripe write, recorded before the call.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct StripeRequestRow {
+    pub org_id: String,
+    pub operation: String,
+    pub idempotency_key: String,
+    pub target: String,
+    pub created_at: i64,
+    pub completed_at: Option<i64>,
+    pub object_id: Option<String>,
+}

@@ -89,6 +89,7 @@ pub struct Options {
     pub plans_dir: PathBuf,
     pub max_body_bytes: usize,
     pub rules: Rules,
+    pub stripe: rush_meter::config::StripeConfig,
 }
 
 impl Default for Options {
@@ -100,6 +101,7 @@ impl Default for Options {
                 interval: 15,
                 lease: 45,
             },
+            stripe: Default::default(),
         }
     }
 }
@@ -123,6 +125,7 @@ impl TestServer {
             rules: opts.rules,
             bootstrap_admin_token: Some(secret(ADMIN)),
             max_body_bytes: opts.max_body_bytes,
+            stripe: opts.stripe.clone(),
         };
         let clock = Clock::manual(T0);
         let app = App::start(&config, clock.clone())

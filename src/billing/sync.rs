@@ -1,0 +1,152 @@
+//! Bringing an org in step with its Stripe subscription: which org a subscription belongs
+//! to, and the state it gives that org. Used alike by webhooks, reconciliation and
+//! checkouts, so that all three apply Stripe's state the same way.
+
+use crate::ledger::Secs;
+use crate::plans::Plans;
+use crate::store::{OrgRow, SubscriptionState};
+
+use super::subscription::Subscription;
+
+/// The state `sub`, read from Stripe at `synced_at`, gives `org`; `None` when it must not
+/// touch the org (an old subscription of the org ending after a new one began).
+pub fn state_for(
+    org: &OrgRow,
+    sub: &Subscription,
+    plans: &Plans,
+    synced_at: Secs,
+) -> Option<SubscriptionState> {
+    let current = org.stripe_subscription_id.as_deref();
+    if current.is_some_and(|c| c != sub.id) && sub.is_over() {
+        return None;
+    }
+    let plan_id = if sub.is_over() {
+        plans.free().id.clone()
+    } else {
+        match sub.plan(plans) {
+            Some(p) => p.id.clone(),
+            None => {
+                tracing::error!(org_id = %org.org_id, subscription = %sub.id, "no item of the subscription maps to a plan (see stripe_prices in plans/*.toml): the org is on Free until one does");
+                plans.free().id.clone()
+            }
+        }
+    };
+    let past_due_since = (sub.status == "past_due").then(|| {
+        let was_past_due = org.subscription_status.as_deref() == Some("past_due")
+            && current == Some(sub.id.as_str());
+        org.past_due_since
+            .filter(|_| was_past_due)
+            .unwrap_or(synced_at)
+    });
+    let period = (!sub.is_over()).then(|| sub.period()).flatten();
+    Some(SubscriptionState {
+        org_id: org.org_id.clone(),
+        plan_id,
+        customer_id: sub.customer.id().to_owned(),
+        subscription_id: Some(sub.id.clone()),
+        status: Some(sub.status.clone()),
+        period_start: period.map(|p| p.start),
+        period_end: period.map(|p| p.end),
+        cancel_at_period_end: sub.cancel_at_period_end,
+        past_due_since,
+        synced_at,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plans() -> Plans {
+        Plans::load_dir(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/plans"
+        )))
+        .unwrap()
+    }
+
+    fn org() -> OrgRow {
+        OrgRow {
+            org_id: "org_1".into(),
+            name: "org_1".into(),
+            plan_id: "free".into(),
+            suspended: false,
+            period_start: None,
+            period_end: None,
+            stripe_customer_id: Some("cus_1".into()),
+            stripe_subscription_id: None,
+            subscription_status: None,
+            created_at: 0,
+            updated_at: 0,
+            past_due_since: None,
+            cancel_at_period_end: false,
+            stripe_synced_at: None,
+        }
+    }
+
+    fn sub(id: &str, status: &str, plan: &str) -> Subscription {
+        serde_json::from_value(
+            serde_json::json!({"id": id, "status": status, "customer": "cus_1",
+            "current_period_start": 100, "current_period_end": 200,
+            "items": {"data": [{"id": "si_1", "plan": {"id": plan}}]}}),
+        )
+        .unwrap()
+    }
+
+    fn apply(org: &mut OrgRow, s: &SubscriptionState) {
+        org.plan_id.clone_from(&s.plan_id);
+        org.stripe_subscription_id.clone_from(&s.subscription_id);
+        org.subscription_status.clone_from(&s.status);
+        org.past_due_since = s.past_due_since;
+        org.period_start = s.period_start;
+        org.period_end = s.period_end;
+    }
+
+    #[test]
+    fn a_subscription_sets_plan_period_and_status() {
+        let p = plans();
+        let s = state_for(&org(), &sub("sub_1", "active", "team_monthly"), &p, 50).unwrap();
+        assert_eq!(
+            (s.plan_id.as_str(), s.period_start, s.period_end),
+            ("team", Some(100), Some(200))
+        );
+        assert_eq!(
+            (s.status.as_deref(), s.past_due_since),
+            (Some("active"), None)
+        );
+        let over = state_for(&org(), &sub("sub_1", "canceled", "team_monthly"), &p, 50).unwrap();
+        assert_eq!((over.plan_id.as_str(), over.period_start), ("free", None));
+        let unknown = state_for(&org(), &sub("sub_1", "active", "gold_monthly"), &p, 50).unwrap();
+        assert_eq!(unknown.plan_id, "free");
+    }
+
+    #[test]
+    fn past_due_keeps_the_time_it_began() {
+        let p = plans();
+        let mut o = org();
+        let s = state_for(&o, &sub("sub_1", "past_due", "pro_monthly"), &p, 1000).unwrap();
+        assert_eq!(s.past_due_since, Some(1000));
+        apply(&mut o, &s);
+        let again = state_for(&o, &sub("sub_1", "past_due", "pro_monthly"), &p, 5000).unwrap();
+        assert_eq!(again.past_due_since, Some(1000));
+        let active = state_for(&o, &sub("sub_1", "active", "pro_monthly"), &p, 6000).unwrap();
+        apply(&mut o, &active);
+        let later = state_for(&o, &sub("sub_1", "past_due", "pro_monthly"), &p, 9000).unwrap();
+        assert_eq!(later.past_due_since, Some(9000));
+    }
+
+    #[test]
+    fn an_old_subscription_ending_does_not_touch_the_new_one() {
+        let p = plans();
+        let mut o = org();
+        let first = state_for(&o, &sub("sub_new", "active", "pro_monthly"), &p, 10).unwrap();
+        apply(&mut o, &first);
+        assert_eq!(
+            state_for(&o, &sub("sub_old", "canceled", "team_monthly"), &p, 20),
+            None
+        );
+        // A new active one replaces the current one.
+        let s = state_for(&o, &sub("sub_newer", "active", "team_monthly"), &p, 30).unwrap();
+        assert_eq!(s.subscription_id.as_deref(), Some("sub_newer"));
+    }
+}
