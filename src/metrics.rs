@@ -38,6 +38,8 @@ pub struct Metrics {
     pub sessions_expired: Counter,
     pub session_ends: Counter,
     pub decisions: Family<DecisionLabels, Counter>,
+    pub stripe_webhooks_refused: Counter,
+    pub stripe_events: Family<ResultLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -103,7 +105,21 @@ impl Default for Metrics {
             "Gate decisions, by decision (allow, deny) and reason (empty for allow)",
             decisions.clone(),
         );
+        let stripe_webhooks_refused = Counter::default();
+        registry.register(
+            "stripe_webhooks_refused",
+            "Stripe webhook deliveries refused for their signature (wrong secret, tampered, or older than the tolerance)",
+            stripe_webhooks_refused.clone(),
+        );
+        let stripe_events = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "stripe_events",
+            "Stripe events processed, by result: processed, ignored, retry, quarantined (alert on quarantined)",
+            stripe_events.clone(),
+        );
         Metrics {
+            stripe_webhooks_refused,
+            stripe_events,
             decisions,
             registry,
             http_requests,

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admission::{Admitter, Gatekeeper};
+use crate::billing::Billing;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::http::{self, AppState};
@@ -92,9 +93,28 @@ impl App {
             gate_writers,
         );
         let writer_handles = writer_handles.into_iter().chain(gate_handles).collect();
-        let state = AppState::new(db, plans, config.rules, clock, ingestor, admitter, metrics);
+        let billing = Billing::new(
+            db.clone(),
+            Arc::clone(&plans),
+            clock.clone(),
+            config.stripe.clone(),
+            Arc::clone(&metrics),
+        );
+        let state = AppState::new(
+            db,
+            plans,
+            config.rules,
+            clock,
+            ingestor,
+            admitter,
+            billing,
+            metrics,
+        );
         let (stop_jobs, stop) = watch::channel(false);
-        let jobs = vec![tokio::spawn(expiry_job(state.clone(), stop))];
+        let jobs = vec![
+            tokio::spawn(expiry_job(state.clone(), stop.clone())),
+            tokio::spawn(stripe_event_job(state.clone(), stop)),
+        ];
         Ok(App {
             state,
             max_body_bytes: config.max_body_bytes,
@@ -170,6 +190,21 @@ async fn expiry_job(state: AppState, mut stop: watch::Receiver<bool>) {
                     break;
                 }
             }
+        }
+    }
+}
+
+/// Processes stored Stripe events: at once when a webhook stores one, and every few seconds
+/// for retries that fall due and events another instance left behind.
+async fn stripe_event_job(state: AppState, mut stop: watch::Receiver<bool>) {
+    loop {
+        if let Err(e) = crate::billing::events::process_due(&state.billing).await {
+            tracing::warn!(error = %e, "Stripe event job failed; will retry");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = state.stripe_wake.notified() => {}
+            _ = stop.changed() => return,
         }
     }
 }

@@ -17,6 +17,7 @@ use tower_http::request_id::{
 use tower_http::trace::TraceLayer;
 
 use crate::admission::Admitter;
+use crate::billing::Billing;
 use crate::clock::Clock;
 use crate::ingest::Ingestor;
 use crate::ledger::Rules;
@@ -31,6 +32,7 @@ pub mod json;
 mod ledger_routes;
 mod ops;
 mod orgs;
+mod stripe_routes;
 mod usage_routes;
 
 pub use error::{ApiError, ApiResult};
@@ -46,6 +48,9 @@ pub struct Shared {
     pub clock: Clock,
     pub ingestor: Ingestor,
     pub admitter: Admitter,
+    pub billing: Billing,
+    /// Wakes the Stripe event job when a webhook stored a new event.
+    pub stripe_wake: Arc<tokio::sync::Notify>,
     pub metrics: Arc<Metrics>,
     /// Token hash to token, briefly: a token's scopes change rarely, and every request
     /// would otherwise pay a database read for them.
@@ -71,6 +76,7 @@ impl AppState {
         clock: Clock,
         ingestor: Ingestor,
         admitter: Admitter,
+        billing: Billing,
         metrics: Arc<Metrics>,
     ) -> AppState {
         AppState(Arc::new(Shared {
@@ -80,6 +86,8 @@ impl AppState {
             clock,
             ingestor,
             admitter,
+            billing,
+            stripe_wake: Arc::default(),
             metrics,
             tokens: moka::future::Cache::builder()
                 .max_capacity(100_000)
@@ -122,6 +130,12 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route(
             "/v1/sessions/{session_id}/end",
             post(ledger_routes::end_session),
+        )
+        .route("/v1/stripe/webhook", post(stripe_routes::webhook))
+        .route("/v1/admin/stripe/events", get(stripe_routes::list_events))
+        .route(
+            "/v1/admin/stripe/events/{event_id}/retry",
+            post(stripe_routes::retry_event),
         )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

@@ -1,0 +1,283 @@
+//! The Stripe gateway. async-stripe builds each request (path, method, form-encoded
+//! parameters); reqwest sends it with the secret key and, for writes, an idempotency key;
+//! the answer is read into this service's lenient structs (`subscription.rs`), which
+//! require only the fields used, so objects of any API version (and of the local Stripe
+//! fake of the tests) are read alike.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use stripe_client_core::{RequestBuilder, StripeMethod, StripeRequest};
+
+use super::subscription::{Customer, List, Subscription};
+
+/// Why a Stripe call failed, sorted by what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum StripeFailure {
+    /// Stripe could not be reached or did not answer in time, or answered 5xx or 429:
+    /// retry later.
+    #[error("Stripe unreachable: {0}")]
+    Unreachable(String),
+    #[error("Stripe has no such object: {0}")]
+    NotFound(String),
+    /// Stripe refused the request (4xx): retrying the same request will not help.
+    #[error("Stripe refused the request ({status}): {message}")]
+    Refused { status: u16, message: String },
+    #[error("Stripe's answer does not parse: {0}")]
+    Unreadable(String),
+}
+
+impl StripeFailure {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StripeFailure::NotFound(_))
+    }
+}
+
+pub type StripeResult<T> = Result<T, StripeFailure>;
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct CheckoutSession {
+    pub id: String,
+    pub url: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct PortalSession {
+    pub url: String,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Invoice {
+    pub id: String,
+    pub customer: Option<super::subscription::Expandable>,
+    pub subscription: Option<super::subscription::Expandable>,
+    #[serde(default)]
+    pub amount_due: i64,
+    #[serde(default)]
+    pub amount_paid: i64,
+    #[serde(default)]
+    pub total: i64,
+    pub currency: Option<String>,
+    pub status: Option<String>,
+    pub period_start: Option<i64>,
+    pub period_end: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Deserialize)]
+struct ErrorDetail {
+    message: Option<String>,
+}
+
+/// Talks to Stripe (or whatever `base` points at).
+#[derive(Clone)]
+pub struct StripeApi {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl StripeApi {
+    pub fn new(base: &str, key: &str) -> StripeApi {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("an HTTP client with only timeouts set builds");
+        StripeApi {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            key: key.to_owned(),
+        }
+    }
+
+    /// Send a request built by async-stripe; `idempotency_key` for writes.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        req: RequestBuilder,
+        idempotency_key: Option<&str>,
+    ) -> StripeResult<T> {
+        let method = match req.method {
+            StripeMethod::Get => reqwest::Method::GET,
+            StripeMethod::Post => reqwest::Method::POST,
+            StripeMethod::Delete => reqwest::Method::DELETE,
+        };
+        let mut url = format!("{}/v1{}", self.base, req.path);
+        if let Some(q) = req.query.as_deref().filter(|q| !q.is_empty()) {
+            url.push('?');
+            url.push_str(q);
+        }
+        let mut r = self.http.request(method, &url).bearer_auth(&self.key);
+        if let Some(k) = idempotency_key {
+            r = r.header("Idempotency-Key", k);
+        }
+        if let Some(body) = req.body {
+            r = r
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body(body);
+        }
+        let resp = r
+            .send()
+            .await
+            .map_err(|e| StripeFailure::Unreachable(e.to_string()))?;
+        let status = resp.status();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| StripeFailure::Unreachable(e.to_string()))?;
+        if status.is_success() {
+            return serde_json::from_str(&text)
+                .map_err(|e| StripeFailure::Unreadable(format!("{e} in {}", truncate(&text))));
+        }
+        let message = serde_json::from_str::<ErrorBody>(&text)
+            .ok()
+            .and_then(|b| b.error.message)
+            .unwrap_or_else(|| truncate(&text));
+        Err(match status.as_u16() {
+            404 => StripeFailure::NotFound(message),
+            429 | 500.. => StripeFailure::Unreachable(format!("{status}: {message}")),
+            s => StripeFailure::Refused { status: s, message },
+        })
+    }
+
+    pub async fn subscription(&self, id: &str) -> StripeResult<Subscription> {
+        self.send(
+            stripe_billing::subscription::RetrieveSubscription::new(id).build(),
+            None,
+        )
+        .await
+    }
+
+    /// One page of every subscription, whatever its status, oldest first.
+    pub async fn subscriptions(
+        &self,
+        starting_after: Option<&str>,
+    ) -> StripeResult<List<Subscription>> {
+        use stripe_billing::subscription::{ListSubscription, ListSubscriptionStatus};
+        let mut req = ListSubscription::new()
+            .limit(100)
+            .status(ListSubscriptionStatus::All);
+        if let Some(after) = starting_after {
+            req = req.starting_after(after);
+        }
+        self.send(req.build(), None).await
+    }
+
+    pub async fn customer(&self, id: &str) -> StripeResult<Customer> {
+        self.send(
+            stripe_core::customer::RetrieveCustomer::new(id).build(),
+            None,
+        )
+        .await
+    }
+
+    /// A customer for an org, named by `metadata.org_id`.
+    pub async fn create_customer(
+        &self,
+        org_id: &str,
+        name: &str,
+        idempotency_key: &str,
+    ) -> StripeResult<Customer> {
+        let req = stripe_core::customer::CreateCustomer::new()
+            .name(name)
+            .metadata(HashMap::from([("org_id".to_owned(), org_id.to_owned())]));
+        self.send(req.build(), Some(idempotency_key)).await
+    }
+
+    /// A Checkout Session that subscribes `customer` to `price`.
+    pub async fn create_checkout_session(
+        &self,
+        customer: &str,
+        price: &str,
+        org_id: &str,
+        return_url: &str,
+        idempotency_key: &str,
+    ) -> StripeResult<CheckoutSession> {
+        use stripe_checkout::checkout_session::{
+            CreateCheckoutSession, CreateCheckoutSessionLineItems,
+        };
+        let mut item = CreateCheckoutSessionLineItems::new();
+        item.price = Some(price.to_owned());
+        item.quantity = Some(1);
+        let sep = if return_url.contains('?') { '&' } else { '?' };
+        let req = CreateCheckoutSession::new()
+            .mode(stripe_checkout::CheckoutSessionMode::Subscription)
+            .customer(customer)
+            .client_reference_id(org_id)
+            .line_items(vec![item])
+            .metadata(HashMap::from([("org_id".to_owned(), org_id.to_owned())]))
+            .success_url(format!("{return_url}{sep}checkout=success"))
+            .cancel_url(format!("{return_url}{sep}checkout=cancel"));
+        self.send(req.build(), Some(idempotency_key)).await
+    }
+
+    /// Move a subscription's item to another price (or legacy plan). An upgrade is
+    /// prorated and invoiced at once; `prorate = false` changes it without proration (a
+    /// downgrade applied at the period's end).
+    pub async fn change_item(
+        &self,
+        subscription: &str,
+        item_id: &str,
+        price: &str,
+        legacy_plan: bool,
+        prorate: bool,
+        idempotency_key: &str,
+    ) -> StripeResult<Subscription> {
+        use stripe_billing::subscription::{
+            UpdateSubscription, UpdateSubscriptionItems, UpdateSubscriptionProrationBehavior,
+        };
+        let mut item = UpdateSubscriptionItems::new();
+        item.id = Some(item_id.to_owned());
+        if legacy_plan {
+            item.plan = Some(price.to_owned());
+        } else {
+            item.price = Some(price.to_owned());
+        }
+        let mut req = UpdateSubscription::new(subscription).items(vec![item]);
+        // The local fake knows no proration_behavior; Stripe's default prorates.
+        if !legacy_plan {
+            req = req.proration_behavior(if prorate {
+                UpdateSubscriptionProrationBehavior::AlwaysInvoice
+            } else {
+                UpdateSubscriptionProrationBehavior::None
+            });
+        }
+        self.send(req.build(), Some(idempotency_key)).await
+    }
+
+    pub async fn create_portal_session(
+        &self,
+        customer: &str,
+        return_url: &str,
+    ) -> StripeResult<PortalSession> {
+        let req = stripe_billing::billing_portal_session::CreateBillingPortalSession::new()
+            .customer(customer)
+            .return_url(return_url);
+        self.send(req.build(), None).await
+    }
+
+    /// One page of a customer's invoices, newest first.
+    pub async fn invoices(
+        &self,
+        customer: &str,
+        starting_after: Option<&str>,
+    ) -> StripeResult<List<Invoice>> {
+        let mut req = stripe_billing::invoice::ListInvoice::new()
+            .customer(customer)
+            .limit(100);
+        if let Some(after) = starting_after {
+            req = req.starting_after(after);
+        }
+        self.send(req.build(), None).await
+    }
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(300).collect()
+}

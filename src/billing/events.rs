@@ -1,0 +1,255 @@
+//! Webhook events after they are stored: each is taken by one instance, processed, and
+//! marked processed, ignored (a type this service does not act on) or, after its retries,
+//! quarantined for an admin to look at. Subscription, invoice and checkout events are
+//! not trusted for their content: the subscription is read again from Stripe and applied
+//! only if that read is newer than what is stored, so the order of arrival never matters.
+
+use serde::Deserialize;
+
+use crate::ledger::Secs;
+use crate::store::{StoreResult, StripeEventRow};
+
+use super::subscription::Subscription;
+use super::Billing;
+
+/// Tries before an event is quarantined: with the backoff below, about 17 hours.
+pub const MAX_ATTEMPTS: i64 = 12;
+
+/// Seconds before the next try after `attempts` tries: 10 s doubling, at most 4 hours.
+pub fn backoff(attempts: i64) -> Secs {
+    (10_i64 << attempts.clamp(1, 16).saturating_sub(1)).min(4 * 3600)
+}
+
+/// How long an instance holds the events it took before another may take them.
+const HOLD: Secs = 120;
+
+/// What processing an event came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied to this org (or found it in step already).
+    Applied(Option<String>),
+    /// Nothing to do for this type or object.
+    Ignored(String),
+}
+
+/// The envelope of a Stripe event.
+#[derive(Debug, Deserialize)]
+pub struct Envelope {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub created: Secs,
+    pub data: Data,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Data {
+    pub object: serde_json::Value,
+}
+
+/// The subscription an event is about, wherever its type puts it.
+pub fn subscription_id(kind: &str, object: &serde_json::Value) -> Option<String> {
+    let id_of = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("id").and_then(|i| i.as_str()).map(str::to_owned),
+        _ => None,
+    };
+    if kind.starts_with("customer.subscription.") {
+        return id_of(object.get("id")?);
+    }
+    // Invoices name it at the top level before API version 2025-03-31, under `parent` after.
+    object.get("subscription").and_then(id_of).or_else(|| {
+        object
+            .pointer("/parent/subscription_details/subscription")
+            .and_then(id_of)
+    })
+}
+
+/// The org an event's object names (`metadata.org_id`, or Checkout's `client_reference_id`).
+pub fn org_hint(object: &serde_json::Value) -> Option<String> {
+    object
+        .pointer("/metadata/org_id")
+        .or_else(|| object.get("client_reference_id"))
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+}
+
+/// Process every due event, a few at a time; returns how many were taken.
+pub async fn process_due(b: &Billing) -> StoreResult<usize> {
+    let mut taken = 0;
+    loop {
+        let now = b.clock.now();
+        let events = b.db.claim_stripe_events(now, HOLD, 20).await?;
+        if events.is_empty() {
+            return Ok(taken);
+        }
+        taken += events.len();
+        for ev in events {
+            let result = process(b, &ev).await;
+            let now = b.clock.now();
+            let (state, org, error, next) = match &result {
+                Ok(Outcome::Applied(org)) => ("processed", org.as_deref(), None, now),
+                Ok(Outcome::Ignored(why)) => ("ignored", None, Some(why.as_str()), now),
+                Err(e) if ev.attempts >= MAX_ATTEMPTS => {
+                    ("quarantined", None, Some(e.as_str()), now)
+                }
+                Err(e) => (
+                    "pending",
+                    None,
+                    Some(e.as_str()),
+                    now + backoff(ev.attempts),
+                ),
+            };
+            let result_label = if state == "pending" { "retry" } else { state };
+            b.metrics
+                .stripe_events
+                .get_or_create(&crate::metrics::ResultLabels {
+                    result: result_label.into(),
+                })
+                .inc();
+            match state {
+                "quarantined" => {
+                    tracing::error!(event = %ev.event_id, kind = %ev.kind, error = ?error, "Stripe event quarantined after {} tries", ev.attempts)
+                }
+                "pending" => {
+                    tracing::warn!(event = %ev.event_id, kind = %ev.kind, error = ?error, attempt = ev.attempts, "Stripe event failed; will retry")
+                }
+                _ => {
+                    tracing::info!(event = %ev.event_id, kind = %ev.kind, state, org = ?org, "Stripe event done")
+                }
+            }
+            b.db.finish_stripe_event(&ev.event_id, state, org, error, next, now)
+                .await?;
+        }
+    }
+}
+
+async fn process(b: &Billing, ev: &StripeEventRow) -> Result<Outcome, String> {
+    let env: Envelope = serde_json::from_str(&ev.payload)
+        .map_err(|e| format!("stored event does not parse: {e}"))?;
+    let object = &env.data.object;
+    let kind = env.kind.as_str();
+    let about_subscription = kind.starts_with("customer.subscription.")
+        || kind.starts_with("invoice.")
+        || kind == "checkout.session.completed";
+    if about_subscription {
+        let Some(sub_id) = subscription_id(kind, object) else {
+            return Ok(Outcome::Ignored("the event names no subscription".into()));
+        };
+        let hint = org_hint(object);
+        let (sub, read_at) = match &b.api {
+            Some(api) => {
+                let read_at = b.clock.now();
+                match api.subscription(&sub_id).await {
+                    Ok(s) => (s, read_at),
+                    // A deleted subscription may be gone from Stripe (or the fake): the event
+                    // carries its final state.
+                    Err(e) if e.is_not_found() && kind == "customer.subscription.deleted" => {
+                        (parse_subscription(object)?, env.created)
+                    }
+                    Err(e) => {
+                        return Err(format!("reading subscription {sub_id} from Stripe: {e}"))
+                    }
+                }
+            }
+            // Without a secret key nothing can be read back: trust the event, by its time.
+            None if kind.starts_with("customer.subscription.") => {
+                (parse_subscription(object)?, env.created)
+            }
+            None => {
+                return Ok(Outcome::Ignored(
+                    "Stripe API off: cannot read the subscription".into(),
+                ))
+            }
+        };
+        return b
+            .apply(&sub, hint.as_deref(), read_at, "webhook")
+            .await
+            .map(Outcome::Applied);
+    }
+    if kind == "customer.created" || kind == "customer.updated" {
+        let (Some(org), Some(customer)) =
+            (org_hint(object), object.get("id").and_then(|v| v.as_str()))
+        else {
+            return Ok(Outcome::Ignored("customer without metadata.org_id".into()));
+        };
+        return b
+            .link_customer(&org, customer)
+            .await
+            .map(|()| Outcome::Applied(Some(org)));
+    }
+    Ok(Outcome::Ignored(format!("type {kind} is not acted on")))
+}
+
+fn parse_subscription(object: &serde_json::Value) -> Result<Subscription, String> {
+    Subscription::deserialize(object)
+        .map_err(|e| format!("event's subscription does not parse: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn backoff_doubles_to_a_cap() {
+        assert_eq!(backoff(1), 10);
+        assert_eq!(backoff(2), 20);
+        assert_eq!(backoff(5), 160);
+        assert_eq!(backoff(12), 4 * 3600);
+        let total: Secs = (1..MAX_ATTEMPTS).map(backoff).sum();
+        assert!((12 * 3600..24 * 3600).contains(&total), "{total}");
+    }
+
+    #[test]
+    fn the_subscription_is_found_in_every_event_shape() {
+        assert_eq!(
+            subscription_id("customer.subscription.updated", &json!({"id": "sub_1"})).as_deref(),
+            Some("sub_1")
+        );
+        assert_eq!(
+            subscription_id(
+                "invoice.paid",
+                &json!({"id": "in_1", "subscription": "sub_2"})
+            )
+            .as_deref(),
+            Some("sub_2")
+        );
+        assert_eq!(
+            subscription_id(
+                "invoice.paid",
+                &json!({"id": "in_1", "subscription": {"id": "sub_3"}})
+            )
+            .as_deref(),
+            Some("sub_3")
+        );
+        assert_eq!(
+            subscription_id(
+                "invoice.paid",
+                &json!({"parent": {"subscription_details": {"subscription": "sub_4"}}})
+            )
+            .as_deref(),
+            Some("sub_4")
+        );
+        assert_eq!(
+            subscription_id(
+                "checkout.session.completed",
+                &json!({"subscription": "sub_5", "client_reference_id": "org_9"})
+            )
+            .as_deref(),
+            Some("sub_5")
+        );
+        assert_eq!(
+            org_hint(&json!({"client_reference_id": "org_9"})).as_deref(),
+            Some("org_9")
+        );
+        assert_eq!(
+            org_hint(&json!({"metadata": {"org_id": "org_8"}})).as_deref(),
+            Some("org_8")
+        );
+        assert_eq!(
+            subscription_id("invoice.paid", &json!({"id": "in_1", "subscription": null})),
+            None
+        );
+    }
+}

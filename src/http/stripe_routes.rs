@@ -1,0 +1,177 @@
+//! Stripe's webhook, the admin view of its events, and checkout and portal links.
+
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::auth::Principal;
+use super::{ApiError, ApiResult, AppState};
+use crate::billing::signature;
+use crate::ledger::Secs;
+use crate::quota::rfc3339;
+use crate::store::StripeEventRow;
+use crate::tokens::Scope;
+
+#[derive(Deserialize)]
+struct EventHead {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    created: Secs,
+}
+
+/// `POST /v1/stripe/webhook`: verify the signature, store the raw event (a redelivery is a
+/// no-op), answer 200, then process it in the background. Authenticated by the signature
+/// alone; anything refused is a 400 and stores nothing.
+pub async fn webhook(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    let cfg = &state.billing.config;
+    if cfg.webhook_secrets.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stripe_off",
+            "Stripe webhooks are off on this instance: set RUSH_METER_STRIPE_WEBHOOK_SECRET",
+        ));
+    }
+    let secrets: Vec<String> = cfg
+        .webhook_secrets
+        .iter()
+        .map(|s| s.expose().to_owned())
+        .collect();
+    let header = headers
+        .get("stripe-signature")
+        .and_then(|v| v.to_str().ok());
+    let now = state.clock.now();
+    signature::verify(header, &body, &secrets, now, cfg.webhook_tolerance_secs).map_err(|e| {
+        state.metrics.stripe_webhooks_refused.inc();
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_signature", e.to_string())
+    })?;
+    let text =
+        std::str::from_utf8(&body).map_err(|_| ApiError::malformed("the event is not UTF-8"))?;
+    let head: EventHead = serde_json::from_str(text).map_err(|e| {
+        ApiError::malformed(format!(
+            "the event is not a Stripe event (id, type, created): {e}"
+        ))
+    })?;
+    let stored = state
+        .db
+        .insert_stripe_event(&head.id, &head.kind, head.created, text, now)
+        .await?;
+    if stored {
+        state.stripe_wake.notify_one();
+    }
+    Ok(Json(json!({"received": true, "duplicate": !stored})))
+}
+
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    state: Option<String>,
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub struct EventView {
+    event_id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(with = "rfc3339")]
+    created: Secs,
+    #[serde(with = "rfc3339")]
+    received_at: Secs,
+    state: String,
+    attempts: i64,
+    #[serde(with = "rfc3339")]
+    next_attempt_at: Secs,
+    last_error: Option<String>,
+    org_id: Option<String>,
+}
+
+impl From<StripeEventRow> for EventView {
+    fn from(e: StripeEventRow) -> Self {
+        EventView {
+            event_id: e.event_id,
+            kind: e.kind,
+            created: e.created,
+            received_at: e.received_at,
+            state: e.state,
+            attempts: e.attempts,
+            next_attempt_at: e.next_attempt_at,
+            last_error: e.last_error,
+            org_id: e.org_id,
+        }
+    }
+}
+
+const EVENT_STATES: [&str; 4] = ["pending", "processed", "ignored", "quarantined"];
+
+/// `GET /v1/admin/stripe/events?state=quarantined&cursor=&limit=`: newest first.
+pub async fn list_events(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require_any(&[Scope::Admin])?;
+    let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
+    if let Some(s) = q.state.as_deref().filter(|s| !EVENT_STATES.contains(s)) {
+        return Err(ApiError::invalid(
+            "state",
+            format!("state must be one of pending, processed, ignored, quarantined (got `{s}`)"),
+        ));
+    }
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid("limit", "limit must be 1 to 1000"));
+    }
+    let before = q
+        .cursor
+        .as_deref()
+        .map(|c| {
+            c.split_once('.')
+                .and_then(|(t, id)| Some((t.parse().ok()?, id.to_owned())))
+                .ok_or_else(|| {
+                    ApiError::invalid("cursor", "cursor is not one this service gave out")
+                })
+        })
+        .transpose()?;
+    let rows = state
+        .db
+        .list_stripe_events(q.state.as_deref(), before, limit)
+        .await?;
+    let next = (rows.len() as i64 == limit)
+        .then(|| {
+            rows.last()
+                .map(|r| format!("{}.{}", r.received_at, r.event_id))
+        })
+        .flatten();
+    let events: Vec<EventView> = rows.into_iter().map(EventView::from).collect();
+    Ok(Json(json!({"events": events, "next_cursor": next})))
+}
+
+/// `POST /v1/admin/stripe/events/{event_id}/retry`: put a quarantined event back in the
+/// queue, once its cause is fixed.
+pub async fn retry_event(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(event_id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require_any(&[Scope::Admin])?;
+    if !state
+        .db
+        .requeue_stripe_event(&event_id, state.clock.now())
+        .await?
+    {
+        return Err(ApiError::not_found(format!(
+            "no quarantined Stripe event `{event_id}`"
+        )));
+    }
+    state.stripe_wake.notify_one();
+    Ok(Json(json!({"event_id": event_id, "state": "pending"})))
+}
