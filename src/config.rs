@@ -31,6 +31,16 @@ pub enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Work with Stripe.
+    #[command(subcommand)]
+    Stripe(StripeCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StripeCommand {
+    /// Read every subscription from Stripe, repair each org that is out of step, and
+    /// print what changed (recorded in the change log too).
+    Reconcile,
 }
 
 #[derive(Debug, Subcommand)]

@@ -413,6 +413,7 @@ mod tests {
             updated_at: 0,
             past_due_since: None,
             cancel_at_period_end: false,
+            scheduled_plan_id: None,
             stripe_synced_at: None,
         };
         let key = KeyRow {

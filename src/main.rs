@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rush_meter::clock::Clock;
-use rush_meter::config::{Cli, Command, Config, TokenCommand};
+use rush_meter::config::{Cli, Command, Config, StripeCommand, TokenCommand};
 use rush_meter::ids::Id;
 use rush_meter::server::{self, App};
 use rush_meter::tokens::{new_token, parse_scopes, Scope};
@@ -41,6 +41,7 @@ fn main() -> ExitCode {
             Command::Token(TokenCommand::Create { scope, org, label }) => {
                 create_token(&config, &scope, org.as_deref(), &label).await
             }
+            Command::Stripe(StripeCommand::Reconcile) => stripe_reconcile(&config).await,
         }
     });
     match result {
@@ -67,6 +68,57 @@ async fn serve(config: &Config) -> Result<(), String> {
     app.serve(listener, server::shutdown_signal())
         .await
         .map_err(|e| format!("server error: {e}"))
+}
+
+async fn stripe_reconcile(config: &Config) -> Result<(), String> {
+    if config.stripe.secret_key.is_none() {
+        return Err("Stripe is off: set --stripe-secret-key / RUSH_METER_STRIPE_SECRET_KEY".into());
+    }
+    let db = server::open_db(config).await.map_err(|e| e.to_string())?;
+    let plans = std::sync::Arc::new(
+        rush_meter::plans::Plans::load_dir(&config.plans_dir).map_err(|e| e.to_string())?,
+    );
+    let billing = rush_meter::billing::Billing::new(
+        db.clone(),
+        plans,
+        Clock::System,
+        config.stripe.clone(),
+        std::sync::Arc::default(),
+    );
+    let bar = indicatif::ProgressBar::new_spinner().with_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {pos} subscriptions read, {elapsed} {msg}",
+        )
+        .expect("a valid template"),
+    );
+    let report = rush_meter::billing::reconcile::reconcile(&billing, |id| {
+        bar.inc(1);
+        bar.set_message(id.to_owned());
+    })
+    .await;
+    bar.finish_and_clear();
+    db.close().await;
+    let report = report?;
+    for (org, change) in &report.changed {
+        println!("changed {org}: {change}");
+    }
+    for (sub, why) in &report.failed {
+        println!("failed {sub}: {why}");
+    }
+    println!(
+        "{} subscriptions read, {} orgs repaired, {} failed",
+        report.subscriptions,
+        report.changed.len(),
+        report.failed.len()
+    );
+    if report.failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} subscriptions could not be applied (listed above)",
+            report.failed.len()
+        ))
+    }
 }
 
 async fn migrate(config: &Config) -> Result<(), String> {

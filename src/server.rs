@@ -100,21 +100,20 @@ impl App {
             config.stripe.clone(),
             Arc::clone(&metrics),
         );
-        let state = AppState::new(
-            db,
-            plans,
-            config.rules,
-            clock,
+        let workers = http::Workers {
             ingestor,
             admitter,
             billing,
-            metrics,
-        );
+        };
+        let state = AppState::new(db, plans, config.rules, clock, workers, metrics);
         let (stop_jobs, stop) = watch::channel(false);
-        let jobs = vec![
+        let mut jobs = vec![
             tokio::spawn(expiry_job(state.clone(), stop.clone())),
-            tokio::spawn(stripe_event_job(state.clone(), stop)),
+            tokio::spawn(stripe_event_job(state.clone(), stop.clone())),
         ];
+        if let (Some(every), Some(_)) = (config.stripe.reconcile_every, &config.stripe.secret_key) {
+            jobs.push(tokio::spawn(reconcile_job(state.clone(), every, stop)));
+        }
         Ok(App {
             state,
             max_body_bytes: config.max_body_bytes,
@@ -201,10 +200,37 @@ async fn stripe_event_job(state: AppState, mut stop: watch::Receiver<bool>) {
         if let Err(e) = crate::billing::events::process_due(&state.billing).await {
             tracing::warn!(error = %e, "Stripe event job failed; will retry");
         }
+        if state.billing.api.is_some() {
+            if let Err(e) = crate::billing::checkout::apply_due_downgrades(&state.billing).await {
+                tracing::warn!(error = %e, "scheduled downgrades failed; will retry");
+            }
+        }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             _ = state.stripe_wake.notified() => {}
             _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Reconciles with Stripe every `every`, so that a webhook lost for good is repaired
+/// within one period. Every instance runs it; runs are idempotent.
+async fn reconcile_job(state: AppState, every: Duration, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        match crate::billing::reconcile::reconcile(&state.billing, |_| {}).await {
+            Ok(r) => tracing::info!(
+                subscriptions = r.subscriptions,
+                changed = r.changed.len(),
+                failed = r.failed.len(),
+                "reconciled with Stripe"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile with Stripe failed; will retry next period")
+            }
         }
     }
 }

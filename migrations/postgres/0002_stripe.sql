@@ -7,6 +7,8 @@
 -- matter.
 ALTER TABLE orgs ADD COLUMN past_due_since BIGINT;
 ALTER TABLE orgs ADD COLUMN cancel_at_period_end BOOLEAN NOT NULL DEFAULT FALSE;
+-- scheduled_plan_id: a downgrade asked for, made in Stripe when the period ends.
+ALTER TABLE orgs ADD COLUMN scheduled_plan_id TEXT;
 ALTER TABLE orgs ADD COLUMN stripe_synced_at BIGINT;
 CREATE UNIQUE INDEX orgs_stripe_customer ON orgs (stripe_customer_id);
 

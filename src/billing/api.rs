@@ -251,6 +251,17 @@ impl StripeApi {
         self.send(req.build(), Some(idempotency_key)).await
     }
 
+    /// Cancel a subscription when its period ends (a downgrade to Free).
+    pub async fn cancel_at_period_end(
+        &self,
+        subscription: &str,
+        idempotency_key: &str,
+    ) -> StripeResult<Subscription> {
+        let req = stripe_billing::subscription::UpdateSubscription::new(subscription)
+            .cancel_at_period_end(true);
+        self.send(req.build(), Some(idempotency_key)).await
+    }
+
     pub async fn create_portal_session(
         &self,
         customer: &str,

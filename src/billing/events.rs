@@ -12,8 +12,8 @@ use crate::store::{StoreResult, StripeEventRow};
 use super::subscription::Subscription;
 use super::Billing;
 
-/// Tries before an event is quarantined: with the backoff below, about 17 hours.
-pub const MAX_ATTEMPTS: i64 = 12;
+/// Tries before an event is quarantined: with the backoff below, about 22 hours.
+pub const MAX_ATTEMPTS: i64 = 16;
 
 /// Seconds before the next try after `attempts` tries: 10 s doubling, at most 4 hours.
 pub fn backoff(attempts: i64) -> Secs {
@@ -165,7 +165,7 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> Result<Outcome, String> {
         return b
             .apply(&sub, hint.as_deref(), read_at, "webhook")
             .await
-            .map(Outcome::Applied);
+            .map(|a| Outcome::Applied(a.org_id));
     }
     if kind == "customer.created" || kind == "customer.updated" {
         let (Some(org), Some(customer)) =

@@ -3,7 +3,9 @@
 //! state, which these keep in step.
 
 pub mod api;
+pub mod checkout;
 pub mod events;
+pub mod reconcile;
 pub mod signature;
 pub mod subscription;
 pub mod sync;
@@ -18,6 +20,16 @@ use crate::store::{Db, OrgRow};
 
 use api::StripeApi;
 use subscription::Subscription;
+
+/// What applying a subscription did.
+#[derive(Debug)]
+pub struct Applied {
+    pub org_id: Option<String>,
+    /// What changed, when the org was out of step.
+    pub change: Option<String>,
+    /// The org as it now stands, when the state was applied.
+    pub org: Option<OrgRow>,
+}
 
 /// What the Stripe side of the service shares.
 #[derive(Clone)]
@@ -98,23 +110,39 @@ impl Billing {
         }
     }
 
-    /// Apply a subscription read from Stripe at `read_at` to its org; the org's id.
+    /// Apply a subscription read from Stripe at `read_at` to its org.
     pub async fn apply(
         &self,
         sub: &Subscription,
         hint: Option<&str>,
         read_at: Secs,
         source: &str,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Applied, String> {
         let org = self.org_for(sub, hint).await?;
         let Some(state) = sync::state_for(&org, sub, &self.plans, read_at) else {
-            return Ok(Some(org.org_id));
+            return Ok(Applied {
+                org_id: Some(org.org_id),
+                change: None,
+                org: None,
+            });
         };
-        self.db
+        let done = self
+            .db
             .apply_subscription_state(&state, source, self.clock.now())
             .await
             .map_err(|e| e.to_string())?;
-        Ok(Some(org.org_id))
+        let (change, after) = match done {
+            Some((before, after)) => {
+                let c = sync::describe_changes(&before, &after);
+                ((!c.is_empty()).then_some(c), Some(after))
+            }
+            None => (None, None),
+        };
+        Ok(Applied {
+            org_id: Some(org.org_id),
+            change,
+            org: after,
+        })
     }
 
     /// Link an org to the Stripe customer that names it.

@@ -53,6 +53,47 @@ pub fn state_for(
     })
 }
 
+/// What differs between two states of an org's billing, for the change log.
+pub fn describe_changes(a: &OrgRow, b: &OrgRow) -> String {
+    let mut out = Vec::new();
+    let mut diff = |name: &str, x: String, y: String| {
+        if x != y {
+            out.push(format!("{name}: {x} -> {y}"));
+        }
+    };
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
+    let num = |v: Option<i64>| v.map_or_else(|| "none".into(), |n| n.to_string());
+    diff("plan", a.plan_id.clone(), b.plan_id.clone());
+    diff(
+        "status",
+        opt(&a.subscription_status),
+        opt(&b.subscription_status),
+    );
+    diff(
+        "subscription",
+        opt(&a.stripe_subscription_id),
+        opt(&b.stripe_subscription_id),
+    );
+    diff(
+        "customer",
+        opt(&a.stripe_customer_id),
+        opt(&b.stripe_customer_id),
+    );
+    diff("period_start", num(a.period_start), num(b.period_start));
+    diff("period_end", num(a.period_end), num(b.period_end));
+    diff(
+        "cancel_at_period_end",
+        a.cancel_at_period_end.to_string(),
+        b.cancel_at_period_end.to_string(),
+    );
+    diff(
+        "past_due_since",
+        num(a.past_due_since),
+        num(b.past_due_since),
+    );
+    out.join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +121,7 @@ mod tests {
             updated_at: 0,
             past_due_since: None,
             cancel_at_period_end: false,
+            scheduled_plan_id: None,
             stripe_synced_at: None,
         }
     }

@@ -65,6 +65,13 @@ impl Deref for AppState {
     }
 }
 
+/// The queues and gateways in front of the store.
+pub struct Workers {
+    pub ingestor: Ingestor,
+    pub admitter: Admitter,
+    pub billing: Billing,
+}
+
 /// How long a token stays cached after it was read.
 pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(60);
 
@@ -74,11 +81,14 @@ impl AppState {
         plans: Arc<Plans>,
         rules: Rules,
         clock: Clock,
-        ingestor: Ingestor,
-        admitter: Admitter,
-        billing: Billing,
+        workers: Workers,
         metrics: Arc<Metrics>,
     ) -> AppState {
+        let Workers {
+            ingestor,
+            admitter,
+            billing,
+        } = workers;
         AppState(Arc::new(Shared {
             db,
             plans,
@@ -132,6 +142,11 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
             post(ledger_routes::end_session),
         )
         .route("/v1/stripe/webhook", post(stripe_routes::webhook))
+        .route("/v1/orgs/{org_id}/checkout", post(stripe_routes::checkout))
+        .route(
+            "/v1/orgs/{org_id}/billing-portal",
+            post(stripe_routes::billing_portal),
+        )
         .route("/v1/admin/stripe/events", get(stripe_routes::list_events))
         .route(
             "/v1/admin/stripe/events/{event_id}/retry",

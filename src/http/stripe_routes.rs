@@ -9,7 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::auth::Principal;
+use super::json::JsonBody;
+use super::orgs::path_id;
 use super::{ApiError, ApiResult, AppState};
+use crate::billing::api::StripeFailure;
+use crate::billing::checkout::{self, Change, ChangeError};
 use crate::billing::signature;
 use crate::ledger::Secs;
 use crate::quota::rfc3339;
@@ -174,4 +178,94 @@ pub async fn retry_event(
     }
     state.stripe_wake.notify_one();
     Ok(Json(json!({"event_id": event_id, "state": "pending"})))
+}
+
+#[derive(Deserialize)]
+pub struct CheckoutBody {
+    plan: String,
+}
+
+fn change_error(e: ChangeError) -> ApiError {
+    match e {
+        ChangeError::Off => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "stripe_off", e.to_string())
+        }
+        ChangeError::SamePlan(_) => {
+            ApiError::new(StatusCode::CONFLICT, "already_on_plan", e.to_string()).with_field("plan")
+        }
+        ChangeError::NoPrice(_) => ApiError::invalid("plan", e.to_string()),
+        ChangeError::NoItem | ChangeError::Conflict(_) => {
+            ApiError::new(StatusCode::CONFLICT, "stripe_conflict", e.to_string())
+        }
+        ChangeError::Stripe(StripeFailure::Unreachable(m)) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stripe_unavailable",
+            format!("Stripe did not answer ({m}); nothing changed, retry shortly"),
+        ),
+        ChangeError::Stripe(f) => {
+            ApiError::new(StatusCode::BAD_GATEWAY, "stripe_refused", f.to_string())
+        }
+        ChangeError::Store(s) => ApiError::from(s),
+    }
+}
+
+/// `POST /v1/orgs/{org_id}/checkout {"plan": "pro"}`: without a subscription, a Stripe
+/// Checkout Session to pay in (`url`); with one, an upgrade made at once (prorated) or a
+/// downgrade made when the period ends.
+pub async fn checkout(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(org_id): Path<String>,
+    JsonBody(body): JsonBody<CheckoutBody>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require_any(&[Scope::Console])?;
+    let org_id = path_id("org_id", &org_id)?;
+    principal.check_org(org_id.as_str())?;
+    let target = state.plans.get(&body.plan).ok_or_else(|| {
+        let names: Vec<&str> = state.plans.iter().map(|p| p.id.as_str()).collect();
+        ApiError::invalid(
+            "plan",
+            format!("no plan `{}`; plans: {}", body.plan, names.join(", ")),
+        )
+    })?;
+    let org = state
+        .db
+        .get_org(org_id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let change = checkout::change_plan(&state.billing, &org, target)
+        .await
+        .map_err(change_error)?;
+    Ok(Json(match change {
+        Change::Checkout { url, session_id } => {
+            json!({"action": "checkout", "plan": target.id, "url": url, "session_id": session_id})
+        }
+        Change::Changed(org) => json!({
+            "action": "changed", "plan": org.plan_id, "subscription_status": org.subscription_status,
+            "stripe_subscription_id": org.stripe_subscription_id,
+        }),
+        Change::Scheduled { plan, at } => {
+            json!({"action": "scheduled", "plan": plan, "at": crate::quota::format_rfc3339(at)})
+        }
+    }))
+}
+
+/// `POST /v1/orgs/{org_id}/billing-portal`: a link to Stripe's customer portal.
+pub async fn billing_portal(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(org_id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require_any(&[Scope::Console])?;
+    let org_id = path_id("org_id", &org_id)?;
+    principal.check_org(org_id.as_str())?;
+    let org = state
+        .db
+        .get_org(org_id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let url = checkout::portal(&state.billing, &org)
+        .await
+        .map_err(change_error)?;
+    Ok(Json(json!({"url": url})))
 }

@@ -488,4 +488,17 @@ impl Db {
             complete_stripe_request(org_id, idempotency_key, object_id, now)
         )
     }
+
+    pub async fn schedule_plan(
+        &self,
+        org_id: &str,
+        plan_id: Option<&str>,
+        now: Secs,
+    ) -> StoreResult<()> {
+        on_backend!(self, write, schedule_plan(org_id, plan_id, now))
+    }
+
+    pub async fn due_downgrades(&self, now: Secs, limit: i64) -> StoreResult<Vec<OrgRow>> {
+        on_backend!(self, read, due_downgrades(now, limit))
+    }
 }

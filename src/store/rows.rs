@@ -18,6 +18,8 @@ pub struct OrgRow {
     /// When the subscription went `past_due` (the plan is kept through its grace).
     pub past_due_since: Option<i64>,
     pub cancel_at_period_end: bool,
+    /// A downgrade asked for, made in Stripe when the period ends.
+    pub scheduled_plan_id: Option<String>,
     /// When the Stripe state last applied was read from Stripe.
     pub stripe_synced_at: Option<i64>,
 }

@@ -162,33 +162,12 @@ pub async fn apply_subscription_state(
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
-    let changes = describe_changes(&before, &after);
+    let changes = crate::billing::sync::describe_changes(&before, &after);
     if !changes.is_empty() {
         record_stripe_change(&mut tx, &s.org_id, source, &changes, now).await?;
     }
     tx.commit().await?;
     Ok(Some((before, after)))
-}
-
-/// What differs between two states of an org's billing, for the change log.
-fn describe_changes(a: &OrgRow, b: &OrgRow) -> String {
-    let mut out = Vec::new();
-    let mut diff = |name: &str, x: String, y: String| {
-        if x != y {
-            out.push(format!("{name}: {x} -> {y}"));
-        }
-    };
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
-    let num = |v: Option<i64>| v.map_or_else(|| "none".into(), |n| n.to_string());
-    diff("plan", a.plan_id.clone(), b.plan_id.clone());
-    diff("status", opt(&a.subscription_status), opt(&b.subscription_status));
-    diff("subscription", opt(&a.stripe_subscription_id), opt(&b.stripe_subscription_id));
-    diff("customer", opt(&a.stripe_customer_id), opt(&b.stripe_customer_id));
-    diff("period_start", num(a.period_start), num(b.period_start));
-    diff("period_end", num(a.period_end), num(b.period_end));
-    diff("cancel_at_period_end", a.cancel_at_period_end.to_string(), b.cancel_at_period_end.to_string());
-    diff("past_due_since", num(a.past_due_since), num(b.past_due_since));
-    out.join("; ")
 }
 
 async fn record_stripe_change(
@@ -302,4 +281,27 @@ pub async fn complete_stripe_request(
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// Record (or clear) a downgrade to make when the period ends.
+pub async fn schedule_plan(pool: &Pool<DB>, org_id: &str, plan_id: Option<&str>, now: Secs) -> StoreResult<()> {
+    sqlx::query("UPDATE orgs SET scheduled_plan_id = $2, updated_at = $3 WHERE org_id = $1")
+        .bind(org_id)
+        .bind(plan_id)
+        .bind(now)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Orgs with a downgrade whose period has ended.
+pub async fn due_downgrades(pool: &Pool<DB>, now: Secs, limit: i64) -> StoreResult<Vec<OrgRow>> {
+    Ok(sqlx::query_as::<_, OrgRow>(
+        "SELECT * FROM orgs WHERE scheduled_plan_id IS NOT NULL AND period_end <= $1 \
+         ORDER BY period_end LIMIT $2",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
 }

@@ -1,0 +1,260 @@
+//! Upgrades and downgrades started by the console: a Checkout Session for an org without
+//! a subscription, an item change for one with it (an upgrade at once, prorated; a
+//! downgrade when the period ends). Every write is recorded with its idempotency key
+//! before it is sent, so a retry after a crash reuses the key and Stripe makes no second
+//! object.
+
+use crate::plans::Plan;
+use crate::store::{OrgRow, StoreError, StripeRequestRow};
+
+use super::api::{StripeApi, StripeFailure};
+use super::Billing;
+
+/// What a plan change came to.
+#[derive(Debug)]
+pub enum Change {
+    /// Pay in Stripe Checkout, at `url`.
+    Checkout { url: String, session_id: String },
+    /// Changed now (an upgrade); the org as it stands.
+    Changed(Box<OrgRow>),
+    /// Made in Stripe when the period ends, at `at`.
+    Scheduled { plan: String, at: i64 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error("Stripe is off: set RUSH_METER_STRIPE_SECRET_KEY")]
+    Off,
+    #[error("the org is on the {0} plan already")]
+    SamePlan(String),
+    #[error("plan {0} has no stripe_prices to subscribe with")]
+    NoPrice(String),
+    #[error("the subscription has no item to change")]
+    NoItem,
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Stripe(#[from] StripeFailure),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn api(b: &Billing) -> Result<&StripeApi, ChangeError> {
+    b.api.as_ref().ok_or(ChangeError::Off)
+}
+
+/// Record an outbound write (or find the unfinished one it repeats) and its key.
+async fn begin(
+    b: &Billing,
+    org_id: &str,
+    operation: &str,
+    target: &str,
+    key: Option<String>,
+) -> Result<String, ChangeError> {
+    if key.is_none() {
+        if let Some(open) = b.db.open_stripe_request(org_id, operation, target).await? {
+            return Ok(open.idempotency_key);
+        }
+    }
+    let key =
+        key.unwrap_or_else(|| format!("rm-{operation}-{org_id}-{:016x}", rand::random::<u64>()));
+    let row = StripeRequestRow {
+        org_id: org_id.to_owned(),
+        operation: operation.to_owned(),
+        idempotency_key: key,
+        target: target.to_owned(),
+        created_at: b.clock.now(),
+        completed_at: None,
+        object_id: None,
+    };
+    Ok(b.db.begin_stripe_request(&row).await?.idempotency_key)
+}
+
+/// The org's Stripe customer, created (once) if it has none.
+pub async fn ensure_customer(b: &Billing, org: &OrgRow) -> Result<String, ChangeError> {
+    if let Some(c) = &org.stripe_customer_id {
+        return Ok(c.clone());
+    }
+    let api = api(b)?;
+    let key = begin(b, &org.org_id, "create_customer", &org.org_id, None).await?;
+    let customer = api.create_customer(&org.org_id, &org.name, &key).await?;
+    if !b
+        .db
+        .link_stripe_customer(&org.org_id, &customer.id, b.clock.now())
+        .await?
+    {
+        return Err(ChangeError::Conflict(format!(
+            "org {} was linked to another Stripe customer meanwhile",
+            org.org_id
+        )));
+    }
+    b.db.complete_stripe_request(&org.org_id, &key, &customer.id, b.clock.now())
+        .await?;
+    Ok(customer.id)
+}
+
+/// Move an org to `target`.
+pub async fn change_plan(b: &Billing, org: &OrgRow, target: &Plan) -> Result<Change, ChangeError> {
+    let api = api(b)?;
+    let subscribed = org.stripe_subscription_id.as_deref().filter(|_| {
+        !matches!(
+            org.subscription_status.as_deref(),
+            None | Some("canceled" | "incomplete_expired")
+        )
+    });
+    let Some(sub_id) = subscribed else {
+        let price = target
+            .stripe_prices
+            .first()
+            .ok_or_else(|| ChangeError::NoPrice(target.id.clone()))?;
+        let customer = ensure_customer(b, org).await?;
+        let key = begin(
+            b,
+            &org.org_id,
+            "checkout",
+            &target.id,
+            Some(format!(
+                "rm-checkout-{}-{:016x}",
+                org.org_id,
+                rand::random::<u64>()
+            )),
+        )
+        .await?;
+        let session = api
+            .create_checkout_session(&customer, price, &org.org_id, &b.config.return_url, &key)
+            .await?;
+        b.db.complete_stripe_request(&org.org_id, &key, &session.id, b.clock.now())
+            .await?;
+        return Ok(Change::Checkout {
+            url: session.url.unwrap_or_default(),
+            session_id: session.id,
+        });
+    };
+    if org.plan_id == target.id {
+        if org.scheduled_plan_id.is_some() {
+            b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
+        }
+        return Err(ChangeError::SamePlan(target.id.clone()));
+    }
+    let current_price = b
+        .plans
+        .get(&org.plan_id)
+        .map(|p| p.price)
+        .unwrap_or_default();
+    if target.stripe_prices.is_empty() {
+        // Down to a plan Stripe does not sell (Free): the subscription ends with its period.
+        let key = begin(
+            b,
+            &org.org_id,
+            "cancel",
+            sub_id,
+            Some(format!("rm-cancel-{sub_id}")),
+        )
+        .await?;
+        let read_at = b.clock.now();
+        let sub = api.cancel_at_period_end(sub_id, &key).await?;
+        b.db.complete_stripe_request(&org.org_id, &key, &sub.id, b.clock.now())
+            .await?;
+        b.apply(&sub, Some(&org.org_id), read_at, "checkout")
+            .await
+            .map_err(ChangeError::Conflict)?;
+        let at = sub.period().map_or_else(|| b.clock.now(), |p| p.end);
+        return Ok(Change::Scheduled {
+            plan: target.id.clone(),
+            at,
+        });
+    }
+    if target.price < current_price {
+        let at = org.period_end.unwrap_or_else(|| b.clock.now());
+        b.db.schedule_plan(&org.org_id, Some(&target.id), b.clock.now())
+            .await?;
+        return Ok(Change::Scheduled {
+            plan: target.id.clone(),
+            at,
+        });
+    }
+    let org = move_item(b, api, org, sub_id, target, true).await?;
+    Ok(Change::Changed(Box::new(org)))
+}
+
+/// Change the subscription's item to `target`'s price and apply Stripe's answer.
+async fn move_item(
+    b: &Billing,
+    api: &StripeApi,
+    org: &OrgRow,
+    sub_id: &str,
+    target: &Plan,
+    prorate: bool,
+) -> Result<OrgRow, ChangeError> {
+    let price = target
+        .stripe_prices
+        .first()
+        .ok_or_else(|| ChangeError::NoPrice(target.id.clone()))?;
+    let sub = api.subscription(sub_id).await?;
+    let item = sub.items.data.first().ok_or(ChangeError::NoItem)?;
+    // Subscriptions on legacy plans (older accounts, and the local fake) change plans.
+    let legacy = item.price.is_none();
+    let period = org.period_start.unwrap_or_default();
+    let key = begin(
+        b,
+        &org.org_id,
+        "change_plan",
+        &target.id,
+        Some(format!("rm-change-{sub_id}-{}-{period}", target.id)),
+    )
+    .await?;
+    let read_at = b.clock.now();
+    let changed = api
+        .change_item(sub_id, &item.id, price, legacy, prorate, &key)
+        .await?;
+    b.db.complete_stripe_request(&org.org_id, &key, &changed.id, b.clock.now())
+        .await?;
+    let applied = b
+        .apply(&changed, Some(&org.org_id), read_at, "checkout")
+        .await
+        .map_err(ChangeError::Conflict)?;
+    if org.scheduled_plan_id.is_some() {
+        b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
+    }
+    match applied.org {
+        Some(o) => Ok(o),
+        None => Ok(b
+            .db
+            .get_org(&org.org_id)
+            .await?
+            .unwrap_or_else(|| org.clone())),
+    }
+}
+
+/// Make the downgrades whose period has ended; returns how many were made.
+pub async fn apply_due_downgrades(b: &Billing) -> Result<usize, ChangeError> {
+    let api = api(b)?;
+    let mut done = 0;
+    for org in b.db.due_downgrades(b.clock.now(), 100).await? {
+        let (Some(target), Some(sub_id)) = (
+            org.scheduled_plan_id
+                .as_deref()
+                .and_then(|p| b.plans.get(p)),
+            org.stripe_subscription_id.as_deref(),
+        ) else {
+            b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
+            continue;
+        };
+        match move_item(b, api, &org, sub_id, target, false).await {
+            Ok(_) => done += 1,
+            Err(e) => {
+                tracing::warn!(org_id = %org.org_id, error = %e, "scheduled downgrade failed; will retry")
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// A link to Stripe's customer portal for the org's billing details.
+pub async fn portal(b: &Billing, org: &OrgRow) -> Result<String, ChangeError> {
+    let customer = ensure_customer(b, org).await?;
+    Ok(api(b)?
+        .create_portal_session(&customer, &b.config.return_url)
+        .await?
+        .url)
+}

@@ -1,0 +1,64 @@
+//! Reconciliation: read every subscription from Stripe, apply each to its org as a webhook
+//! would, and report what that changed. A webhook lost for good is repaired by the next
+//! run (`rush-meter stripe reconcile`, and every `RUSH_METER_STRIPE_RECONCILE_SECS` in
+//! `serve`).
+
+use std::collections::HashSet;
+
+use super::Billing;
+
+/// What a run saw and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Report {
+    pub subscriptions: usize,
+    /// `(org_id, what changed)` for each org that was out of step.
+    pub changed: Vec<(String, String)>,
+    /// Subscriptions that could not be applied, and why.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Reconcile every subscription; `progress` is told after each one.
+pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> Result<Report, String> {
+    let api = b.api()?;
+    let mut report = Report::default();
+    let mut seen = HashSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = api
+            .subscriptions(after.as_deref())
+            .await
+            .map_err(|e| format!("listing subscriptions: {e}"))?;
+        // A cursor Stripe no longer knows may restart the list (the local fake does):
+        // stop at the first subscription seen twice.
+        let fresh: Vec<_> = page
+            .data
+            .into_iter()
+            .filter(|s| seen.insert(s.id.clone()))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        after = fresh.last().map(|s| s.id.clone());
+        for sub in &fresh {
+            report.subscriptions += 1;
+            let read_at = b.clock.now();
+            match b.apply(sub, None, read_at, "reconcile").await {
+                Ok(applied) => {
+                    if let (Some(org), Some(change)) = (applied.org_id, applied.change) {
+                        tracing::info!(org_id = %org, subscription = %sub.id, %change, "reconcile repaired drift");
+                        report.changed.push((org, change));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(subscription = %sub.id, error = %e, "reconcile could not apply a subscription");
+                    report.failed.push((sub.id.clone(), e));
+                }
+            }
+            progress(&sub.id);
+        }
+        if !page.has_more {
+            break;
+        }
+    }
+    Ok(report)
+}
