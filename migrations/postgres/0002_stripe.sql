@@ -24,7 +24,7 @@ CREATE TABLE stripe_events (
     payload         TEXT NOT NULL,
     received_at     BIGINT NOT NULL,
     state           TEXT NOT NULL,
-    attempts        INTEGER NOT NULL DEFAULT 0,
+    attempts        BIGINT NOT NULL DEFAULT 0,
     next_attempt_at BIGINT NOT NULL,
     last_error      TEXT,
     processed_at    BIGINT,

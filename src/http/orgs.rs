@@ -48,6 +48,11 @@ struct SubscriptionView {
     current_period_start: Option<Secs>,
     #[serde(with = "rfc3339::option")]
     current_period_end: Option<Secs>,
+    cancel_at_period_end: bool,
+    /// A downgrade asked for, made when the period ends.
+    scheduled_plan: Option<String>,
+    #[serde(with = "rfc3339::option")]
+    past_due_since: Option<Secs>,
 }
 
 impl From<OrgRow> for OrgView {
@@ -58,6 +63,9 @@ impl From<OrgRow> for OrgView {
                 stripe_customer_id: o.stripe_customer_id.clone(),
                 stripe_subscription_id: o.stripe_subscription_id.clone(),
                 current_period_start: o.period_start,
+                cancel_at_period_end: o.cancel_at_period_end,
+                scheduled_plan: o.scheduled_plan_id.clone(),
+                past_due_since: o.past_due_since,
                 current_period_end: o.period_end,
             });
         OrgView {

@@ -90,6 +90,8 @@ pub struct Options {
     pub max_body_bytes: usize,
     pub rules: Rules,
     pub stripe: rush_meter::config::StripeConfig,
+    /// Where the manual clock starts.
+    pub clock_start: Secs,
 }
 
 impl Default for Options {
@@ -102,6 +104,7 @@ impl Default for Options {
                 lease: 45,
             },
             stripe: Default::default(),
+            clock_start: T0,
         }
     }
 }
@@ -127,7 +130,7 @@ impl TestServer {
             max_body_bytes: opts.max_body_bytes,
             stripe: opts.stripe.clone(),
         };
-        let clock = Clock::manual(T0);
+        let clock = Clock::manual(opts.clock_start);
         let app = App::start(&config, clock.clone())
             .await
             .expect("app starts");
@@ -286,6 +289,25 @@ pub async fn spawn_service(database_url: &str, token: &str) -> (tokio::process::
 }
 
 /// A heartbeat as a supervisor sends it, `sent_at` as RFC 3339.
+pub mod localstripe;
+
+/// Poll `check` until it holds, for at most `secs` seconds (events are processed in the
+/// background); panics with `what` if it never does.
+pub async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub fn hb(org: &str, session: &str, seq: i64, state: &str, at: Secs) -> Value {
     json!({"org_id": org, "session_id": session, "vm_id": format!("vm_{session}"),
            "seq": seq, "state": state, "sent_at": rush_meter::quota::format_rfc3339(at)})

@@ -1,0 +1,154 @@
+//! localstripe, the Stripe fake of the tests: one process per test on its own port, from
+//! scratch. `.ci/run` installs it into `.venv/`; `LOCALSTRIPE` names another binary.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub const KEY: &str = "sk_test_rush_meter";
+
+pub struct LocalStripe {
+    pub url: String,
+    http: reqwest::Client,
+    _child: tokio::process::Child,
+}
+
+fn binary() -> std::path::PathBuf {
+    std::env::var_os("LOCALSTRIPE")
+        .map(Into::into)
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/localstripe").into())
+}
+
+impl LocalStripe {
+    /// `None` (with a note) when localstripe is not installed, except on CI, where that fails.
+    pub async fn start() -> Option<LocalStripe> {
+        let bin = binary();
+        if !bin.exists() {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!(
+                    "localstripe is required on CI; .ci/run installs it into .venv ({} is missing)",
+                    bin.display()
+                );
+            }
+            eprintln!("NOTE: {} missing (python3 -m venv .venv && .venv/bin/pip install localstripe); this test did not run", bin.display());
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = tokio::process::Command::new(&bin)
+            .args(["--port", &port.to_string(), "--from-scratch"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("localstripe starts");
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "localstripe did not listen on {port}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let ls = LocalStripe {
+            url,
+            http: reqwest::Client::new(),
+            _child: child,
+        };
+        for (id, amount, name) in [
+            ("pro_monthly", "2000", "Pro"),
+            ("team_monthly", "20000", "Team"),
+        ] {
+            ls.post(
+                "/v1/plans",
+                &[
+                    ("id", id),
+                    ("amount", amount),
+                    ("currency", "usd"),
+                    ("interval", "month"),
+                    ("product[name]", name),
+                ],
+            )
+            .await;
+        }
+        Some(ls)
+    }
+
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        form: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let resp = self
+            .http
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(KEY)
+            .form(form)
+            .send()
+            .await
+            .expect("localstripe answers");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Value {
+        let (status, v) = self.call(reqwest::Method::POST, path, form).await;
+        assert!(status < 300, "localstripe POST {path} -> {status}: {v}");
+        v
+    }
+
+    /// Send webhooks to `url`, signed with `secret`.
+    pub async fn register_webhook(&self, url: &str, secret: &str) {
+        self.post(
+            "/_config/webhooks/rush_meter",
+            &[("url", url), ("secret", secret)],
+        )
+        .await;
+    }
+
+    /// A customer that can pay, optionally naming its org.
+    pub async fn customer(&self, org: Option<&str>) -> String {
+        let mut form = vec![("invoice_settings[default_payment_method]", "pm_card_visa")];
+        if let Some(o) = org {
+            form.push(("metadata[org_id]", o));
+        }
+        self.post("/v1/customers", &form).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    pub async fn subscribe(&self, customer: &str, plan: &str) -> String {
+        self.post(
+            "/v1/subscriptions",
+            &[("customer", customer), ("items[0][plan]", plan)],
+        )
+        .await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    pub async fn cancel(&self, subscription: &str) {
+        let (status, v) = self
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/v1/subscriptions/{subscription}"),
+                &[],
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+    }
+}

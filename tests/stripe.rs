@@ -1,0 +1,604 @@
+//! Stripe: webhook signatures, exactly-once events in any order, and subscriptions followed
+//! through localstripe's real webhooks, checkout and reconciliation.
+
+mod common;
+
+use common::localstripe::{LocalStripe, KEY};
+use common::{eventually, Backend, Options, TestServer, ADMIN};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rush_meter::billing::signature::sign;
+use rush_meter::config::{Secret, StripeConfig};
+use rush_meter::ledger::Secs;
+use serde_json::{json, Value};
+
+const SECRET: &str = "whsec_rush_meter_test";
+const OLD_SECRET: &str = "whsec_rush_meter_old";
+
+fn webhooks_only() -> StripeConfig {
+    StripeConfig {
+        webhook_secrets: vec![Secret::new(SECRET), Secret::new(OLD_SECRET)],
+        ..StripeConfig::default()
+    }
+}
+
+async fn start(backend: Backend, stripe: StripeConfig, clock_start: Secs) -> Option<TestServer> {
+    TestServer::start_with(
+        backend,
+        Options {
+            stripe,
+            clock_start,
+            ..Options::default()
+        },
+    )
+    .await
+}
+
+/// Deliver `body` as Stripe would, signed with `header`; the status and answer.
+async fn deliver(srv: &TestServer, body: &str, header: &str) -> (u16, Value) {
+    let resp = srv
+        .client
+        .post(format!("{}/v1/stripe/webhook", srv.url))
+        .header("Stripe-Signature", header)
+        .header("Content-Type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+fn event(id: &str, kind: &str, created: Secs, object: Value) -> String {
+    json!({"id": id, "object": "event", "type": kind, "created": created, "data": {"object": object}}).to_string()
+}
+
+fn subscription(id: &str, org: &str, status: &str, plan: &str) -> Value {
+    json!({"id": id, "object": "subscription", "status": status, "customer": format!("cus_{org}"),
+           "metadata": {"org_id": org}, "cancel_at_period_end": false,
+           "current_period_start": 1_796_000_000, "current_period_end": 1_798_600_000,
+           "items": {"object": "list", "data": [{"id": format!("si_{id}"), "plan": {"id": plan}}]}})
+}
+
+async fn event_states(srv: &TestServer) -> Vec<(String, i64)> {
+    let v = srv
+        .admin("GET", "/v1/admin/stripe/events?limit=1000", None)
+        .await;
+    v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["state"].as_str().unwrap().to_owned(),
+                e["attempts"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn all_done(srv: &TestServer) -> bool {
+    let v = srv
+        .admin("GET", "/v1/admin/stripe/events?state=pending", None)
+        .await;
+    v["events"].as_array().unwrap().is_empty()
+}
+
+/// Each test once on SQLite and once on PostgreSQL.
+macro_rules! on_both_backends {
+    ($($name:ident),*) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    signatures_are_checked_before_anything_is_stored,
+    events_delivered_five_times_at_once_take_effect_once,
+    events_in_any_order_leave_stripes_state
+);
+
+async fn signatures_are_checked_before_anything_is_stored(backend: Backend) {
+    let Some(srv) = start(backend, webhooks_only(), common::T0).await else {
+        return;
+    };
+    srv.create_org("org_1", "free").await;
+    let now = common::T0;
+    let body = event(
+        "evt_1",
+        "customer.subscription.created",
+        now,
+        subscription("sub_1", "org_1", "active", "pro_monthly"),
+    );
+    let before = srv.db.digest().await.unwrap();
+    let mut flipped = body.clone().into_bytes();
+    flipped[20] ^= 1;
+    let flipped = String::from_utf8(flipped).unwrap();
+    let good_sig = sign(SECRET, now, body.as_bytes());
+    let good_v1 = good_sig.split_once(",v1=").unwrap().1.to_owned();
+    let other_v1 = "0".repeat(64);
+    for (what, b, header) in [
+        (
+            "a flipped body byte",
+            flipped.as_str(),
+            sign(SECRET, now, body.as_bytes()),
+        ),
+        (
+            "a timestamp 301 s old",
+            body.as_str(),
+            sign(SECRET, now - 301, body.as_bytes()),
+        ),
+        (
+            "a wrong secret",
+            body.as_str(),
+            sign("whsec_wrong", now, body.as_bytes()),
+        ),
+        ("no v1", body.as_str(), format!("t={now}")),
+    ] {
+        let (status, v) = deliver(&srv, b, &header).await;
+        assert_eq!(status, 400, "{what}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_signature", "{what}");
+    }
+    assert_eq!(
+        srv.db.digest().await.unwrap(),
+        before,
+        "a refused delivery stored nothing"
+    );
+    let (status, _) = deliver(&srv, &body, "").await;
+    assert_eq!(status, 400);
+
+    // 299 s old, signed with the secret being rolled out of use.
+    let (status, v) = deliver(&srv, &body, &sign(OLD_SECRET, now - 299, body.as_bytes())).await;
+    assert_eq!((status, &v["duplicate"]), (200, &json!(false)), "{v}");
+    // Two v1 values, the good one first or second: both accepted (as redeliveries).
+    for header in [
+        format!("t={now},v1={good_v1},v1={other_v1}"),
+        format!("t={now},v1={other_v1},v1={good_v1}"),
+    ] {
+        let (status, v) = deliver(&srv, &body, &header).await;
+        assert_eq!(
+            (status, &v["duplicate"]),
+            (200, &json!(true)),
+            "{header}: {v}"
+        );
+    }
+    // Unknown types are stored and acknowledged, then ignored.
+    let odd = event(
+        "evt_2",
+        "radar.early_fraud_warning.created",
+        now,
+        json!({"id": "issfr_1"}),
+    );
+    let (status, _) = deliver(&srv, &odd, &sign(SECRET, now, odd.as_bytes())).await;
+    assert_eq!(status, 200);
+    eventually(10, "both events are done", || all_done(&srv)).await;
+    let mut states = event_states(&srv).await;
+    states.sort();
+    assert_eq!(
+        states,
+        [("ignored".to_owned(), 1), ("processed".to_owned(), 1)]
+    );
+    let org = srv.db.get_org("org_1").await.unwrap().unwrap();
+    assert_eq!(
+        (org.plan_id.as_str(), org.subscription_status.as_deref()),
+        ("pro", Some("active"))
+    );
+}
+
+async fn events_delivered_five_times_at_once_take_effect_once(backend: Backend) {
+    let Some(srv) = start(backend, webhooks_only(), common::T0).await else {
+        return;
+    };
+    const ORGS: usize = 100;
+    const PER_ORG: usize = 10;
+    for o in 0..ORGS {
+        srv.create_org(&format!("org_{o}"), "free").await;
+    }
+    // 1,000 events: ten for each org's subscription, alternating plans over time.
+    let mut bodies = Vec::new();
+    for o in 0..ORGS {
+        for k in 0..PER_ORG {
+            let plan = if k % 2 == 0 {
+                "pro_monthly"
+            } else {
+                "team_monthly"
+            };
+            let obj = subscription(&format!("sub_{o}"), &format!("org_{o}"), "active", plan);
+            let created = common::T0 - 1000 + k as Secs;
+            bodies.push(event(
+                &format!("evt_{o}_{k}"),
+                "customer.subscription.updated",
+                created,
+                obj,
+            ));
+        }
+    }
+    let deliveries: Vec<String> = bodies
+        .iter()
+        .flat_map(|b| std::iter::repeat_n(b.clone(), 5))
+        .collect();
+    let srv = std::sync::Arc::new(srv);
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in deliveries.chunks(deliveries.len() / 50) {
+        let (srv, chunk) = (std::sync::Arc::clone(&srv), chunk.to_vec());
+        tasks.spawn(async move {
+            for body in chunk {
+                let header = sign(SECRET, common::T0, body.as_bytes());
+                let (status, v) = deliver(&srv, &body, &header).await;
+                assert_eq!(status, 200, "{v}");
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    eventually(60, "every event is processed", || all_done(&srv)).await;
+    let states = event_states(&srv).await;
+    assert_eq!(states.len(), ORGS * PER_ORG);
+    assert!(
+        states.iter().all(|(s, a)| s == "processed" && *a == 1),
+        "each event taken once"
+    );
+    for o in 0..ORGS {
+        let org = srv.db.get_org(&format!("org_{o}")).await.unwrap().unwrap();
+        assert_eq!(org.plan_id, "team", "the latest event's plan wins");
+    }
+}
+
+async fn events_in_any_order_leave_stripes_state(backend: Backend) {
+    let Some(srv) = start(backend, webhooks_only(), common::T0).await else {
+        return;
+    };
+    const SUBS: usize = 100;
+    for seed in 0..3u64 {
+        // One subscription an org: each seed has its own orgs.
+        for o in 0..SUBS {
+            srv.create_org(&format!("org_{seed}_{o}"), "free").await;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut events = Vec::new();
+        let mut expected = Vec::new();
+        for o in 0..SUBS {
+            let (org, sub) = (format!("org_{seed}_{o}"), format!("sub_{seed}_{o}"));
+            let t = common::T0 + seed as Secs * 100;
+            let plans = ["pro_monthly", "team_monthly"];
+            let updated_plan = *plans.choose(&mut rng).unwrap();
+            let updated_status = *["active", "past_due", "unpaid"].choose(&mut rng).unwrap();
+            let mut seq = vec![
+                (
+                    "customer.subscription.created",
+                    t,
+                    subscription(&sub, &org, "active", "pro_monthly"),
+                ),
+                (
+                    "customer.subscription.updated",
+                    t + 1,
+                    subscription(&sub, &org, updated_status, updated_plan),
+                ),
+            ];
+            let deleted = rand::Rng::gen_bool(&mut rng, 0.5);
+            if deleted {
+                seq.push((
+                    "customer.subscription.deleted",
+                    t + 2,
+                    subscription(&sub, &org, "canceled", updated_plan),
+                ));
+            }
+            let last = seq.last().unwrap();
+            let plan = if deleted {
+                "free"
+            } else if updated_plan == "pro_monthly" {
+                "pro"
+            } else {
+                "team"
+            };
+            expected.push((
+                org.clone(),
+                plan.to_owned(),
+                last.2["status"].as_str().unwrap().to_owned(),
+            ));
+            for (k, (kind, created, obj)) in seq.into_iter().enumerate() {
+                events.push(event(&format!("evt_{seed}_{o}_{k}"), kind, created, obj));
+            }
+        }
+        events.shuffle(&mut rng);
+        for body in &events {
+            let (status, v) = deliver(&srv, body, &sign(SECRET, common::T0, body.as_bytes())).await;
+            assert_eq!(status, 200, "{v}");
+        }
+        eventually(60, "every event is processed", || all_done(&srv)).await;
+        for (org, plan, status) in expected {
+            let row = srv.db.get_org(&org).await.unwrap().unwrap();
+            assert_eq!(
+                (row.plan_id.as_str(), row.subscription_status.as_deref()),
+                (plan.as_str(), Some(status.as_str())),
+                "{org}, seed {seed}"
+            );
+        }
+    }
+}
+
+fn with_stripe(ls: &LocalStripe) -> StripeConfig {
+    StripeConfig {
+        secret_key: Some(Secret::new(KEY)),
+        api_base: ls.url.clone(),
+        ..webhooks_only()
+    }
+}
+
+fn real_now() -> Secs {
+    chrono::Utc::now().timestamp()
+}
+
+async fn plan_of(srv: &TestServer, org: &str) -> (String, Option<String>) {
+    let o = srv.db.get_org(org).await.unwrap().unwrap();
+    (o.plan_id, o.subscription_status)
+}
+
+async fn wait_for_plan(srv: &TestServer, org: &str, plan: &str, what: &str) {
+    eventually(20, what, || async { plan_of(srv, org).await.0 == plan }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_follow_stripe_through_real_webhooks() {
+    let Some(ls) = LocalStripe::start().await else {
+        return;
+    };
+    let Some(srv) = start(Backend::Sqlite, with_stripe(&ls), real_now()).await else {
+        return;
+    };
+    ls.register_webhook(&format!("{}/v1/stripe/webhook", srv.url), SECRET)
+        .await;
+    srv.create_org("org_1", "free").await;
+    srv.admin("PUT", "/v1/orgs/org_1/keys/k1", Some(json!({})))
+        .await;
+
+    // A subscription made in Stripe reaches the org through customer.subscription.created.
+    let customer = ls.customer(Some("org_1")).await;
+    let sub = ls.subscribe(&customer, "pro_monthly").await;
+    wait_for_plan(
+        &srv,
+        "org_1",
+        "pro",
+        "the created subscription makes org_1 pro",
+    )
+    .await;
+    let org = srv.db.get_org("org_1").await.unwrap().unwrap();
+    assert_eq!(org.stripe_customer_id.as_deref(), Some(customer.as_str()));
+    assert_eq!(org.stripe_subscription_id.as_deref(), Some(sub.as_str()));
+    assert!(
+        org.billing_period().is_some(),
+        "the subscription's period is the org's month window"
+    );
+
+    // An upgrade through the service changes the subscription in Stripe, and the very
+    // next decision uses the new plan.
+    let console = srv
+        .token(&[rush_meter::tokens::Scope::Console], Some("org_1"))
+        .await;
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/org_1/checkout",
+            Some(&console),
+            Some(&json!({"plan": "team"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["action"].as_str(), v["plan"].as_str()),
+        (Some("changed"), Some("team"))
+    );
+    let (_, stripe_sub) = ls
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/subscriptions/{sub}"),
+            &[],
+        )
+        .await;
+    assert_eq!(stripe_sub["items"]["data"][0]["plan"]["id"], "team_monthly");
+    let (status, d) = srv
+        .call(
+            "POST",
+            "/v1/admissions",
+            Some(ADMIN),
+            Some(&json!({"org_id": "org_1", "key_id": "k1", "session_id": "s1", "agent": "codex"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(
+        (d["plan"].as_str(), d["concurrency"]["limit"].as_i64()),
+        (Some("team"), Some(10))
+    );
+
+    // Down to pro: made when the period ends, not now.
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/org_1/checkout",
+            Some(&console),
+            Some(&json!({"plan": "pro"})),
+        )
+        .await;
+    assert_eq!(
+        (status, v["action"].as_str()),
+        (200, Some("scheduled")),
+        "{v}"
+    );
+    assert_eq!(plan_of(&srv, "org_1").await.0, "team");
+
+    // Cancelled in Stripe: customer.subscription.deleted brings the org back to Free.
+    ls.cancel(&sub).await;
+    wait_for_plan(
+        &srv,
+        "org_1",
+        "free",
+        "the deleted subscription makes org_1 free",
+    )
+    .await;
+    assert_eq!(plan_of(&srv, "org_1").await.1.as_deref(), Some("canceled"));
+
+    // Checkout completes (localstripe has no Checkout: the test signs the event itself) for
+    // a customer that names no org; the session's client_reference_id does.
+    srv.create_org("org_2", "free").await;
+    let customer2 = ls.customer(None).await;
+    let sub2 = ls.subscribe(&customer2, "team_monthly").await;
+    let now = real_now();
+    let body = event(
+        "evt_checkout_2",
+        "checkout.session.completed",
+        now,
+        json!({"id": "cs_2", "object": "checkout.session", "customer": customer2, "subscription": sub2, "client_reference_id": "org_2"}),
+    );
+    let (status, _) = deliver(&srv, &body, &sign(SECRET, now, body.as_bytes())).await;
+    assert_eq!(status, 200);
+    wait_for_plan(
+        &srv,
+        "org_2",
+        "team",
+        "checkout.session.completed makes org_2 team",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_down_never_blocks_the_gate_and_reconcile_repairs_lost_webhooks() {
+    let Some(ls) = LocalStripe::start().await else {
+        return;
+    };
+    // Stripe unreachable: a port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = StripeConfig {
+        api_base: format!("http://127.0.0.1:{closed}"),
+        ..with_stripe(&ls)
+    };
+    let Some(srv) = start(Backend::Postgres, down, real_now()).await else {
+        return;
+    };
+    srv.create_org("org_1", "free").await;
+    srv.admin("PUT", "/v1/orgs/org_1/keys/k1", Some(json!({})))
+        .await;
+    let (status, d) = srv
+        .call(
+            "POST",
+            "/v1/admissions",
+            Some(ADMIN),
+            Some(
+                &json!({"org_id": "org_1", "key_id": "k1", "session_id": "s1", "agent": "claude"}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        (status, d["decision"].as_str()),
+        (200, Some("allow")),
+        "{d}"
+    );
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/org_1/checkout",
+            Some(ADMIN),
+            Some(&json!({"plan": "pro"})),
+        )
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (503, Some("stripe_unavailable")),
+        "{v}"
+    );
+    // A subscription event arrives while Stripe cannot be read back: kept, retried later.
+    let now = real_now();
+    let body = event(
+        "evt_1",
+        "invoice.paid",
+        now,
+        json!({"id": "in_1", "subscription": "sub_x"}),
+    );
+    let (status, _) = deliver(&srv, &body, &sign(SECRET, now, body.as_bytes())).await;
+    assert_eq!(status, 200);
+    eventually(
+        10,
+        "the event failed once and waits for a retry",
+        || async { event_states(&srv).await == [("pending".to_owned(), 1)] },
+    )
+    .await;
+
+    // Stripe is back, but its webhooks for this subscription were lost: reconcile repairs.
+    let customer = ls.customer(Some("org_1")).await;
+    ls.subscribe(&customer, "pro_monthly").await;
+    assert_eq!(plan_of(&srv, "org_1").await.0, "free");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
+        .args([
+            "--database-url",
+            &srv.database_url,
+            "--stripe-secret-key",
+            KEY,
+            "--stripe-api-base",
+            &ls.url,
+        ])
+        .args([
+            "--plans-dir",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/plans"),
+            "stripe",
+            "reconcile",
+        ])
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("changed org_1: plan: free -> pro"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 subscriptions read, 1 orgs repaired, 0 failed"),
+        "{stdout}"
+    );
+    assert_eq!(
+        plan_of(&srv, "org_1").await,
+        ("pro".to_owned(), Some("active".to_owned()))
+    );
+    // A second run finds nothing to repair.
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
+        .args([
+            "--database-url",
+            &srv.database_url,
+            "--stripe-secret-key",
+            KEY,
+            "--stripe-api-base",
+            &ls.url,
+        ])
+        .args([
+            "--plans-dir",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/plans"),
+            "stripe",
+            "reconcile",
+        ])
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&again.stdout).contains("0 orgs repaired"));
+}
