@@ -7,6 +7,7 @@ pub mod admission;
 pub mod billing;
 pub mod clock;
 pub mod config;
+pub mod failpoint;
 pub mod gate;
 pub mod http;
 pub mod ids;

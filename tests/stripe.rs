@@ -602,3 +602,92 @@ async fn stripe_down_never_blocks_the_gate_and_reconcile_repairs_lost_webhooks()
         .unwrap();
     assert!(String::from_utf8_lossy(&again.stdout).contains("0 orgs repaired"));
 }
+
+/// Customers localstripe holds for `org`.
+async fn customers_of(ls: &LocalStripe, org: &str) -> Vec<String> {
+    let (_, v) = ls
+        .call(reqwest::Method::GET, "/v1/customers?limit=100", &[])
+        .await;
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["metadata"]["org_id"] == org)
+        .map(|c| c["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_stripes_answer_and_the_commit_leaves_one_customer() {
+    let Some(ls) = LocalStripe::start().await else {
+        return;
+    };
+    let Some((db, _dir)) = common::fresh_database(Backend::Sqlite).await else {
+        return;
+    };
+    let stripe = [
+        ("RUSH_METER_STRIPE_SECRET_KEY", KEY),
+        ("RUSH_METER_STRIPE_API_BASE", ls.url.as_str()),
+    ];
+    let mut crashing = stripe.to_vec();
+    crashing.push(("RUSH_METER_FAILPOINT", "after_stripe_create_customer"));
+    let client = reqwest::Client::new();
+    let (mut child, base) = common::spawn_service_with(&db, ADMIN, &crashing).await;
+    let put = client
+        .put(format!("{base}/v1/orgs/org_1"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"plan": "free"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let checkout = || {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            client
+                .post(format!("{base}/v1/orgs/org_1/checkout"))
+                .bearer_auth(ADMIN)
+                .json(&json!({"plan": "pro"}))
+                .send()
+                .await
+        }
+    };
+    assert!(
+        checkout().await.is_err(),
+        "the process dies before it answers"
+    );
+    let status = child.wait().await.unwrap();
+    assert!(!status.success(), "aborted at the failpoint");
+    let made = customers_of(&ls, "org_1").await;
+    assert_eq!(made.len(), 1, "Stripe made the customer before the crash");
+
+    // Restarted: the recorded request is finished with the customer Stripe made, not a new one.
+    let (_child, base) = common::spawn_service_with(&db, ADMIN, &stripe).await;
+    let resp = client
+        .post(format!("{base}/v1/orgs/org_1/checkout"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"plan": "pro"}))
+        .send()
+        .await
+        .unwrap();
+    // localstripe has no Checkout: the session itself is refused, after the customer step.
+    assert_eq!(resp.status(), 502, "{}", resp.text().await.unwrap());
+    assert_eq!(
+        customers_of(&ls, "org_1").await,
+        made,
+        "still exactly one customer"
+    );
+    let org: Value = client
+        .get(format!("{base}/v1/orgs/org_1"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        org["subscription"]["stripe_customer_id"].as_str(),
+        Some(made[0].as_str())
+    );
+}

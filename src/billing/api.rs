@@ -177,7 +177,8 @@ impl StripeApi {
         .await
     }
 
-    /// A customer for an org, named by `metadata.org_id`.
+    /// A customer for an org, named by `metadata.org_id`; `metadata.rush_meter_request`
+    /// carries the idempotency key, so that a retry can find it (`customer_by_request`).
     pub async fn create_customer(
         &self,
         org_id: &str,
@@ -186,8 +187,51 @@ impl StripeApi {
     ) -> StripeResult<Customer> {
         let req = stripe_core::customer::CreateCustomer::new()
             .name(name)
-            .metadata(HashMap::from([("org_id".to_owned(), org_id.to_owned())]));
+            .metadata(HashMap::from([
+                ("org_id".to_owned(), org_id.to_owned()),
+                ("rush_meter_request".to_owned(), idempotency_key.to_owned()),
+            ]));
         self.send(req.build(), Some(idempotency_key)).await
+    }
+
+    /// The customer an earlier `create_customer` with this key made, if it got that far.
+    /// Stripe replays a keyed request for 24 hours; this also covers a crash older than
+    /// that, and Stripe fakes that ignore keys. Search where Stripe has it, else a scan.
+    pub async fn customer_by_request(
+        &self,
+        idempotency_key: &str,
+    ) -> StripeResult<Option<Customer>> {
+        let query = format!("metadata['rush_meter_request']:'{idempotency_key}'");
+        let search = stripe_core::customer::SearchCustomer::new(query).build();
+        match self.send::<List<Customer>>(search, None).await {
+            Ok(found) => return Ok(found.data.into_iter().next()),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut req = stripe_core::customer::ListCustomer::new().limit(100);
+            if let Some(a) = &after {
+                req = req.starting_after(a.as_str());
+            }
+            let page: List<Customer> = self.send(req.build(), None).await?;
+            let fresh: Vec<Customer> = page
+                .data
+                .into_iter()
+                .filter(|c| seen.insert(c.id.clone()))
+                .collect();
+            let mine = |c: &&Customer| {
+                c.metadata.get("rush_meter_request").map(String::as_str) == Some(idempotency_key)
+            };
+            if let Some(c) = fresh.iter().find(mine) {
+                return Ok(Some(c.clone()));
+            }
+            match fresh.last() {
+                Some(last) if page.has_more => after = Some(last.id.clone()),
+                _ => return Ok(None),
+            }
+        }
     }
 
     /// A Checkout Session that subscribes `customer` to `price`.

@@ -76,8 +76,20 @@ pub async fn ensure_customer(b: &Billing, org: &OrgRow) -> Result<String, Change
         return Ok(c.clone());
     }
     let api = api(b)?;
+    let earlier =
+        b.db.open_stripe_request(&org.org_id, "create_customer", &org.org_id)
+            .await?;
     let key = begin(b, &org.org_id, "create_customer", &org.org_id, None).await?;
-    let customer = api.create_customer(&org.org_id, &org.name, &key).await?;
+    // An earlier attempt may have made the customer and died before recording it.
+    let found = match earlier {
+        Some(_) => api.customer_by_request(&key).await?,
+        None => None,
+    };
+    let customer = match found {
+        Some(c) => c,
+        None => api.create_customer(&org.org_id, &org.name, &key).await?,
+    };
+    crate::failpoint::hit("after_stripe_create_customer");
     if !b
         .db
         .link_stripe_customer(&org.org_id, &customer.id, b.clock.now())

@@ -87,18 +87,14 @@ pub async fn process_due(b: &Billing) -> StoreResult<usize> {
         for ev in events {
             let result = process(b, &ev).await;
             let now = b.clock.now();
-            let (state, org, error, next) = match &result {
-                Ok(Outcome::Applied(org)) => ("processed", org.as_deref(), None, now),
-                Ok(Outcome::Ignored(why)) => ("ignored", None, Some(why.as_str()), now),
-                Err(e) if ev.attempts >= MAX_ATTEMPTS => {
-                    ("quarantined", None, Some(e.as_str()), now)
-                }
-                Err(e) => (
-                    "pending",
-                    None,
-                    Some(e.as_str()),
-                    now + backoff(ev.attempts),
-                ),
+            let (state, next) = next_state(&result, ev.attempts, now);
+            let org = match &result {
+                Ok(Outcome::Applied(org)) => org.as_deref(),
+                _ => None,
+            };
+            let error = match &result {
+                Ok(Outcome::Ignored(why)) | Err(why) => Some(why.as_str()),
+                _ => None,
             };
             let result_label = if state == "pending" { "retry" } else { state };
             b.metrics
@@ -121,6 +117,21 @@ pub async fn process_due(b: &Billing) -> StoreResult<usize> {
             b.db.finish_stripe_event(&ev.event_id, state, org, error, next, now)
                 .await?;
         }
+    }
+}
+
+/// Where an event goes after a try: done, or due again after the backoff, or, after
+/// `MAX_ATTEMPTS` tries, quarantined.
+pub fn next_state(
+    result: &Result<Outcome, String>,
+    attempts: i64,
+    now: Secs,
+) -> (&'static str, Secs) {
+    match result {
+        Ok(Outcome::Applied(_)) => ("processed", now),
+        Ok(Outcome::Ignored(_)) => ("ignored", now),
+        Err(_) if attempts >= MAX_ATTEMPTS => ("quarantined", now),
+        Err(_) => ("pending", now + backoff(attempts)),
     }
 }
 
@@ -190,6 +201,22 @@ fn parse_subscription(object: &serde_json::Value) -> Result<Subscription, String
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn failures_retry_with_backoff_then_quarantine() {
+        let fail: Result<Outcome, String> = Err("Stripe unreachable".into());
+        assert_eq!(next_state(&fail, 1, 100), ("pending", 110));
+        assert_eq!(next_state(&fail, MAX_ATTEMPTS - 1, 100).0, "pending");
+        assert_eq!(next_state(&fail, MAX_ATTEMPTS, 100), ("quarantined", 100));
+        assert_eq!(
+            next_state(&Ok(Outcome::Applied(None)), 3, 100),
+            ("processed", 100)
+        );
+        assert_eq!(
+            next_state(&Ok(Outcome::Ignored("x".into())), 1, 100),
+            ("ignored", 100)
+        );
+    }
 
     #[test]
     fn backoff_doubles_to_a_cap() {

@@ -254,6 +254,15 @@ pub fn secret(s: &str) -> Secret {
 /// The `rush-meter` binary serving `database_url` on a free port with `token` as its
 /// bootstrap admin token; returns once `/readyz` answers 200 (at most 30 s).
 pub async fn spawn_service(database_url: &str, token: &str) -> (tokio::process::Child, String) {
+    spawn_service_with(database_url, token, &[]).await
+}
+
+/// `spawn_service` with extra environment variables.
+pub async fn spawn_service_with(
+    database_url: &str,
+    token: &str,
+    envs: &[(&str, &str)],
+) -> (tokio::process::Child, String) {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -268,6 +277,7 @@ pub async fn spawn_service(database_url: &str, token: &str) -> (tokio::process::
         .env("RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", token)
         .env("RUSH_METER_PLANS_DIR", repo_plans())
         .env("RUST_LOG", "error")
+        .envs(envs.iter().copied())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
