@@ -41,6 +41,13 @@ pub enum StripeCommand {
     /// Read every subscription from Stripe, repair each org that is out of step, and
     /// print what changed (recorded in the change log too).
     Reconcile,
+    /// For a closed month: what the ledger says each org used and owes, against what
+    /// Stripe invoiced, with the differences (CSV on stdout).
+    InvoiceReport {
+        /// The month, as YYYY-MM.
+        #[arg(long)]
+        period: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -42,6 +42,9 @@ fn main() -> ExitCode {
                 create_token(&config, &scope, org.as_deref(), &label).await
             }
             Command::Stripe(StripeCommand::Reconcile) => stripe_reconcile(&config).await,
+            Command::Stripe(StripeCommand::InvoiceReport { period }) => {
+                invoice_report(&config, &period).await
+            }
         }
     });
     match result {
@@ -70,7 +73,8 @@ async fn serve(config: &Config) -> Result<(), String> {
         .map_err(|e| format!("server error: {e}"))
 }
 
-async fn stripe_reconcile(config: &Config) -> Result<(), String> {
+/// The Stripe side of the service for a one-off command.
+async fn billing(config: &Config) -> Result<rush_meter::billing::Billing, String> {
     if config.stripe.secret_key.is_none() {
         return Err("Stripe is off: set --stripe-secret-key / RUSH_METER_STRIPE_SECRET_KEY".into());
     }
@@ -78,13 +82,60 @@ async fn stripe_reconcile(config: &Config) -> Result<(), String> {
     let plans = std::sync::Arc::new(
         rush_meter::plans::Plans::load_dir(&config.plans_dir).map_err(|e| e.to_string())?,
     );
-    let billing = rush_meter::billing::Billing::new(
-        db.clone(),
+    Ok(rush_meter::billing::Billing::new(
+        db,
         plans,
         Clock::System,
         config.stripe.clone(),
         std::sync::Arc::default(),
-    );
+    ))
+}
+
+fn spinner(what: &str) -> indicatif::ProgressBar {
+    indicatif::ProgressBar::new_spinner().with_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {{pos}} {what}, {{elapsed}} {{msg}}"
+        ))
+        .expect("a valid template"),
+    )
+}
+
+async fn invoice_report(config: &Config, period: &str) -> Result<(), String> {
+    use rush_meter::billing::invoice_report::{invoice_report, parse_period};
+    let month = parse_period(period, chrono::Utc::now().timestamp())?;
+    let billing = billing(config).await?;
+    let bar = spinner("orgs");
+    let lines = invoice_report(&billing, month, |org| {
+        bar.inc(1);
+        bar.set_message(org.to_owned());
+    })
+    .await;
+    bar.finish_and_clear();
+    billing.db.close().await;
+    println!("period,org_id,plan,stripe_customer_id,agent_seconds,agent_hours,ledger_owes,stripe_invoiced,invoices,difference");
+    let mut off = 0;
+    for l in lines? {
+        off += usize::from(!l.difference.is_zero());
+        println!(
+            "{period},{},{},{},{},{},{},{},{},{}",
+            l.org_id,
+            l.plan,
+            l.stripe_customer_id.unwrap_or_default(),
+            l.agent_seconds,
+            l.agent_hours,
+            l.ledger_owes,
+            l.stripe_invoiced,
+            l.invoices,
+            l.difference
+        );
+    }
+    eprintln!("{off} orgs where Stripe's invoices differ from what the ledger says they owe");
+    Ok(())
+}
+
+async fn stripe_reconcile(config: &Config) -> Result<(), String> {
+    let billing = billing(config).await?;
+    let db = billing.db.clone();
     let bar = indicatif::ProgressBar::new_spinner().with_style(
         indicatif::ProgressStyle::with_template(
             "{spinner} {pos} subscriptions read, {elapsed} {msg}",

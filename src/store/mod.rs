@@ -501,4 +501,8 @@ impl Db {
     pub async fn due_downgrades(&self, now: Secs, limit: i64) -> StoreResult<Vec<OrgRow>> {
         on_backend!(self, read, due_downgrades(now, limit))
     }
+
+    pub async fn list_orgs(&self) -> StoreResult<Vec<OrgRow>> {
+        on_backend!(self, read, list_orgs())
+    }
 }

@@ -305,3 +305,10 @@ pub async fn due_downgrades(pool: &Pool<DB>, now: Secs, limit: i64) -> StoreResu
     .fetch_all(pool)
     .await?)
 }
+
+/// Every org, in id order.
+pub async fn list_orgs(pool: &Pool<DB>) -> StoreResult<Vec<OrgRow>> {
+    Ok(sqlx::query_as::<_, OrgRow>("SELECT * FROM orgs ORDER BY org_id")
+        .fetch_all(pool)
+        .await?)
+}

@@ -1,0 +1,159 @@
+//! The ledger against Stripe's invoices for a closed month: for each org, the agent time
+//! the ledger booked, what its plan says it owes, and what Stripe invoiced, with the
+//! difference (`rush-meter stripe invoice-report --period YYYY-MM`).
+
+use rust_decimal::Decimal;
+
+use crate::ledger::{Interval, Secs};
+use crate::quota::{calendar_month, hours};
+
+use super::Billing;
+
+/// One org's line of the report. Amounts are in the plan's currency units (dollars).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Line {
+    pub org_id: String,
+    pub plan: String,
+    pub stripe_customer_id: Option<String>,
+    pub agent_seconds: i64,
+    pub agent_hours: String,
+    /// The plan's price when the org paid through Stripe this month; 0 otherwise.
+    pub ledger_owes: Decimal,
+    pub stripe_invoiced: Decimal,
+    pub invoices: usize,
+    /// `stripe_invoiced - ledger_owes`.
+    pub difference: Decimal,
+}
+
+/// `YYYY-MM` as its calendar month; the month must have ended by `now`.
+pub fn parse_period(period: &str, now: Secs) -> Result<Interval, String> {
+    let date = chrono::NaiveDate::parse_from_str(&format!("{period}-01"), "%Y-%m-%d")
+        .map_err(|_| format!("--period: `{period}` is not a month such as 2026-11"))?;
+    let start = date
+        .and_hms_opt(0, 0, 0)
+        .expect("midnight exists")
+        .and_utc()
+        .timestamp();
+    let month = calendar_month(start);
+    if month.end > now {
+        return Err(format!(
+            "--period: {period} has not ended yet; report on a closed month"
+        ));
+    }
+    Ok(month)
+}
+
+/// Seconds of `hourly` (hour start, seconds) inside `month`.
+pub fn seconds_in(hourly: &[(Secs, i64)], month: Interval) -> i64 {
+    hourly
+        .iter()
+        .filter(|(h, _)| *h >= month.start && *h < month.end)
+        .map(|(_, s)| s)
+        .sum()
+}
+
+/// Cents as currency units.
+fn from_cents(cents: i64) -> Decimal {
+    Decimal::new(cents, 2)
+}
+
+/// The report for `month`, one line per org, in org id order.
+pub async fn invoice_report(
+    b: &Billing,
+    month: Interval,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<Line>, String> {
+    let api = b.api()?;
+    let mut lines = Vec::new();
+    for org in b.db.list_orgs().await.map_err(|e| e.to_string())? {
+        let hourly =
+            b.db.hourly_totals(&org.org_id)
+                .await
+                .map_err(|e| e.to_string())?;
+        let seconds = seconds_in(&hourly, month);
+        let mut invoiced = 0_i64;
+        let mut count = 0;
+        if let Some(customer) = &org.stripe_customer_id {
+            let mut after: Option<String> = None;
+            let mut seen = std::collections::HashSet::new();
+            loop {
+                let page = api
+                    .invoices(customer, after.as_deref())
+                    .await
+                    .map_err(|e| format!("listing invoices of {customer}: {e}"))?;
+                let fresh: Vec<_> = page
+                    .data
+                    .into_iter()
+                    .filter(|i| seen.insert(i.id.clone()))
+                    .collect();
+                for inv in &fresh {
+                    let in_month = inv
+                        .period_start
+                        .is_some_and(|s| s >= month.start && s < month.end);
+                    if in_month && inv.status.as_deref() != Some("void") {
+                        invoiced += inv.total;
+                        count += 1;
+                    }
+                }
+                match fresh.last() {
+                    Some(last) if page.has_more => after = Some(last.id.clone()),
+                    _ => break,
+                }
+            }
+        }
+        let plan = crate::standing::subscribed_plan(&org, &b.plans);
+        let paid_through_stripe =
+            org.stripe_subscription_id.is_some() && !plan.stripe_prices.is_empty();
+        let owes = if paid_through_stripe {
+            plan.price
+        } else {
+            Decimal::ZERO
+        };
+        let stripe_invoiced = from_cents(invoiced);
+        lines.push(Line {
+            agent_hours: hours(seconds),
+            difference: stripe_invoiced - owes,
+            org_id: org.org_id.clone(),
+            plan: plan.id.clone(),
+            stripe_customer_id: org.stripe_customer_id.clone(),
+            agent_seconds: seconds,
+            ledger_owes: owes,
+            stripe_invoiced,
+            invoices: count,
+        });
+        progress(&org.org_id);
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_are_closed_calendar_months() {
+        let now = 1_796_000_000; // 2026-11-30
+        let oct = parse_period("2026-10", now).unwrap();
+        assert_eq!(
+            crate::quota::format_rfc3339(oct.start),
+            "2026-10-01T00:00:00Z"
+        );
+        assert_eq!(
+            crate::quota::format_rfc3339(oct.end),
+            "2026-11-01T00:00:00Z"
+        );
+        assert!(parse_period("2026-11", now)
+            .unwrap_err()
+            .contains("has not ended"));
+        assert!(parse_period("2026-13", now).is_err());
+        assert!(parse_period("nov", now).is_err());
+        let hourly = [
+            (oct.start - 3600, 100),
+            (oct.start, 5),
+            (oct.end - 3600, 7),
+            (oct.end, 1000),
+        ];
+        assert_eq!(seconds_in(&hourly, oct), 12);
+        assert_eq!(from_cents(2000), Decimal::new(20, 0));
+    }
+}
