@@ -1,5 +1,6 @@
 //! localstripe, the Stripe fake of the tests: one process per test on its own port, from
-//! scratch. `.ci/run` installs it into `.venv/`; `LOCALSTRIPE` names another binary.
+//! scratch. The first test that needs it installs it into `.venv/` (python3 and PyPI);
+//! `LOCALSTRIPE` names another binary.
 
 use std::time::Duration;
 
@@ -19,11 +20,35 @@ fn binary() -> std::path::PathBuf {
         .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/localstripe").into())
 }
 
+/// The version the tests are written against.
+const VERSION: &str = "localstripe==1.15.10";
+
+/// Install localstripe into `.venv/` once per test process; true if it is there.
+fn ensure_installed() -> bool {
+    static INSTALLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INSTALLED.get_or_init(|| {
+        if binary().exists() || std::env::var_os("LOCALSTRIPE").is_some() {
+            return binary().exists();
+        }
+        let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv");
+        let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
+        ok(std::process::Command::new("python3").args(["-m", "venv", venv]))
+            && ok(std::process::Command::new(format!("{venv}/bin/pip")).args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                VERSION,
+            ]))
+            && binary().exists()
+    })
+}
+
 impl LocalStripe {
-    /// `None` (with a note) when localstripe is not installed, except on CI, where that fails.
+    /// `None` (with a note) when localstripe cannot be installed, except on CI, where that
+    /// fails.
     pub async fn start() -> Option<LocalStripe> {
         let bin = binary();
-        if !bin.exists() {
+        if !tokio::task::block_in_place(ensure_installed) {
             if std::env::var("CI").as_deref() == Ok("true") {
                 panic!(
                     "localstripe is required on CI; .ci/run installs it into .venv ({} is missing)",
