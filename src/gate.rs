@@ -414,6 +414,7 @@ mod tests {
             past_due_since: None,
             cancel_at_period_end: false,
             scheduled_plan_id: None,
+            scheduled_at: None,
             stripe_synced_at: None,
         };
         let key = KeyRow {

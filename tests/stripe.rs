@@ -440,6 +440,88 @@ async fn subscriptions_follow_stripe_through_real_webhooks() {
         "{v}"
     );
     assert_eq!(plan_of(&srv, "org_1").await.0, "team");
+    // Asking for team again calls the downgrade off; asking a third time is a conflict.
+    let again = json!({"plan": "team"});
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/org_1/checkout",
+            Some(&console),
+            Some(&again),
+        )
+        .await;
+    assert_eq!(
+        (status, v["action"].as_str()),
+        (200, Some("changed")),
+        "{v}"
+    );
+    let org = srv.db.get_org("org_1").await.unwrap().unwrap();
+    assert_eq!((org.scheduled_plan_id, org.scheduled_at), (None, None));
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/org_1/checkout",
+            Some(&console),
+            Some(&again),
+        )
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("already_on_plan")),
+        "{v}"
+    );
+    // Down to Free: Stripe cancels at the period's end; team again calls that off too.
+    let free = json!({"plan": "free"});
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/org_1/checkout",
+            Some(&console),
+            Some(&free),
+        )
+        .await;
+    assert_eq!(
+        (status, v["action"].as_str()),
+        (200, Some("scheduled")),
+        "{v}"
+    );
+    assert!(
+        srv.db
+            .get_org("org_1")
+            .await
+            .unwrap()
+            .unwrap()
+            .cancel_at_period_end
+    );
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/org_1/checkout",
+            Some(&console),
+            Some(&again),
+        )
+        .await;
+    assert_eq!(
+        (status, v["action"].as_str()),
+        (200, Some("changed")),
+        "{v}"
+    );
+    assert!(
+        !srv.db
+            .get_org("org_1")
+            .await
+            .unwrap()
+            .unwrap()
+            .cancel_at_period_end
+    );
+    let (_, stripe_sub) = ls
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/subscriptions/{sub}"),
+            &[],
+        )
+        .await;
+    assert_eq!(stripe_sub["cancel_at_period_end"], false);
 
     // Cancelled in Stripe: customer.subscription.deleted brings the org back to Free.
     ls.cancel(&sub).await;
@@ -473,6 +555,50 @@ async fn subscriptions_follow_stripe_through_real_webhooks() {
         "checkout.session.completed makes org_2 team",
     )
     .await;
+
+    // A downgrade is made in Stripe when the period ends (the clock jumps there last: the
+    // meter's reads of Stripe are stamped by its clock).
+    let admin = Some(ADMIN);
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/org_2/checkout",
+            admin,
+            Some(&json!({"plan": "pro"})),
+        )
+        .await;
+    assert_eq!(
+        (status, v["action"].as_str()),
+        (200, Some("scheduled")),
+        "{v}"
+    );
+    let org2 = srv.db.get_org("org_2").await.unwrap().unwrap();
+    assert_eq!(org2.scheduled_plan_id.as_deref(), Some("pro"));
+    srv.clock.set(org2.period_end.unwrap() + 1);
+    wait_for_plan(
+        &srv,
+        "org_2",
+        "pro",
+        "the scheduled downgrade is made when the period ends",
+    )
+    .await;
+    let (_, stripe_sub2) = ls
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/subscriptions/{sub2}"),
+            &[],
+        )
+        .await;
+    assert_eq!(stripe_sub2["items"]["data"][0]["plan"]["id"], "pro_monthly");
+    assert_eq!(
+        srv.db
+            .get_org("org_2")
+            .await
+            .unwrap()
+            .unwrap()
+            .scheduled_plan_id,
+        None
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,8 +7,10 @@
 -- matter.
 ALTER TABLE orgs ADD COLUMN past_due_since BIGINT;
 ALTER TABLE orgs ADD COLUMN cancel_at_period_end BOOLEAN NOT NULL DEFAULT FALSE;
--- scheduled_plan_id: a downgrade asked for, made in Stripe when the period ends.
+-- scheduled_plan_id: a downgrade asked for, made in Stripe at scheduled_at (the end of the
+-- period it was asked in).
 ALTER TABLE orgs ADD COLUMN scheduled_plan_id TEXT;
+ALTER TABLE orgs ADD COLUMN scheduled_at BIGINT;
 ALTER TABLE orgs ADD COLUMN stripe_synced_at BIGINT;
 CREATE UNIQUE INDEX orgs_stripe_customer ON orgs (stripe_customer_id);
 
@@ -46,6 +48,10 @@ CREATE TABLE stripe_requests (
     object_id       TEXT,
     PRIMARY KEY (org_id, idempotency_key)
 );
+-- At most one unfinished request per operation and target: concurrent callers share it
+-- (and its key) instead of sending two.
+CREATE UNIQUE INDEX stripe_requests_open ON stripe_requests (org_id, operation, target)
+    WHERE completed_at IS NULL;
 
 -- What webhooks, reconciliation and checkouts changed on an org, for audits.
 CREATE TABLE stripe_changes (

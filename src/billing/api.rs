@@ -154,7 +154,7 @@ impl StripeApi {
         .await
     }
 
-    /// One page of every subscription, whatever its status, oldest first.
+    /// One page of every subscription, whatever its status (Stripe lists newest first).
     pub async fn subscriptions(
         &self,
         starting_after: Option<&str>,
@@ -283,7 +283,10 @@ impl StripeApi {
         } else {
             item.price = Some(price.to_owned());
         }
-        let mut req = UpdateSubscription::new(subscription).items(vec![item]);
+        // A plan chosen again calls off a pending cancellation.
+        let mut req = UpdateSubscription::new(subscription)
+            .items(vec![item])
+            .cancel_at_period_end(false);
         // The local fake knows no proration_behavior; Stripe's default prorates.
         if !legacy_plan {
             req = req.proration_behavior(if prorate {
@@ -292,6 +295,17 @@ impl StripeApi {
                 UpdateSubscriptionProrationBehavior::None
             });
         }
+        self.send(req.build(), Some(idempotency_key)).await
+    }
+
+    /// Call off a cancellation at period end.
+    pub async fn resume(
+        &self,
+        subscription: &str,
+        idempotency_key: &str,
+    ) -> StripeResult<Subscription> {
+        let req = stripe_billing::subscription::UpdateSubscription::new(subscription)
+            .cancel_at_period_end(false);
         self.send(req.build(), Some(idempotency_key)).await
     }
 

@@ -43,31 +43,63 @@ fn api(b: &Billing) -> Result<&StripeApi, ChangeError> {
     b.api.as_ref().ok_or(ChangeError::Off)
 }
 
-/// Record an outbound write (or find the unfinished one it repeats) and its key.
+/// Record an outbound write before it is sent, and its idempotency key: the key of an
+/// unfinished request for the same operation and target (a retry after a crash, which
+/// Stripe then replays), else a new one.
 async fn begin(
     b: &Billing,
     org_id: &str,
     operation: &str,
     target: &str,
-    key: Option<String>,
 ) -> Result<String, ChangeError> {
-    if key.is_none() {
-        if let Some(open) = b.db.open_stripe_request(org_id, operation, target).await? {
-            return Ok(open.idempotency_key);
-        }
+    if let Some(open) = b.db.open_stripe_request(org_id, operation, target).await? {
+        return Ok(open.idempotency_key);
     }
-    let key =
-        key.unwrap_or_else(|| format!("rm-{operation}-{org_id}-{:016x}", rand::random::<u64>()));
     let row = StripeRequestRow {
         org_id: org_id.to_owned(),
         operation: operation.to_owned(),
-        idempotency_key: key,
+        idempotency_key: format!("rm-{operation}-{org_id}-{:016x}", rand::random::<u64>()),
         target: target.to_owned(),
         created_at: b.clock.now(),
         completed_at: None,
         object_id: None,
     };
     Ok(b.db.begin_stripe_request(&row).await?.idempotency_key)
+}
+
+/// Close a recorded request with Stripe's answer.
+async fn settle<T>(
+    b: &Billing,
+    org_id: &str,
+    key: &str,
+    result: Result<T, StripeFailure>,
+    id: impl Fn(&T) -> &str,
+) -> Result<T, ChangeError> {
+    match result {
+        Ok(v) => {
+            b.db.complete_stripe_request(org_id, key, id(&v), b.clock.now())
+                .await?;
+            Ok(v)
+        }
+        Err(e) => Err(failed(b, org_id, key, e).await),
+    }
+}
+
+/// A refusal closes the request, so the next attempt is a new request with a new key; one
+/// left unanswered stays open, for a retry with the same key.
+async fn failed(b: &Billing, org_id: &str, key: &str, e: StripeFailure) -> ChangeError {
+    if matches!(
+        e,
+        StripeFailure::Refused { .. } | StripeFailure::NotFound(_)
+    ) {
+        if let Err(s) =
+            b.db.complete_stripe_request(org_id, key, "refused", b.clock.now())
+                .await
+        {
+            return s.into();
+        }
+    }
+    e.into()
 }
 
 /// The org's Stripe customer, created (once) if it has none.
@@ -79,7 +111,7 @@ pub async fn ensure_customer(b: &Billing, org: &OrgRow) -> Result<String, Change
     let earlier =
         b.db.open_stripe_request(&org.org_id, "create_customer", &org.org_id)
             .await?;
-    let key = begin(b, &org.org_id, "create_customer", &org.org_id, None).await?;
+    let key = begin(b, &org.org_id, "create_customer", &org.org_id).await?;
     // An earlier attempt may have made the customer and died before recording it.
     let found = match earlier {
         Some(_) => api.customer_by_request(&key).await?,
@@ -87,7 +119,11 @@ pub async fn ensure_customer(b: &Billing, org: &OrgRow) -> Result<String, Change
     };
     let customer = match found {
         Some(c) => c,
-        None => api.create_customer(&org.org_id, &org.name, &key).await?,
+        // Recorded as done only once linked: a crash before that finds it again.
+        None => match api.create_customer(&org.org_id, &org.name, &key).await {
+            Ok(c) => c,
+            Err(e) => return Err(failed(b, &org.org_id, &key, e).await),
+        },
     };
     crate::failpoint::hit("after_stripe_create_customer");
     if !b
@@ -120,33 +156,35 @@ pub async fn change_plan(b: &Billing, org: &OrgRow, target: &Plan) -> Result<Cha
             .first()
             .ok_or_else(|| ChangeError::NoPrice(target.id.clone()))?;
         let customer = ensure_customer(b, org).await?;
-        let key = begin(
-            b,
-            &org.org_id,
-            "checkout",
-            &target.id,
-            Some(format!(
-                "rm-checkout-{}-{:016x}",
-                org.org_id,
-                rand::random::<u64>()
-            )),
-        )
-        .await?;
-        let session = api
+        let key = begin(b, &org.org_id, "checkout", &target.id).await?;
+        let sent = api
             .create_checkout_session(&customer, price, &org.org_id, &b.config.return_url, &key)
-            .await?;
-        b.db.complete_stripe_request(&org.org_id, &key, &session.id, b.clock.now())
-            .await?;
+            .await;
+        let session = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
         return Ok(Change::Checkout {
             url: session.url.unwrap_or_default(),
             session_id: session.id,
         });
     };
     if org.plan_id == target.id {
-        if org.scheduled_plan_id.is_some() {
-            b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
+        // Staying on the plan: a pending downgrade or cancellation is called off.
+        if org.cancel_at_period_end {
+            let key = begin(b, &org.org_id, "resume", sub_id).await?;
+            let read_at = b.clock.now();
+            let sent = api.resume(sub_id, &key).await;
+            let sub = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
+            b.apply(&sub, Some(&org.org_id), read_at, "checkout")
+                .await
+                .map_err(ChangeError::Conflict)?;
+        } else if org.scheduled_plan_id.is_none() {
+            return Err(ChangeError::SamePlan(target.id.clone()));
         }
-        return Err(ChangeError::SamePlan(target.id.clone()));
+        b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
+        let now =
+            b.db.get_org(&org.org_id)
+                .await?
+                .unwrap_or_else(|| org.clone());
+        return Ok(Change::Changed(Box::new(now)));
     }
     let current_price = b
         .plans
@@ -155,18 +193,10 @@ pub async fn change_plan(b: &Billing, org: &OrgRow, target: &Plan) -> Result<Cha
         .unwrap_or_default();
     if target.stripe_prices.is_empty() {
         // Down to a plan Stripe does not sell (Free): the subscription ends with its period.
-        let key = begin(
-            b,
-            &org.org_id,
-            "cancel",
-            sub_id,
-            Some(format!("rm-cancel-{sub_id}")),
-        )
-        .await?;
+        let key = begin(b, &org.org_id, "cancel", sub_id).await?;
         let read_at = b.clock.now();
-        let sub = api.cancel_at_period_end(sub_id, &key).await?;
-        b.db.complete_stripe_request(&org.org_id, &key, &sub.id, b.clock.now())
-            .await?;
+        let sent = api.cancel_at_period_end(sub_id, &key).await;
+        let sub = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
         b.apply(&sub, Some(&org.org_id), read_at, "checkout")
             .await
             .map_err(ChangeError::Conflict)?;
@@ -178,7 +208,7 @@ pub async fn change_plan(b: &Billing, org: &OrgRow, target: &Plan) -> Result<Cha
     }
     if target.price < current_price {
         let at = org.period_end.unwrap_or_else(|| b.clock.now());
-        b.db.schedule_plan(&org.org_id, Some(&target.id), b.clock.now())
+        b.db.schedule_plan(&org.org_id, Some((&target.id, at)), b.clock.now())
             .await?;
         return Ok(Change::Scheduled {
             plan: target.id.clone(),
@@ -206,21 +236,18 @@ async fn move_item(
     let item = sub.items.data.first().ok_or(ChangeError::NoItem)?;
     // Subscriptions on legacy plans (older accounts, and the local fake) change plans.
     let legacy = item.price.is_none();
-    let period = org.period_start.unwrap_or_default();
-    let key = begin(
-        b,
-        &org.org_id,
-        "change_plan",
-        &target.id,
-        Some(format!("rm-change-{sub_id}-{}-{period}", target.id)),
-    )
-    .await?;
+    // Keyed by what is sent: an upgrade and a downgrade to one plan are different requests.
+    let target_key = format!(
+        "{sub_id}:{}:{}",
+        target.id,
+        if prorate { "prorate" } else { "at_period_end" }
+    );
+    let key = begin(b, &org.org_id, "change_plan", &target_key).await?;
     let read_at = b.clock.now();
-    let changed = api
+    let sent = api
         .change_item(sub_id, &item.id, price, legacy, prorate, &key)
-        .await?;
-    b.db.complete_stripe_request(&org.org_id, &key, &changed.id, b.clock.now())
-        .await?;
+        .await;
+    let changed = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
     let applied = b
         .apply(&changed, Some(&org.org_id), read_at, "checkout")
         .await

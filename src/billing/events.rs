@@ -20,8 +20,12 @@ pub fn backoff(attempts: i64) -> Secs {
     (10_i64 << attempts.clamp(1, 16).saturating_sub(1)).min(4 * 3600)
 }
 
-/// How long an instance holds the events it took before another may take them.
-const HOLD: Secs = 120;
+/// How long an instance holds the events it took before another may take them: well
+/// past `TAKE` events at two Stripe calls of at most 30 s each.
+const HOLD: Secs = 600;
+
+/// Events taken at a time.
+const TAKE: i64 = 5;
 
 /// What processing an event came to.
 #[derive(Debug, PartialEq, Eq)]
@@ -79,7 +83,7 @@ pub async fn process_due(b: &Billing) -> StoreResult<usize> {
     let mut taken = 0;
     loop {
         let now = b.clock.now();
-        let events = b.db.claim_stripe_events(now, HOLD, 20).await?;
+        let events = b.db.claim_stripe_events(now, HOLD, TAKE).await?;
         if events.is_empty() {
             return Ok(taken);
         }
@@ -156,7 +160,7 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> Result<Outcome, String> {
                     // A deleted subscription may be gone from Stripe (or the fake): the event
                     // carries its final state.
                     Err(e) if e.is_not_found() && kind == "customer.subscription.deleted" => {
-                        (parse_subscription(object)?, env.created)
+                        (parse_subscription(object)?, read_at)
                     }
                     Err(e) => {
                         return Err(format!("reading subscription {sub_id} from Stripe: {e}"))
@@ -184,10 +188,14 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> Result<Outcome, String> {
         else {
             return Ok(Outcome::Ignored("customer without metadata.org_id".into()));
         };
-        return b
-            .link_customer(&org, customer)
-            .await
-            .map(|()| Outcome::Applied(Some(org)));
+        // A customer naming an org linked to another one changes nothing: logged, not retried.
+        return Ok(match b.link_customer(&org, customer).await {
+            Ok(()) => Outcome::Applied(Some(org)),
+            Err(why) => {
+                tracing::warn!(%why, "customer event not applied");
+                Outcome::Ignored(why)
+            }
+        });
     }
     Ok(Outcome::Ignored(format!("type {kind} is not acted on")))
 }

@@ -120,16 +120,17 @@ impl Billing {
         source: &str,
     ) -> Result<Applied, String> {
         let org = self.org_for(sub, hint).await?;
-        let Some(state) = sync::state_for(&org, sub, &self.plans, read_at) else {
-            return Ok(Applied {
-                org_id: Some(org.org_id),
-                change: None,
-                org: None,
-            });
-        };
+        let plans = &self.plans;
+        // Decided again on the row as locked: another instance may have applied a newer
+        // subscription since `org` was read.
         let done = self
             .db
-            .apply_subscription_state(&state, source, self.clock.now())
+            .apply_subscription_state(
+                &org.org_id,
+                |locked| sync::state_for(locked, sub, plans, read_at),
+                source,
+                self.clock.now(),
+            )
             .await
             .map_err(|e| e.to_string())?;
         let (change, after) = match done {

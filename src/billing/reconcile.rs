@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use super::subscription::{Expandable, List, Subscription};
 use super::Billing;
 
 /// What a run saw and did.
@@ -24,6 +25,8 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> Result<Re
     let mut seen = HashSet::new();
     let mut after: Option<String> = None;
     loop {
+        // Stamped before the read: a webhook applied meanwhile is newer and wins.
+        let read_at = b.clock.now();
         let page = api
             .subscriptions(after.as_deref())
             .await
@@ -41,7 +44,6 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> Result<Re
         after = fresh.last().map(|s| s.id.clone());
         for sub in &fresh {
             report.subscriptions += 1;
-            let read_at = b.clock.now();
             match b.apply(sub, None, read_at, "reconcile").await {
                 Ok(applied) => {
                     if let (Some(org), Some(change)) = (applied.org_id, applied.change) {
@@ -60,5 +62,58 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> Result<Re
             break;
         }
     }
+    // Orgs whose subscription the list did not show: read it alone; gone for good means
+    // it ended (the fake deletes cancelled subscriptions; a deletion webhook may be lost).
+    let orgs = b.db.list_orgs().await.map_err(|e| e.to_string())?;
+    for org in orgs {
+        let Some(id) = org
+            .stripe_subscription_id
+            .clone()
+            .filter(|id| !seen.contains(id))
+        else {
+            continue;
+        };
+        if matches!(
+            org.subscription_status.as_deref(),
+            Some("canceled" | "incomplete_expired")
+        ) {
+            continue;
+        }
+        let read_at = b.clock.now();
+        let sub = match api.subscription(&id).await {
+            Ok(s) => s,
+            Err(e) if e.is_not_found() => {
+                ended(&id, org.stripe_customer_id.as_deref().unwrap_or_default())
+            }
+            Err(e) => {
+                report.failed.push((id, e.to_string()));
+                continue;
+            }
+        };
+        report.subscriptions += 1;
+        match b.apply(&sub, Some(&org.org_id), read_at, "reconcile").await {
+            Ok(applied) => {
+                if let Some(change) = applied.change {
+                    report.changed.push((org.org_id.clone(), change));
+                }
+            }
+            Err(e) => report.failed.push((id, e)),
+        }
+        progress(&sub.id);
+    }
     Ok(report)
+}
+
+/// A subscription Stripe no longer has, as ended.
+fn ended(id: &str, customer: &str) -> Subscription {
+    Subscription {
+        id: id.to_owned(),
+        status: "canceled".to_owned(),
+        customer: Expandable::Id(customer.to_owned()),
+        items: List::default(),
+        current_period_start: None,
+        current_period_end: None,
+        cancel_at_period_end: false,
+        metadata: Default::default(),
+    }
 }

@@ -170,16 +170,8 @@ pub fn access(
                 Access::Withheld
             }
         }
-        Some("incomplete" | "incomplete_expired" | "unpaid" | "canceled" | "paused") => {
-            Access::Withheld
-        }
-        Some(other) => {
-            tracing::error!(
-                status = other,
-                "unknown Stripe subscription status: treating it as Free until it is understood"
-            );
-            Access::Withheld
-        }
+        // Known or not: an unknown one is logged when it is applied (`sync::state_for`).
+        Some(_) => Access::Withheld,
     }
 }
 

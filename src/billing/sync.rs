@@ -8,6 +8,22 @@ use crate::store::{OrgRow, SubscriptionState};
 
 use super::subscription::Subscription;
 
+/// Statuses that grant the plan, now or through a grace.
+fn is_live(status: &str) -> bool {
+    matches!(status, "active" | "trialing" | "past_due")
+}
+
+const KNOWN_STATUSES: [&str; 8] = [
+    "active",
+    "trialing",
+    "past_due",
+    "incomplete",
+    "incomplete_expired",
+    "unpaid",
+    "canceled",
+    "paused",
+];
+
 /// The state `sub`, read from Stripe at `synced_at`, gives `org`; `None` when it must not
 /// touch the org (an old subscription of the org ending after a new one began).
 pub fn state_for(
@@ -17,8 +33,16 @@ pub fn state_for(
     synced_at: Secs,
 ) -> Option<SubscriptionState> {
     let current = org.stripe_subscription_id.as_deref();
-    if current.is_some_and(|c| c != sub.id) && sub.is_over() {
-        return None;
+    if current.is_some_and(|c| c != sub.id) {
+        // Another subscription than the org's current one: it ending changes nothing, and
+        // one that grants nothing does not displace one that grants the plan.
+        let current_live = org.subscription_status.as_deref().is_some_and(is_live);
+        if sub.is_over() || (current_live && !is_live(&sub.status)) {
+            return None;
+        }
+    }
+    if !KNOWN_STATUSES.contains(&sub.status.as_str()) {
+        tracing::error!(org_id = %org.org_id, subscription = %sub.id, status = %sub.status, "unknown Stripe subscription status: the org is on Free until it is understood");
     }
     let plan_id = if sub.is_over() {
         plans.free().id.clone()
@@ -122,6 +146,7 @@ mod tests {
             past_due_since: None,
             cancel_at_period_end: false,
             scheduled_plan_id: None,
+            scheduled_at: None,
             stripe_synced_at: None,
         }
     }
@@ -187,7 +212,11 @@ mod tests {
             state_for(&o, &sub("sub_old", "canceled", "team_monthly"), &p, 20),
             None
         );
-        // A new active one replaces the current one.
+        // One that grants nothing does not displace it; a new live one replaces it.
+        assert_eq!(
+            state_for(&o, &sub("sub_x", "incomplete", "team_monthly"), &p, 25),
+            None
+        );
         let s = state_for(&o, &sub("sub_newer", "active", "team_monthly"), &p, 30).unwrap();
         assert_eq!(s.subscription_id.as_deref(), Some("sub_newer"));
     }

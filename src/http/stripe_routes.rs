@@ -203,7 +203,13 @@ fn change_error(e: ChangeError) -> ApiError {
             format!("Stripe did not answer ({m}); nothing changed, retry shortly"),
         ),
         ChangeError::Stripe(f) => {
-            ApiError::new(StatusCode::BAD_GATEWAY, "stripe_refused", f.to_string())
+            // Stripe's own words name its objects: logged for operators, not shown.
+            tracing::warn!(error = %f, "Stripe refused a plan change");
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "stripe_refused",
+                "Stripe refused the change; nothing changed here (the reason is logged)",
+            )
         }
         ChangeError::Store(s) => ApiError::from(s),
     }

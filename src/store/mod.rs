@@ -432,14 +432,22 @@ impl Db {
         on_backend!(self, read, org_by_stripe_customer(customer_id))
     }
 
-    /// Apply Stripe's state to its org unless a later read was applied; `(before, after)`.
-    pub async fn apply_subscription_state(
+    /// Apply Stripe's state to an org, decided from its locked row (see `stripe.rs`).
+    pub async fn apply_subscription_state<F>(
         &self,
-        state: &SubscriptionState,
+        org_id: &str,
+        decide: F,
         source: &str,
         now: Secs,
-    ) -> StoreResult<Option<(OrgRow, OrgRow)>> {
-        on_backend!(self, write, apply_subscription_state(state, source, now))
+    ) -> StoreResult<Option<(OrgRow, OrgRow)>>
+    where
+        F: FnOnce(&OrgRow) -> Option<SubscriptionState> + Send,
+    {
+        on_backend!(
+            self,
+            write,
+            apply_subscription_state(org_id, decide, source, now)
+        )
     }
 
     pub async fn list_stripe_changes(
@@ -489,13 +497,14 @@ impl Db {
         )
     }
 
+    /// Record (`Some((plan, at))`) or clear a downgrade to make at `at`.
     pub async fn schedule_plan(
         &self,
         org_id: &str,
-        plan_id: Option<&str>,
+        plan: Option<(&str, Secs)>,
         now: Secs,
     ) -> StoreResult<()> {
-        on_backend!(self, write, schedule_plan(org_id, plan_id, now))
+        on_backend!(self, write, schedule_plan(org_id, plan, now))
     }
 
     pub async fn due_downgrades(&self, now: Secs, limit: i64) -> StoreResult<Vec<OrgRow>> {

@@ -18,8 +18,9 @@ pub struct OrgRow {
     /// When the subscription went `past_due` (the plan is kept through its grace).
     pub past_due_since: Option<i64>,
     pub cancel_at_period_end: bool,
-    /// A downgrade asked for, made in Stripe when the period ends.
+    /// A downgrade asked for, made in Stripe at `scheduled_at`.
     pub scheduled_plan_id: Option<String>,
+    pub scheduled_at: Option<i64>,
     /// When the Stripe state last applied was read from Stripe.
     pub stripe_synced_at: Option<i64>,
 }

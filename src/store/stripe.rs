@@ -124,29 +124,40 @@ pub async fn org_by_stripe_customer(pool: &Pool<DB>, customer_id: &str) -> Store
         .await?)
 }
 
-/// Apply Stripe's state to its org, unless a later read of Stripe was applied already.
-/// Records what changed. Returns the org as it now stands when the state was applied.
-pub async fn apply_subscription_state(
+/// Apply Stripe's state to an org: `decide` turns the org's row, read under its lock, into
+/// the state to write (or `None`: leave it), which is written unless a later read of
+/// Stripe was applied already. Records what changed. `(before, after)` when written.
+pub async fn apply_subscription_state<F>(
     pool: &Pool<DB>,
-    s: &SubscriptionState,
+    org_id: &str,
+    decide: F,
     source: &str,
     now: Secs,
-) -> StoreResult<Option<(OrgRow, OrgRow)>> {
+) -> StoreResult<Option<(OrgRow, OrgRow)>>
+where
+    F: FnOnce(&OrgRow) -> Option<SubscriptionState> + Send,
+{
     let mut tx = begin_write(pool).await?;
     let before = sqlx::query_as::<_, OrgRow>(&format!(
         "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
     ))
-    .bind(&s.org_id)
+    .bind(org_id)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(before) = before else { return Ok(None) };
+    let Some(s) = decide(&before) else { return Ok(None) };
     if before.stripe_synced_at.is_some_and(|at| at > s.synced_at) {
         return Ok(None);
     }
+    // A downgrade asked for on another subscription, or on one that ended, is void.
+    let keep_schedule = before.stripe_subscription_id == s.subscription_id
+        && !matches!(s.status.as_deref(), Some("canceled" | "incomplete_expired"));
     let after = sqlx::query_as::<_, OrgRow>(
         "UPDATE orgs SET plan_id = $2, stripe_customer_id = $3, stripe_subscription_id = $4, \
            subscription_status = $5, period_start = $6, period_end = $7, \
-           cancel_at_period_end = $8, past_due_since = $9, stripe_synced_at = $10, updated_at = $11 \
+           cancel_at_period_end = $8, past_due_since = $9, stripe_synced_at = $10, updated_at = $11, \
+           scheduled_plan_id = CASE WHEN $12 THEN scheduled_plan_id ELSE NULL END, \
+           scheduled_at = CASE WHEN $12 THEN scheduled_at ELSE NULL END \
          WHERE org_id = $1 RETURNING *",
     )
     .bind(&s.org_id)
@@ -160,6 +171,7 @@ pub async fn apply_subscription_state(
     .bind(s.past_due_since)
     .bind(s.synced_at)
     .bind(now)
+    .bind(keep_schedule)
     .fetch_one(&mut *tx)
     .await?;
     let changes = crate::billing::sync::describe_changes(&before, &after);
@@ -221,12 +233,13 @@ pub async fn link_stripe_customer(pool: &Pool<DB>, org_id: &str, customer_id: &s
     Ok(done.rows_affected() == 1)
 }
 
-/// Record an outbound write before it is sent; returns the request as stored (an earlier
-/// one with the same key, if any, so a retry reuses its idempotency key).
+/// Record an outbound write before it is sent; returns the unfinished request for its
+/// operation and target as stored: this one, or one recorded before (by a crashed attempt,
+/// or a concurrent caller), whose idempotency key the caller must then use.
 pub async fn begin_stripe_request(pool: &Pool<DB>, r: &StripeRequestRow) -> StoreResult<StripeRequestRow> {
     sqlx::query(
         "INSERT INTO stripe_requests (org_id, operation, idempotency_key, target, created_at) \
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (org_id, idempotency_key) DO NOTHING",
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
     )
     .bind(&r.org_id)
     .bind(&r.operation)
@@ -236,10 +249,12 @@ pub async fn begin_stripe_request(pool: &Pool<DB>, r: &StripeRequestRow) -> Stor
     .execute(pool)
     .await?;
     Ok(sqlx::query_as::<_, StripeRequestRow>(
-        "SELECT * FROM stripe_requests WHERE org_id = $1 AND idempotency_key = $2",
+        "SELECT * FROM stripe_requests WHERE org_id = $1 AND operation = $2 AND target = $3 \
+           AND completed_at IS NULL",
     )
     .bind(&r.org_id)
-    .bind(&r.idempotency_key)
+    .bind(&r.operation)
+    .bind(&r.target)
     .fetch_one(pool)
     .await?)
 }
@@ -283,11 +298,12 @@ pub async fn complete_stripe_request(
     Ok(())
 }
 
-/// Record (or clear) a downgrade to make when the period ends.
-pub async fn schedule_plan(pool: &Pool<DB>, org_id: &str, plan_id: Option<&str>, now: Secs) -> StoreResult<()> {
-    sqlx::query("UPDATE orgs SET scheduled_plan_id = $2, updated_at = $3 WHERE org_id = $1")
+/// Record (`Some((plan, at))`) or clear a downgrade to make at `at`.
+pub async fn schedule_plan(pool: &Pool<DB>, org_id: &str, plan: Option<(&str, Secs)>, now: Secs) -> StoreResult<()> {
+    sqlx::query("UPDATE orgs SET scheduled_plan_id = $2, scheduled_at = $3, updated_at = $4 WHERE org_id = $1")
         .bind(org_id)
-        .bind(plan_id)
+        .bind(plan.map(|p| p.0))
+        .bind(plan.map(|p| p.1))
         .bind(now)
         .execute(pool)
         .await?;
@@ -297,8 +313,8 @@ pub async fn schedule_plan(pool: &Pool<DB>, org_id: &str, plan_id: Option<&str>,
 /// Orgs with a downgrade whose period has ended.
 pub async fn due_downgrades(pool: &Pool<DB>, now: Secs, limit: i64) -> StoreResult<Vec<OrgRow>> {
     Ok(sqlx::query_as::<_, OrgRow>(
-        "SELECT * FROM orgs WHERE scheduled_plan_id IS NOT NULL AND period_end <= $1 \
-         ORDER BY period_end LIMIT $2",
+        "SELECT * FROM orgs WHERE scheduled_plan_id IS NOT NULL AND scheduled_at <= $1 \
+         ORDER BY scheduled_at LIMIT $2",
     )
     .bind(now)
     .bind(limit)
