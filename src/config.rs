@@ -144,6 +144,23 @@ pub struct Settings {
         global = true
     )]
     pub stripe_api_base: String,
+    /// Requests a second each API token may make on this instance (0: no limit); over it,
+    /// 429 with Retry-After.
+    #[arg(
+        long,
+        env = "RUSH_METER_RATE_LIMIT_PER_SEC",
+        default_value_t = 1000,
+        global = true
+    )]
+    pub rate_limit_per_sec: u32,
+    /// Requests a token may make at once above its rate.
+    #[arg(
+        long,
+        env = "RUSH_METER_RATE_LIMIT_BURST",
+        default_value_t = 2000,
+        global = true
+    )]
+    pub rate_limit_burst: u32,
     /// How old a webhook's signed timestamp may be, in seconds.
     #[arg(
         long,
@@ -216,6 +233,8 @@ pub struct Config {
     pub bootstrap_admin_token: Option<Secret>,
     pub max_body_bytes: usize,
     pub stripe: StripeConfig,
+    /// Per-token request rate; `None`: unlimited.
+    pub rate_limit: Option<crate::rate_limit::Limit>,
 }
 
 /// Stripe settings. Without a secret key nothing is sent to Stripe (checkout and reconcile
@@ -339,7 +358,16 @@ impl Settings {
             .filter(|s| !s.is_empty())
             .map(|s| Secret(s.to_owned()))
             .collect();
+        if self.rate_limit_per_sec > 0 && self.rate_limit_burst < 1 {
+            return Err(
+                "--rate-limit-burst / RUSH_METER_RATE_LIMIT_BURST: must be at least 1".into(),
+            );
+        }
         Ok(Config {
+            rate_limit: (self.rate_limit_per_sec > 0).then(|| crate::rate_limit::Limit {
+                per_sec: f64::from(self.rate_limit_per_sec),
+                burst: f64::from(self.rate_limit_burst),
+            }),
             stripe: StripeConfig {
                 secret_key: self
                     .stripe_secret_key

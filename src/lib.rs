@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod plans;
 pub mod quota;
+pub mod rate_limit;
 pub mod server;
 pub mod sim;
 pub mod standing;

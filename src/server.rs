@@ -105,7 +105,15 @@ impl App {
             admitter,
             billing,
         };
-        let state = AppState::new(db, plans, config.rules, clock, workers, metrics);
+        let state = AppState::new(
+            db,
+            plans,
+            config.rules,
+            clock,
+            workers,
+            metrics,
+            config.rate_limit,
+        );
         let (stop_jobs, stop) = watch::channel(false);
         let mut jobs = vec![
             tokio::spawn(expiry_job(state.clone(), stop.clone())),

@@ -103,7 +103,13 @@ impl FromRequestParts<AppState> for Principal {
         if let Some(e) = failure {
             return Err(e.into());
         }
-        row.map(|r| Principal::from_row(&r))
-            .ok_or_else(ApiError::unauthorized)
+        let row = row.ok_or_else(ApiError::unauthorized)?;
+        if let Some(limiter) = &state.rate_limiter {
+            limiter
+                .check(&row.token_id)
+                .await
+                .map_err(ApiError::rate_limited)?;
+        }
+        Ok(Principal::from_row(&row))
     }
 }

@@ -13,6 +13,8 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub field: Option<String>,
+    /// Seconds for `Retry-After`.
+    pub retry_after: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -35,6 +37,7 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -96,11 +99,23 @@ impl ApiError {
     }
 
     pub fn unavailable() -> Self {
-        Self::new(
+        let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
             "the database is unreachable; retry shortly (nothing was written)",
-        )
+        );
+        e.retry_after = Some(1);
+        e
+    }
+
+    pub fn rate_limited(wait: u64) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!("this token is over its request rate (RUSH_METER_RATE_LIMIT_PER_SEC); retry in {wait} s"),
+        );
+        e.retry_after = Some(wait);
+        e
     }
 
     pub fn internal() -> Self {
@@ -122,11 +137,9 @@ impl IntoResponse for ApiError {
             },
         };
         let mut resp = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                "1".parse().expect("valid header"),
-            );
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
         resp
     }

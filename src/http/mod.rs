@@ -51,6 +51,8 @@ pub struct Shared {
     pub billing: Billing,
     /// Wakes the Stripe event job when a webhook stored a new event.
     pub stripe_wake: Arc<tokio::sync::Notify>,
+    /// Per-token request rates; `None`: unlimited.
+    pub rate_limiter: Option<crate::rate_limit::RateLimiter>,
     pub metrics: Arc<Metrics>,
     /// Token hash to token, briefly: a token's scopes change rarely, and every request
     /// would otherwise pay a database read for them.
@@ -83,6 +85,7 @@ impl AppState {
         clock: Clock,
         workers: Workers,
         metrics: Arc<Metrics>,
+        rate_limit: Option<crate::rate_limit::Limit>,
     ) -> AppState {
         let Workers {
             ingestor,
@@ -98,6 +101,7 @@ impl AppState {
             admitter,
             billing,
             stripe_wake: Arc::default(),
+            rate_limiter: rate_limit.map(crate::rate_limit::RateLimiter::new),
             metrics,
             tokens: moka::future::Cache::builder()
                 .max_capacity(100_000)

@@ -92,6 +92,8 @@ pub struct Options {
     pub stripe: rush_meter::config::StripeConfig,
     /// Where the manual clock starts.
     pub clock_start: Secs,
+    /// Off unless a test sets it: tests send bursts on one token.
+    pub rate_limit: Option<rush_meter::rate_limit::Limit>,
 }
 
 impl Default for Options {
@@ -105,6 +107,7 @@ impl Default for Options {
             },
             stripe: Default::default(),
             clock_start: T0,
+            rate_limit: None,
         }
     }
 }
@@ -129,6 +132,7 @@ impl TestServer {
             bootstrap_admin_token: Some(secret(ADMIN)),
             max_body_bytes: opts.max_body_bytes,
             stripe: opts.stripe.clone(),
+            rate_limit: opts.rate_limit,
         };
         let clock = Clock::manual(opts.clock_start);
         let app = App::start(&config, clock.clone())
