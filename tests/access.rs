@@ -1,0 +1,206 @@
+//! A sweep of every route with the tokens that must not reach another org's data: none, an
+//! unknown one, a console token of another org, and each scope the route does not grant.
+//! Each answer must be a refusal in the error format, the same as for an org (or session)
+//! that does not exist, so that it reveals nothing; and nothing may be written.
+
+mod common;
+
+use common::{hb, Backend, TestServer, ADMIN, T0};
+use rush_meter::tokens::Scope;
+use serde_json::{json, Value};
+
+struct Route {
+    method: &'static str,
+    /// `{org}` and `{session}` are filled in.
+    path: &'static str,
+    body: fn(&str, &str) -> Option<Value>,
+    /// Unbound scopes that may use the route for any org.
+    grants: &'static [Scope],
+}
+
+fn none(_: &str, _: &str) -> Option<Value> {
+    None
+}
+
+const ROUTES: &[Route] = &[
+    Route {
+        method: "PUT",
+        path: "/v1/orgs/{org}",
+        body: |_, _| Some(json!({"plan": "team"})),
+        grants: &[],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/orgs/{org}",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "PUT",
+        path: "/v1/orgs/{org}/keys/k1",
+        body: |_, _| Some(json!({"concurrency_limit": 9})),
+        grants: &[],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/orgs/{org}/keys/k1",
+        body: none,
+        grants: &[Scope::Admission],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/orgs/{org}/usage",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/orgs/{org}/decisions",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/heartbeats",
+        body: |org, session| {
+            Some(json!({"heartbeats": [hb(org, session, 99, "running", T0 + 30)]}))
+        },
+        grants: &[Scope::Ingest],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/admissions",
+        body: |org, session| {
+            Some(json!({"org_id": org, "key_id": "k1", "session_id": session, "agent": "codex"}))
+        },
+        grants: &[Scope::Admission],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/sessions/{session}",
+        body: none,
+        grants: &[Scope::Ingest, Scope::Admission, Scope::Finance],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/sessions/{session}/end",
+        body: |_, _| Some(json!({"status": "completed"})),
+        grants: &[Scope::Ingest, Scope::Admission],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/orgs/{org}/checkout",
+        body: |_, _| Some(json!({"plan": "team"})),
+        grants: &[],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/orgs/{org}/billing-portal",
+        body: none,
+        grants: &[],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/admin/stripe/events",
+        body: none,
+        grants: &[],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/admin/stripe/events/evt_1/retry",
+        body: none,
+        grants: &[],
+    },
+];
+
+async fn refusal(
+    srv: &TestServer,
+    r: &Route,
+    token: Option<&str>,
+    org: &str,
+    session: &str,
+) -> (u16, String) {
+    let path = r.path.replace("{org}", org).replace("{session}", session);
+    let (status, v) = srv
+        .call(r.method, &path, token, (r.body)(org, session).as_ref())
+        .await;
+    let code = v["error"]["code"].as_str().unwrap_or_else(|| {
+        panic!(
+            "{} {path}: {status} is not in the error format: {v}",
+            r.method
+        )
+    });
+    assert!(
+        matches!(status, 401 | 403 | 404),
+        "{} {path} with {token:?}: {status} {v}",
+        r.method
+    );
+    (status, code.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_without_the_right_reaches_another_orgs_data() {
+    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+        return;
+    };
+    for org in ["org_a", "org_b"] {
+        srv.create_org(org, "pro").await;
+        srv.admin("PUT", &format!("/v1/orgs/{org}/keys/k1"), Some(json!({})))
+            .await;
+        let session = format!("ses_{org}");
+        srv.admin(
+            "POST",
+            "/v1/admissions",
+            Some(json!({"org_id": org, "key_id": "k1", "session_id": session, "agent": "codex"})),
+        )
+        .await;
+        let (status, _) = srv
+            .heartbeats(vec![hb(org, &session, 1, "running", T0)])
+            .await;
+        assert_eq!(status, 200);
+    }
+    let console_a = srv.token(&[Scope::Console], Some("org_a")).await;
+    let mut tokens: Vec<(String, Option<String>)> = vec![
+        ("no token".into(), None),
+        (
+            "an unknown token".into(),
+            Some("not-a-token-0123456789".into()),
+        ),
+        ("org_a's console token".into(), Some(console_a)),
+    ];
+    for scope in [Scope::Ingest, Scope::Admission, Scope::Finance] {
+        tokens.push((
+            format!("a {scope:?} token"),
+            Some(srv.token(&[scope], None).await),
+        ));
+    }
+    let before = srv.db.digest().await.unwrap();
+    let mut tried = 0;
+    for r in ROUTES {
+        for (name, token) in &tokens {
+            let scoped = name.starts_with("a ");
+            if scoped && r.grants.iter().any(|g| name == &format!("a {g:?} token")) {
+                continue;
+            }
+            let real = refusal(&srv, r, token.as_deref(), "org_b", "ses_org_b").await;
+            let ghost = refusal(&srv, r, token.as_deref(), "org_zz", "ses_org_zz").await;
+            assert_eq!(
+                real, ghost,
+                "{} {} with {name}: org_b's answer differs from a missing org's",
+                r.method, r.path
+            );
+            tried += 1;
+        }
+    }
+    assert_eq!(
+        srv.db.digest().await.unwrap(),
+        before,
+        "a refused request wrote something"
+    );
+    eprintln!(
+        "access sweep: {} routes, {} tokens, {tried} refusals checked, 0 revealing",
+        ROUTES.len(),
+        tokens.len()
+    );
+    assert!(tried > 50, "{tried}");
+}
