@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{hb, Backend, TestServer, ADMIN, T0};
+use common::{hb, Backend, TestServer, T0};
 use rush_meter::tokens::Scope;
 use serde_json::{json, Value};
 

@@ -51,18 +51,25 @@ pub struct PortalSession {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 pub struct Invoice {
     pub id: String,
-    pub customer: Option<super::subscription::Expandable>,
-    pub subscription: Option<super::subscription::Expandable>,
-    #[serde(default)]
-    pub amount_due: i64,
-    #[serde(default)]
-    pub amount_paid: i64,
-    #[serde(default)]
-    pub total: i64,
-    pub currency: Option<String>,
     pub status: Option<String>,
-    pub period_start: Option<i64>,
-    pub period_end: Option<i64>,
+    #[serde(default = "List::default")]
+    pub lines: List<InvoiceLine>,
+}
+
+/// A line of an invoice: what it charges (cents; credits negative) for which service
+/// period. A renewal invoice's own `period_start` is the period before; its lines say
+/// what they are for.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct InvoiceLine {
+    #[serde(default)]
+    pub amount: i64,
+    pub period: Option<LinePeriod>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+pub struct LinePeriod {
+    pub start: i64,
+    pub end: i64,
 }
 
 #[derive(Deserialize)]

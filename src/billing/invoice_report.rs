@@ -17,7 +17,8 @@ pub struct Line {
     pub stripe_customer_id: Option<String>,
     pub agent_seconds: i64,
     pub agent_hours: String,
-    /// The plan's price when the org paid through Stripe this month; 0 otherwise.
+    /// The price of the org's plan (as it stands now) when it pays through Stripe; 0
+    /// otherwise. A plan change within the month shows as a difference.
     pub ledger_owes: Decimal,
     pub stripe_invoiced: Decimal,
     pub invoices: usize,
@@ -49,6 +50,19 @@ pub fn seconds_in(hourly: &[(Secs, i64)], month: Interval) -> i64 {
         .iter()
         .filter(|(h, _)| *h >= month.start && *h < month.end)
         .map(|(_, s)| s)
+        .sum()
+}
+
+/// What an invoice charges for service that starts in `month`, in cents.
+pub fn cents_for(inv: &super::api::Invoice, month: Interval) -> i64 {
+    inv.lines
+        .data
+        .iter()
+        .filter(|l| {
+            l.period
+                .is_some_and(|p| p.start >= month.start && p.start < month.end)
+        })
+        .map(|l| l.amount)
         .sum()
 }
 
@@ -86,12 +100,10 @@ pub async fn invoice_report(
                     .into_iter()
                     .filter(|i| seen.insert(i.id.clone()))
                     .collect();
-                for inv in &fresh {
-                    let in_month = inv
-                        .period_start
-                        .is_some_and(|s| s >= month.start && s < month.end);
-                    if in_month && inv.status.as_deref() != Some("void") {
-                        invoiced += inv.total;
+                for inv in fresh.iter().filter(|i| i.status.as_deref() != Some("void")) {
+                    let cents = cents_for(inv, month);
+                    if cents != 0 {
+                        invoiced += cents;
                         count += 1;
                     }
                 }
@@ -155,5 +167,16 @@ mod tests {
         ];
         assert_eq!(seconds_in(&hourly, oct), 12);
         assert_eq!(from_cents(2000), Decimal::new(20, 0));
+        let inv: crate::billing::api::Invoice = serde_json::from_value(serde_json::json!({
+            "id": "in_1", "status": "paid", "period_start": oct.start - 86_400 * 31,
+            "lines": {"data": [
+                {"amount": 2000, "period": {"start": oct.start, "end": oct.end}},
+                {"amount": -500, "period": {"start": oct.start + 86_400, "end": oct.end}},
+                {"amount": 9999, "period": {"start": oct.end, "end": oct.end + 86_400}},
+                {"amount": 7}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(cents_for(&inv, oct), 1500);
     }
 }
