@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod billing;
+pub mod breakdown;
 pub mod clock;
 pub mod config;
 pub mod failpoint;

@@ -134,6 +134,10 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
             put(orgs::put_key).get(orgs::get_key),
         )
         .route("/v1/orgs/{org_id}/usage", get(usage_routes::get_usage))
+        .route(
+            "/v1/orgs/{org_id}/usage/breakdown",
+            get(usage_routes::get_breakdown),
+        )
         .route("/v1/heartbeats", post(ledger_routes::post_heartbeats))
         .route("/v1/admissions", post(admissions::post_admission))
         .route(

@@ -1,15 +1,20 @@
 //! The console's usage page.
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::Json;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::auth::Principal;
 use super::orgs::path_id;
 use super::{ApiError, ApiResult, AppState};
+use crate::breakdown::{
+    check_range, group, provisional_pieces, windows_touched, GroupBy, Key, Piece, HOUR,
+};
 use crate::ledger::Secs;
-use crate::quota::{rfc3339, WindowUsage};
-use crate::standing::standing;
+use crate::quota::{hours, rfc3339, WindowUsage};
+use crate::standing::{effective_plan, standing};
 use crate::tokens::Scope;
 
 #[derive(Serialize)]
@@ -50,4 +55,137 @@ pub async fn get_usage(
         parked_sessions: counts.parked,
         as_of: now,
     }))
+}
+
+#[derive(Deserialize)]
+pub struct BreakdownQuery {
+    from: Option<String>,
+    to: Option<String>,
+    group_by: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct BreakdownRow {
+    /// An RFC 3339 time (hour, day) or a name (session, project, user, agent); `null` for
+    /// sessions without one (no project, no user).
+    key: Option<String>,
+    seconds: i64,
+    hours: String,
+}
+
+#[derive(Serialize)]
+pub struct Ceiling {
+    window: &'static str,
+    #[serde(with = "rfc3339")]
+    start: Secs,
+    #[serde(with = "rfc3339")]
+    end: Secs,
+    limit_seconds: i64,
+    limit_hours: String,
+}
+
+/// The longest range a breakdown may span.
+const MAX_BREAKDOWN_DAYS: i64 = 400;
+
+/// `GET /v1/orgs/{org_id}/usage/breakdown?from=&to=&group_by=`: agent time in the whole
+/// hours `[from, to)` (default: the current month window, widened to whole hours), grouped
+/// by hour, day, session, project, user or agent, with the total and the plan's ceilings
+/// for every month and week window the range touches.
+pub async fn get_breakdown(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(org_id): Path<String>,
+    query: Result<Query<BreakdownQuery>, QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require_any(&[Scope::Console, Scope::Finance])?;
+    let org_id = path_id("org_id", &org_id)?;
+    principal.check_org_read(org_id.as_str())?;
+    let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
+    let by = match q.group_by.as_deref() {
+        None => GroupBy::Day,
+        Some(g) => GroupBy::parse(g).ok_or_else(|| {
+            ApiError::invalid(
+                "group_by",
+                format!(
+                    "group_by must be one of {} (got `{g}`)",
+                    GroupBy::NAMES.join(", ")
+                ),
+            )
+        })?,
+    };
+    let now = state.clock.now();
+    let org = state
+        .db
+        .get_org(org_id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let month = crate::quota::month_window(now, org.billing_period());
+    let time = |name: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(|t| rfc3339::parse(t).map_err(|m| ApiError::invalid(name, m)))
+            .transpose()
+    };
+    let from = time("from", &q.from)?.unwrap_or(month.start.div_euclid(HOUR) * HOUR);
+    let to = time("to", &q.to)?.unwrap_or((month.end + HOUR - 1).div_euclid(HOUR) * HOUR);
+    let range =
+        check_range(from, to, MAX_BREAKDOWN_DAYS).map_err(|m| ApiError::invalid("from", m))?;
+
+    let mut pieces = state
+        .db
+        .session_hour_pieces(org_id.as_str(), from, to)
+        .await?;
+    for s in state.db.running_sessions(org_id.as_str()).await? {
+        if let Some(stretch) = s.ledger().provisional(now, &state.rules) {
+            let template = Piece {
+                hour: 0,
+                session_id: s.session_id.clone(),
+                project_id: s.project_id.clone(),
+                started_by: s.started_by.clone(),
+                agent: s.agent.clone(),
+                seconds: 0,
+            };
+            pieces.extend(provisional_pieces(&template, stretch, range));
+        }
+    }
+    let rows: Vec<BreakdownRow> = group(&pieces, by)
+        .into_iter()
+        .map(|(k, seconds)| BreakdownRow {
+            key: match k {
+                Key::Time(t) => Some(crate::quota::format_rfc3339(t)),
+                Key::Name(n) => n,
+            },
+            seconds,
+            hours: hours(seconds),
+        })
+        .collect();
+    let total: i64 = rows.iter().map(|r| r.seconds).sum();
+    let plan = effective_plan(&org, &state.plans, now);
+    let (months, weeks) = windows_touched(range, org.billing_period());
+    let ceiling = |window, w: crate::ledger::Interval, limit: i64| Ceiling {
+        window,
+        start: w.start,
+        end: w.end,
+        limit_seconds: limit,
+        limit_hours: hours(limit),
+    };
+    let ceilings: Vec<Ceiling> = months
+        .into_iter()
+        .map(|w| ceiling("month", w, plan.monthly_limit_seconds))
+        .chain(
+            weeks
+                .into_iter()
+                .map(|w| ceiling("week", w, plan.weekly_limit_seconds)),
+        )
+        .collect();
+    Ok(Json(json!({
+        "org_id": org.org_id,
+        "plan": plan.id,
+        "from": crate::quota::format_rfc3339(from),
+        "to": crate::quota::format_rfc3339(to),
+        "group_by": GroupBy::NAMES[by as usize],
+        "rows": rows,
+        "total": {"seconds": total, "hours": hours(total)},
+        "ceilings": ceilings,
+        "as_of": crate::quota::format_rfc3339(now),
+    })))
 }

@@ -514,4 +514,18 @@ impl Db {
     pub async fn list_orgs(&self) -> StoreResult<Vec<OrgRow>> {
         on_backend!(self, read, list_orgs())
     }
+
+    /// An org's booked time in the whole hours `[from, to)`, by session and hour.
+    pub async fn session_hour_pieces(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+    ) -> StoreResult<Vec<crate::breakdown::Piece>> {
+        on_backend!(self, read, session_hour_pieces(org_id, from, to))
+    }
+
+    pub async fn running_sessions(&self, org_id: &str) -> StoreResult<Vec<SessionRow>> {
+        on_backend!(self, read, running_sessions(org_id))
+    }
 }

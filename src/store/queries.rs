@@ -687,3 +687,35 @@ pub async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
 }
 
 // ----- the gate: see admissions.rs -----
+
+// ----- the console's breakdown -----
+
+/// `(hour, session, project, started_by, agent, seconds)` of an org's booked time in the
+/// whole hours `[from, to)`, from the per-session hourly rollup.
+pub async fn session_hour_pieces(
+    pool: &Pool<DB>,
+    org_id: &str,
+    from: Secs,
+    to: Secs,
+) -> StoreResult<Vec<crate::breakdown::Piece>> {
+    Ok(sqlx::query_as::<_, crate::breakdown::Piece>(
+        "SELECT h.hour, h.session_id, s.project_id, s.started_by, s.agent, h.seconds \
+         FROM session_hourly h JOIN sessions s ON s.org_id = h.org_id AND s.session_id = h.session_id \
+         WHERE h.org_id = $1 AND h.hour >= $2 AND h.hour < $3",
+    )
+    .bind(org_id)
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// An org's running sessions.
+pub async fn running_sessions(pool: &Pool<DB>, org_id: &str) -> StoreResult<Vec<SessionRow>> {
+    Ok(sqlx::query_as::<_, SessionRow>(
+        "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'",
+    )
+    .bind(org_id)
+    .fetch_all(pool)
+    .await?)
+}

@@ -1,0 +1,71 @@
+//! The console's breakdown agrees with the usage page to the second, by every grouping,
+//! running sessions included.
+
+mod common;
+
+use common::{hb, Backend, TestServer, T0};
+use serde_json::{json, Value};
+
+both_backends! {
+    async fn every_grouping_adds_up_to_the_usage_page(srv) {
+        srv.create_org("org_1", "pro").await;
+        srv.admin("PUT", "/v1/orgs/org_1/keys/k1", Some(json!({}))).await;
+        for (session, agent, project, user) in [("s1", "codex", Some("web"), "u1"), ("s2", "claude", None, "u2")] {
+            let mut body = json!({"org_id": "org_1", "key_id": "k1", "session_id": session, "agent": agent, "started_by": user});
+            if let Some(p) = project {
+                body["project_id"] = json!(p);
+            }
+            srv.admin("POST", "/v1/admissions", Some(body)).await;
+        }
+        // s1 runs 50 minutes from T0 and parks; s2 runs from T0+30 min and is still running.
+        let mut seq = std::collections::HashMap::new();
+        for t in (0..=5400).step_by(15) {
+            let at = T0 + t;
+            srv.clock.set(at);
+            let mut beats = Vec::new();
+            for (session, from, to) in [("s1", 0, 3000), ("s2", 1800, 5400)] {
+                if (from..=to).contains(&t) {
+                    let n = seq.entry(session).or_insert(0);
+                    *n += 1;
+                    let state = if session == "s1" && t == to { "parked" } else { "running" };
+                    beats.push(hb("org_1", session, *n, state, at));
+                }
+            }
+            let (status, v) = srv.heartbeats(beats).await;
+            assert_eq!(status, 200, "{v}");
+        }
+        srv.clock.set(T0 + 5410);
+        let usage = srv.usage("org_1").await;
+        let used = usage["month"]["used_seconds"].as_i64().unwrap();
+        assert_eq!(used, 3000 + 3600 + 10, "s1 50 min, s2 60 min, and 10 s of s2 running now");
+
+        let mut by = std::collections::HashMap::new();
+        for g in ["hour", "day", "session", "project", "user", "agent"] {
+            let v = srv.admin("GET", &format!("/v1/orgs/org_1/usage/breakdown?group_by={g}"), None).await;
+            let rows: Vec<(Value, i64)> = v["rows"].as_array().unwrap().iter().map(|r| (r["key"].clone(), r["seconds"].as_i64().unwrap())).collect();
+            assert_eq!(rows.iter().map(|r| r.1).sum::<i64>(), used, "{g}: {v}");
+            assert_eq!(v["total"]["seconds"].as_i64(), Some(used), "{g}");
+            assert_eq!(v["from"], "2026-11-01T00:00:00Z");
+            by.insert(g, (rows, v));
+        }
+        assert_eq!(by["agent"].0, vec![(json!("claude"), 3610), (json!("codex"), 3000)]);
+        assert_eq!(by["project"].0, vec![(Value::Null, 3610), (json!("web"), 3000)]);
+        assert_eq!(by["user"].0, vec![(json!("u1"), 3000), (json!("u2"), 3610)]);
+        assert_eq!(by["day"].0, vec![(json!("2026-11-30T00:00:00Z"), used)]);
+        // 12:00: s1's 50 minutes and s2's first half hour; 13:00: s2's next half hour and
+        // the 10 s it has run since its last beat.
+        assert_eq!(by["hour"].0, vec![(json!("2026-11-30T12:00:00Z"), 3000 + 1800), (json!("2026-11-30T13:00:00Z"), 1800 + 10)]);
+        // The ceilings of the windows the range touches: November, and the weeks of it.
+        let v = &by["day"].1;
+        let months: Vec<&Value> = v["ceilings"].as_array().unwrap().iter().filter(|c| c["window"] == "month").collect();
+        assert_eq!(months.len(), 1);
+        assert_eq!(months[0]["limit_seconds"].as_i64(), Some(40 * 3600));
+        assert_eq!(v["ceilings"].as_array().unwrap().iter().filter(|c| c["window"] == "week").count(), 6);
+
+        // Bad input is refused, naming the field.
+        for (q, field) in [("group_by=week", "group_by"), ("from=2026-11-30T12:30:00Z&to=2026-11-30T14:00:00Z", "from"), ("from=2026-11-30T14:00:00Z&to=2026-11-30T12:00:00Z", "from"), ("from=yesterday", "from")] {
+            let (status, v) = srv.call("GET", &format!("/v1/orgs/org_1/usage/breakdown?{q}"), Some(common::ADMIN), None).await;
+            assert_eq!((status, v["error"]["field"].as_str()), (422, Some(field)), "{q}: {v}");
+        }
+    }
+}
