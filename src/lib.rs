@@ -22,5 +22,6 @@ pub mod server;
 pub mod sim;
 pub mod standing;
 pub mod store;
+pub mod timeline;
 pub mod tokens;
 pub mod usage;

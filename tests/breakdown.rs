@@ -62,6 +62,34 @@ both_backends! {
         assert_eq!(months[0]["limit_seconds"].as_i64(), Some(40 * 3600));
         assert_eq!(v["ceilings"].as_array().unwrap().iter().filter(|c| c["window"] == "week").count(), 6);
 
+        // The session list and each session's timeline agree with it too.
+        let list = srv.admin("GET", "/v1/orgs/org_1/sessions", None).await;
+        let ids: Vec<&str> = list["sessions"].as_array().unwrap().iter().map(|s| s["session_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["s1", "s2"]);
+        let running = srv.admin("GET", "/v1/orgs/org_1/sessions?state=running", None).await;
+        assert_eq!(running["sessions"].as_array().unwrap().len(), 1);
+        assert_eq!(running["sessions"][0]["session_id"], "s2");
+        let page = srv.admin("GET", "/v1/orgs/org_1/sessions?limit=1", None).await;
+        assert_eq!(page["sessions"][0]["session_id"], "s1");
+        let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+        let next = srv.admin("GET", &format!("/v1/orgs/org_1/sessions?limit=1&cursor={cursor}"), None).await;
+        assert_eq!(next["sessions"][0]["session_id"], "s2");
+        let mut running_total = 0;
+        for (id, parked) in [("s1", 5410 - 3000), ("s2", 0)] {
+            let d = srv.admin("GET", &format!("/v1/sessions/{id}"), None).await;
+            assert_eq!(d["running_seconds"], d["billed_seconds"], "{id}: {d}");
+            assert_eq!(d["parked_seconds"].as_i64(), Some(parked), "{id}: {d}");
+            let last = d["timeline"].as_array().unwrap().last().unwrap().clone();
+            assert_eq!(last["open"], true, "{id}: {d}");
+            running_total += d["running_seconds"].as_i64().unwrap();
+        }
+        assert_eq!(running_total, used);
+        let d = srv.admin("GET", "/v1/sessions/s1", None).await;
+        assert_eq!(d["timeline"][0], json!({"kind": "running", "start": "2026-11-30T12:00:00Z", "end": "2026-11-30T12:50:00Z", "open": false}));
+        assert_eq!((d["agent"].as_str(), d["project_id"].as_str(), d["started_by"].as_str()), (Some("codex"), Some("web"), Some("u1")));
+        let (status, v) = srv.call("GET", "/v1/orgs/org_1/sessions?state=asleep", Some(common::ADMIN), None).await;
+        assert_eq!((status, v["error"]["field"].as_str()), (422, Some("state")), "{v}");
+
         // Bad input is refused, naming the field.
         for (q, field) in [("group_by=week", "group_by"), ("from=2026-11-30T12:30:00Z&to=2026-11-30T14:00:00Z", "from"), ("from=2026-11-30T14:00:00Z&to=2026-11-30T12:00:00Z", "from"), ("from=yesterday", "from")] {
             let (status, v) = srv.call("GET", &format!("/v1/orgs/org_1/usage/breakdown?{q}"), Some(common::ADMIN), None).await;

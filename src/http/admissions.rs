@@ -260,7 +260,8 @@ pub async fn list_decisions(
     }))
 }
 
-fn parse_cursor(c: &str) -> ApiResult<(Secs, String)> {
+/// A `time.id` cursor as this service gives them out.
+pub(super) fn parse_cursor(c: &str) -> ApiResult<(Secs, String)> {
     c.split_once('.')
         .and_then(|(t, id)| Some((t.parse().ok()?, id.to_owned())))
         .ok_or_else(|| ApiError::invalid("cursor", "cursor is not one this service gave out"))

@@ -274,12 +274,25 @@ pub async fn end_session(
     Ok(Json(session_view(row, now, &state.rules)))
 }
 
-/// `GET /v1/sessions/{session_id}`: one session's ledger (console for its org's sessions).
+/// One session with its timeline.
+#[derive(Serialize)]
+pub struct SessionDetail {
+    #[serde(flatten)]
+    session: SessionView,
+    /// Billed running time in the timeline (equals `billed_seconds`).
+    running_seconds: i64,
+    /// Parked time in the timeline (free).
+    parked_seconds: i64,
+    timeline: Vec<crate::timeline::Stretch>,
+}
+
+/// `GET /v1/sessions/{session_id}`: one session's ledger and timeline (console for its
+/// org's sessions).
 pub async fn get_session(
     State(state): State<AppState>,
     principal: Principal,
     Path(session_id): Path<String>,
-) -> ApiResult<Json<SessionView>> {
+) -> ApiResult<Json<SessionDetail>> {
     principal.require_any(&[
         Scope::Console,
         Scope::Finance,
@@ -293,5 +306,84 @@ pub async fn get_session(
         .await?
         .filter(|r| bound_org(&principal).is_none_or(|o| o == r.org_id))
         .ok_or_else(|| ApiError::session_not_found(session_id.as_str()))?;
-    Ok(Json(session_view(row, state.clock.now(), &state.rules)))
+    let now = state.clock.now();
+    let closed = state.db.session_spans(&row.org_id, &row.session_id).await?;
+    let timeline = crate::timeline::timeline(&closed, &row.ledger(), now, &state.rules);
+    Ok(Json(SessionDetail {
+        running_seconds: crate::timeline::seconds_of(&timeline, "running"),
+        parked_seconds: crate::timeline::seconds_of(&timeline, "parked"),
+        timeline,
+        session: session_view(row, now, &state.rules),
+    }))
+}
+
+#[derive(Deserialize)]
+pub struct SessionsQuery {
+    state: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+const PHASES: [&str; 5] = ["admitted", "running", "parked", "silent", "ended"];
+
+/// `GET /v1/orgs/{org_id}/sessions?state=&from=&to=&cursor=&limit=`: an org's sessions
+/// created in `[from, to)` (default: all), oldest first, 100 a page (at most 1,000).
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(org_id): Path<String>,
+    query: Result<axum::extract::Query<SessionsQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require_any(&[Scope::Console, Scope::Finance])?;
+    let org_id = path_id("org_id", &org_id)?;
+    principal.check_org_read(org_id.as_str())?;
+    let axum::extract::Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
+    if let Some(s) = q.state.as_deref().filter(|s| !PHASES.contains(s)) {
+        return Err(ApiError::invalid(
+            "state",
+            format!("state must be one of {} (got `{s}`)", PHASES.join(", ")),
+        ));
+    }
+    let time = |name: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(|t| rfc3339::parse(t).map_err(|m| ApiError::invalid(name, m)))
+            .transpose()
+    };
+    let now = state.clock.now();
+    let to = time("to", &q.to)?.unwrap_or(now + 1);
+    let from = time("from", &q.from)?.unwrap_or(0);
+    if from >= to {
+        return Err(ApiError::invalid("from", "from must be before to"));
+    }
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid("limit", "limit must be 1 to 1000"));
+    }
+    let after = q
+        .cursor
+        .as_deref()
+        .map(super::admissions::parse_cursor)
+        .transpose()?;
+    if state.db.get_org(org_id.as_str()).await?.is_none() {
+        return Err(ApiError::org_not_found(org_id.as_str()));
+    }
+    let rows = state
+        .db
+        .list_sessions(org_id.as_str(), q.state.as_deref(), from, to, after, limit)
+        .await?;
+    let next_cursor = (rows.len() as i64 == limit)
+        .then(|| {
+            rows.last()
+                .map(|r| format!("{}.{}", r.created_at, r.session_id))
+        })
+        .flatten();
+    let sessions: Vec<SessionView> = rows
+        .into_iter()
+        .map(|r| session_view(r, now, &state.rules))
+        .collect();
+    Ok(Json(
+        serde_json::json!({"sessions": sessions, "next_cursor": next_cursor}),
+    ))
 }

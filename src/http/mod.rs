@@ -146,6 +146,10 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         )
         .route("/v1/sessions/{session_id}", get(ledger_routes::get_session))
         .route(
+            "/v1/orgs/{org_id}/sessions",
+            get(ledger_routes::list_sessions),
+        )
+        .route(
             "/v1/sessions/{session_id}/end",
             post(ledger_routes::end_session),
         )

@@ -137,13 +137,7 @@ pub async fn list_events(
     let before = q
         .cursor
         .as_deref()
-        .map(|c| {
-            c.split_once('.')
-                .and_then(|(t, id)| Some((t.parse().ok()?, id.to_owned())))
-                .ok_or_else(|| {
-                    ApiError::invalid("cursor", "cursor is not one this service gave out")
-                })
-        })
+        .map(super::admissions::parse_cursor)
         .transpose()?;
     let rows = state
         .db

@@ -528,4 +528,29 @@ impl Db {
     pub async fn running_sessions(&self, org_id: &str) -> StoreResult<Vec<SessionRow>> {
         on_backend!(self, read, running_sessions(org_id))
     }
+
+    pub async fn session_spans(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Vec<(Secs, Secs, String)>> {
+        on_backend!(self, read, session_spans(org_id, session_id))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn list_sessions(
+        &self,
+        org_id: &str,
+        phase: Option<&str>,
+        from: Secs,
+        to: Secs,
+        after: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<SessionRow>> {
+        on_backend!(
+            self,
+            read,
+            list_sessions(org_id, phase, from, to, after, limit)
+        )
+    }
 }

@@ -719,3 +719,48 @@ pub async fn running_sessions(pool: &Pool<DB>, org_id: &str) -> StoreResult<Vec<
     .fetch_all(pool)
     .await?)
 }
+
+/// A session's closed spans `(start, end, kind)`, in order.
+pub async fn session_spans(
+    pool: &Pool<DB>,
+    org_id: &str,
+    session_id: &str,
+) -> StoreResult<Vec<(Secs, Secs, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT start_at, end_at, kind FROM spans WHERE org_id = $1 AND session_id = $2 \
+         ORDER BY start_at",
+    )
+    .bind(org_id)
+    .bind(session_id)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// An org's sessions created in `[from, to)`, in `phase` if given, oldest first, after the
+/// `(created_at, session_id)` cursor, at most `limit`.
+pub async fn list_sessions(
+    pool: &Pool<DB>,
+    org_id: &str,
+    phase: Option<&str>,
+    from: Secs,
+    to: Secs,
+    after: Option<(Secs, String)>,
+    limit: i64,
+) -> StoreResult<Vec<SessionRow>> {
+    let (after_at, after_id) = after.unwrap_or((i64::MIN, String::new()));
+    Ok(sqlx::query_as::<_, SessionRow>(
+        "SELECT * FROM sessions WHERE org_id = $1 AND ($2 IS NULL OR phase = $2) \
+           AND created_at >= $3 AND created_at < $4 \
+           AND (created_at > $5 OR (created_at = $5 AND session_id > $6)) \
+         ORDER BY created_at, session_id LIMIT $7",
+    )
+    .bind(org_id)
+    .bind(phase)
+    .bind(from)
+    .bind(to)
+    .bind(after_at)
+    .bind(after_id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
+}
