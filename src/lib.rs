@@ -16,6 +16,7 @@ pub mod ingest;
 pub mod ledger;
 pub mod metrics;
 pub mod plans;
+pub mod prompt;
 pub mod quota;
 pub mod rate_limit;
 pub mod server;

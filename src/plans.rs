@@ -26,6 +26,10 @@ pub struct Plan {
     pub past_due_grace_days: i64,
     pub stripe_prices: Vec<String>,
     pub upgrade_to: Option<String>,
+    /// Percentages of a window's ceiling at which the upgrade prompt shows (ascending).
+    pub prompt_thresholds: Vec<u8>,
+    /// Concurrency denials in 24 hours that show the upgrade prompt (0: never).
+    pub prompt_concurrency_denials: i64,
 }
 
 #[derive(Deserialize)]
@@ -49,6 +53,18 @@ struct PlanFile {
     #[serde(default)]
     stripe_prices: Vec<String>,
     upgrade_to: Option<String>,
+    #[serde(default = "default_prompt_thresholds")]
+    prompt_thresholds: Vec<u8>,
+    #[serde(default = "default_prompt_concurrency_denials")]
+    prompt_concurrency_denials: i64,
+}
+
+fn default_prompt_thresholds() -> Vec<u8> {
+    vec![80, 100]
+}
+
+fn default_prompt_concurrency_denials() -> i64 {
+    1
 }
 
 fn default_past_due_grace_days() -> i64 {
@@ -200,6 +216,14 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
     if f.past_due_grace_days < 0 {
         return Err("past_due_grace_days: must not be negative".into());
     }
+    if f.prompt_thresholds.iter().any(|t| !(1..=100).contains(t))
+        || f.prompt_thresholds.windows(2).any(|w| w[0] >= w[1])
+    {
+        return Err("prompt_thresholds: percentages 1 to 100, ascending, e.g. [80, 100]".into());
+    }
+    if f.prompt_concurrency_denials < 0 {
+        return Err("prompt_concurrency_denials: must not be negative (0 turns it off)".into());
+    }
     if let Some(up) = &f.upgrade_to {
         if *up == f.id {
             return Err("upgrade_to: a plan cannot upgrade to itself".into());
@@ -219,6 +243,8 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
         ceiling_grace_seconds: f.ceiling_grace_seconds,
         past_due_grace_days: f.past_due_grace_days,
         stripe_prices: f.stripe_prices,
+        prompt_thresholds: f.prompt_thresholds,
+        prompt_concurrency_denials: f.prompt_concurrency_denials,
         upgrade_to: f.upgrade_to,
     })
 }
@@ -275,6 +301,32 @@ upgrade_to = "team"
         assert!(e.starts_with("weekly_agent_hours"), "{e}");
         let e = parse_plan(&PRO.replace("monthly_agent_hours = 40", "")).unwrap_err();
         assert!(e.contains("monthly_agent_hours"), "{e}");
+    }
+
+    #[test]
+    fn prompt_settings_default_and_are_checked() {
+        let p = parse_plan(PRO).unwrap();
+        assert_eq!(
+            (p.prompt_thresholds.as_slice(), p.prompt_concurrency_denials),
+            (&[80, 100][..], 1)
+        );
+        for bad in [
+            "prompt_thresholds = [100, 80]",
+            "prompt_thresholds = [0]",
+            "prompt_thresholds = [101]",
+            "prompt_concurrency_denials = -1",
+        ] {
+            let e = parse_plan(&format!("{PRO}\n{bad}\n")).unwrap_err();
+            assert!(e.starts_with(bad.split(' ').next().unwrap()), "{bad}: {e}");
+        }
+        let p = parse_plan(&format!(
+            "{PRO}\nprompt_thresholds = [50, 90]\nprompt_concurrency_denials = 0\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            (p.prompt_thresholds.as_slice(), p.prompt_concurrency_denials),
+            (&[50, 90][..], 0)
+        );
     }
 
     #[test]

@@ -138,6 +138,10 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
             "/v1/orgs/{org_id}/usage/breakdown",
             get(usage_routes::get_breakdown),
         )
+        .route(
+            "/v1/orgs/{org_id}/upgrade-prompt",
+            get(usage_routes::get_upgrade_prompt),
+        )
         .route("/v1/heartbeats", post(ledger_routes::post_heartbeats))
         .route("/v1/admissions", post(admissions::post_admission))
         .route(

@@ -189,3 +189,53 @@ pub async fn get_breakdown(
         "as_of": crate::quota::format_rfc3339(now),
     })))
 }
+
+/// `GET /v1/orgs/{org_id}/upgrade-prompt`: whether to prompt the org to upgrade, why (each
+/// window's highest threshold crossed, concurrency denials in the last 24 hours; set per
+/// plan), both windows projected to their end at the pace so far, the cheapest plan that
+/// holds them, and how to check out to it.
+pub async fn get_upgrade_prompt(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(org_id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    use crate::prompt::{project, reasons, suggest, PromptReason};
+    principal.require_any(&[Scope::Console, Scope::Finance])?;
+    let org_id = path_id("org_id", &org_id)?;
+    principal.check_org_read(org_id.as_str())?;
+    let now = state.clock.now();
+    let s = standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules)
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let denials = state
+        .db
+        .count_decisions(org_id.as_str(), "concurrency_limit_reached", now - 86_400)
+        .await?;
+    let why = reasons(&s.plan, &s.month, &s.week, denials);
+    let (month, week) = (project(&s.month, now), project(&s.week, now));
+    let need = why
+        .iter()
+        .any(|r| matches!(r, PromptReason::ConcurrencyDenials { .. }))
+        .then_some(s.plan.concurrency_max);
+    // Nothing to suggest while no reason shows the prompt.
+    let suggested = (!why.is_empty())
+        .then(|| suggest(&state.plans, &s.plan, &month, &week, need))
+        .flatten();
+    Ok(Json(json!({
+        "org_id": s.org.org_id,
+        "plan": s.plan.id,
+        "show": !why.is_empty(),
+        "reasons": why,
+        "projection": {"month": month, "week": week},
+        "suggested_plan": suggested.map(|p| json!({
+            "id": p.id, "name": p.name, "price": p.price.to_string(), "currency": p.currency,
+            "monthly_agent_hours": p.monthly_agent_hours.to_string(),
+            "weekly_agent_hours": p.weekly_agent_hours.to_string(),
+            "concurrency_max": p.concurrency_max,
+        })),
+        "checkout": suggested.map(|p| json!({
+            "method": "POST", "path": format!("/v1/orgs/{}/checkout", s.org.org_id), "body": {"plan": p.id},
+        })),
+        "as_of": crate::quota::format_rfc3339(now),
+    })))
+}

@@ -127,3 +127,15 @@ pub async fn list_decisions(
 const DECISION_COLUMNS: &str = "org_id, decision_id, decided_at, session_id, key_id, decision, \
      reason, rule, plan_id, suspended, month_start, month_end, month_used, month_limit, \
      week_start, week_end, week_used, week_limit, running, concurrency_limit, upgrade_plan";
+
+/// Decisions of an org with `reason` since `since`.
+pub async fn count_decisions(pool: &Pool<DB>, org_id: &str, reason: &str, since: Secs) -> StoreResult<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT COUNT(*) FROM decisions WHERE org_id = $1 AND decided_at >= $2 AND reason = $3",
+    )
+    .bind(org_id)
+    .bind(since)
+    .bind(reason)
+    .fetch_one(pool)
+    .await?)
+}

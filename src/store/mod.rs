@@ -553,4 +553,14 @@ impl Db {
             list_sessions(org_id, phase, from, to, after, limit)
         )
     }
+
+    /// Decisions of an org with `reason` since `since`.
+    pub async fn count_decisions(
+        &self,
+        org_id: &str,
+        reason: &str,
+        since: Secs,
+    ) -> StoreResult<i64> {
+        on_backend!(self, read, count_decisions(org_id, reason, since))
+    }
 }
