@@ -340,6 +340,23 @@ fn with_stripe(ls: &LocalStripe) -> StripeConfig {
     }
 }
 
+/// `rush-meter <args>` on the server's database, against localstripe.
+fn stripe_cli(srv: &TestServer, ls: &LocalStripe, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
+        .args([
+            "--database-url",
+            &srv.database_url,
+            "--stripe-secret-key",
+            KEY,
+        ])
+        .args(["--stripe-api-base", &ls.url])
+        .args(["--plans-dir", concat!(env!("CARGO_MANIFEST_DIR"), "/plans")])
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap()
+}
+
 fn real_now() -> Secs {
     chrono::Utc::now().timestamp()
 }
@@ -671,24 +688,7 @@ async fn stripe_down_never_blocks_the_gate_and_reconcile_repairs_lost_webhooks()
     let customer = ls.customer(Some("org_1")).await;
     ls.subscribe(&customer, "pro_monthly").await;
     assert_eq!(plan_of(&srv, "org_1").await.0, "free");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
-        .args([
-            "--database-url",
-            &srv.database_url,
-            "--stripe-secret-key",
-            KEY,
-            "--stripe-api-base",
-            &ls.url,
-        ])
-        .args([
-            "--plans-dir",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/plans"),
-            "stripe",
-            "reconcile",
-        ])
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
+    let out = stripe_cli(&srv, &ls, &["stripe", "reconcile"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -708,24 +708,7 @@ async fn stripe_down_never_blocks_the_gate_and_reconcile_repairs_lost_webhooks()
         ("pro".to_owned(), Some("active".to_owned()))
     );
     // A second run finds nothing to repair.
-    let again = std::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
-        .args([
-            "--database-url",
-            &srv.database_url,
-            "--stripe-secret-key",
-            KEY,
-            "--stripe-api-base",
-            &ls.url,
-        ])
-        .args([
-            "--plans-dir",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/plans"),
-            "stripe",
-            "reconcile",
-        ])
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
+    let again = stripe_cli(&srv, &ls, &["stripe", "reconcile"]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("0 orgs repaired"));
 }
 
@@ -882,23 +865,12 @@ async fn the_invoice_report_sets_the_ledger_against_stripes_invoices() {
     assert_eq!((free.agent_seconds, free.invoices), (0, 0));
     assert!(free.ledger_owes.is_zero() && free.difference.is_zero());
     // The command itself refuses a month that has not ended.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
-        .args([
-            "--database-url",
-            &srv.database_url,
-            "--stripe-secret-key",
-            KEY,
-            "--stripe-api-base",
-            &ls.url,
-        ])
-        .args([
-            "stripe",
-            "invoice-report",
-            "--period",
-            &chrono::Utc::now().format("%Y-%m").to_string(),
-        ])
-        .output()
-        .unwrap();
+    let period = chrono::Utc::now().format("%Y-%m").to_string();
+    let out = stripe_cli(
+        &srv,
+        &ls,
+        &["stripe", "invoice-report", "--period", &period],
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("has not ended"));
 }
