@@ -71,6 +71,12 @@ fn default_past_due_grace_days() -> i64 {
     7
 }
 
+/// The plans shipped in `plans/`, for unit tests.
+#[cfg(test)]
+pub fn shipped() -> Plans {
+    Plans::load_dir(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/plans"))).expect("plans/ loads")
+}
+
 /// A TOML integer, float or string read as an exact decimal (`0.005` stays `0.005`).
 fn decimal<'de, D: Deserializer<'de>>(d: D) -> Result<Decimal, D::Error> {
     #[derive(Deserialize)]

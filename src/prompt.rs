@@ -111,13 +111,7 @@ mod tests {
     use super::*;
     use crate::ledger::Interval;
 
-    fn plans() -> Plans {
-        Plans::load_dir(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/plans"
-        )))
-        .unwrap()
-    }
+    use crate::plans::shipped as plans;
 
     fn window(start: Secs, end: Secs, used: i64, limit: i64) -> WindowUsage {
         WindowUsage::new(Interval::new(start, end).unwrap(), used, limit)

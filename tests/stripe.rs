@@ -357,6 +357,12 @@ fn stripe_cli(srv: &TestServer, ls: &LocalStripe, args: &[&str]) -> std::process
         .unwrap()
 }
 
+/// `POST /v1/orgs/{org}/checkout` with `body`.
+async fn checkout(srv: &TestServer, org: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+    let path = format!("/v1/orgs/{org}/checkout");
+    srv.call("POST", &path, token, Some(body)).await
+}
+
 fn real_now() -> Secs {
     chrono::Utc::now().timestamp()
 }
@@ -459,14 +465,7 @@ async fn subscriptions_follow_stripe_through_real_webhooks() {
     assert_eq!(plan_of(&srv, "org_1").await.0, "team");
     // Asking for team again calls the downgrade off; asking a third time is a conflict.
     let again = json!({"plan": "team"});
-    let (status, v) = srv
-        .call(
-            "POST",
-            "/v1/orgs/org_1/checkout",
-            Some(&console),
-            Some(&again),
-        )
-        .await;
+    let (status, v) = checkout(&srv, "org_1", Some(&console), &again).await;
     assert_eq!(
         (status, v["action"].as_str()),
         (200, Some("changed")),
@@ -474,14 +473,7 @@ async fn subscriptions_follow_stripe_through_real_webhooks() {
     );
     let org = srv.db.get_org("org_1").await.unwrap().unwrap();
     assert_eq!((org.scheduled_plan_id, org.scheduled_at), (None, None));
-    let (status, v) = srv
-        .call(
-            "POST",
-            "/v1/orgs/org_1/checkout",
-            Some(&console),
-            Some(&again),
-        )
-        .await;
+    let (status, v) = checkout(&srv, "org_1", Some(&console), &again).await;
     assert_eq!(
         (status, v["error"]["code"].as_str()),
         (409, Some("already_on_plan")),
@@ -489,14 +481,7 @@ async fn subscriptions_follow_stripe_through_real_webhooks() {
     );
     // Down to Free: Stripe cancels at the period's end; team again calls that off too.
     let free = json!({"plan": "free"});
-    let (status, v) = srv
-        .call(
-            "POST",
-            "/v1/orgs/org_1/checkout",
-            Some(&console),
-            Some(&free),
-        )
-        .await;
+    let (status, v) = checkout(&srv, "org_1", Some(&console), &free).await;
     assert_eq!(
         (status, v["action"].as_str()),
         (200, Some("scheduled")),
@@ -510,14 +495,7 @@ async fn subscriptions_follow_stripe_through_real_webhooks() {
             .unwrap()
             .cancel_at_period_end
     );
-    let (status, v) = srv
-        .call(
-            "POST",
-            "/v1/orgs/org_1/checkout",
-            Some(&console),
-            Some(&again),
-        )
-        .await;
+    let (status, v) = checkout(&srv, "org_1", Some(&console), &again).await;
     assert_eq!(
         (status, v["action"].as_str()),
         (200, Some("changed")),

@@ -179,13 +179,7 @@ pub fn access(
 mod tests {
     use super::*;
 
-    fn plans() -> Plans {
-        Plans::load_dir(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/plans"
-        )))
-        .unwrap()
-    }
+    use crate::plans::shipped as plans;
 
     #[test]
     fn every_status_maps_to_access() {

@@ -122,13 +122,7 @@ pub fn describe_changes(a: &OrgRow, b: &OrgRow) -> String {
 mod tests {
     use super::*;
 
-    fn plans() -> Plans {
-        Plans::load_dir(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/plans"
-        )))
-        .unwrap()
-    }
+    use crate::plans::shipped as plans;
 
     fn org() -> OrgRow {
         OrgRow {

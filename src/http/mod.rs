@@ -111,6 +111,16 @@ impl AppState {
     }
 }
 
+impl AppState {
+    /// The org, or the 404 every route answers for one it does not have.
+    pub async fn org(&self, org_id: &str) -> ApiResult<crate::store::OrgRow> {
+        self.db
+            .get_org(org_id)
+            .await?
+            .ok_or_else(|| ApiError::org_not_found(org_id))
+    }
+}
+
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// A random id for each request that arrives without one.

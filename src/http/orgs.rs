@@ -130,11 +130,7 @@ pub async fn get_org(
     principal.require_any(&[Scope::Console, Scope::Finance])?;
     let org_id = path_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
-    let row = state
-        .db
-        .get_org(org_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let row = state.org(org_id.as_str()).await?;
     Ok(Json(row.into()))
 }
 
@@ -179,11 +175,7 @@ pub async fn put_key(
     principal.require_any(&[Scope::Admin])?;
     let org_id = path_id("org_id", &org_id)?;
     let key_id = path_id("key_id", &key_id)?;
-    let org = state
-        .db
-        .get_org(org_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let org = state.org(org_id.as_str()).await?;
     let plan = subscribed_plan(&org, &state.plans);
     if let Some(limit) = body.concurrency_limit {
         if !(1..=plan.concurrency_max).contains(&limit) {
@@ -218,11 +210,7 @@ pub async fn get_key(
     let org_id = path_id("org_id", &org_id)?;
     let key_id = path_id("key_id", &key_id)?;
     principal.check_org(org_id.as_str())?;
-    let org = state
-        .db
-        .get_org(org_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let org = state.org(org_id.as_str()).await?;
     let key = state
         .db
         .get_key(org_id.as_str(), key_id.as_str())

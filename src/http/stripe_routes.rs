@@ -228,11 +228,7 @@ pub async fn checkout(
             format!("no plan `{}`; plans: {}", body.plan, names.join(", ")),
         )
     })?;
-    let org = state
-        .db
-        .get_org(org_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let org = state.org(org_id.as_str()).await?;
     let change = checkout::change_plan(&state.billing, &org, target)
         .await
         .map_err(change_error)?;
@@ -259,11 +255,7 @@ pub async fn billing_portal(
     principal.require_any(&[Scope::Console])?;
     let org_id = path_id("org_id", &org_id)?;
     principal.check_org(org_id.as_str())?;
-    let org = state
-        .db
-        .get_org(org_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let org = state.org(org_id.as_str()).await?;
     let url = checkout::portal(&state.billing, &org)
         .await
         .map_err(change_error)?;

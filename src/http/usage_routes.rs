@@ -114,11 +114,7 @@ pub async fn get_breakdown(
         })?,
     };
     let now = state.clock.now();
-    let org = state
-        .db
-        .get_org(org_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let org = state.org(org_id.as_str()).await?;
     let month = crate::quota::month_window(now, org.billing_period());
     let time = |name: &str, v: &Option<String>| {
         v.as_deref()
