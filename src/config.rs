@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::ledger::Rules;
+use crate::ledger::{Rules, Secs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,6 +34,37 @@ pub enum Command {
     /// Work with Stripe.
     #[command(subcommand)]
     Stripe(StripeCommand),
+    /// Finance's usage export of a month, streamed with a progress bar.
+    Export {
+        /// The month, as YYYY-MM (a closed one comes out the same every time).
+        #[arg(long)]
+        period: String,
+        /// One line an org (`org`) or a session (`session`).
+        #[arg(long, default_value = "org")]
+        by: String,
+        /// `csv` or `jsonl`.
+        #[arg(long, default_value = "csv")]
+        format: String,
+        /// Write here instead of to standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Billing periods (calendar months in UTC).
+    #[command(subcommand)]
+    Period(PeriodCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PeriodCommand {
+    /// Close a month (and any open month before it): freeze its totals for good. Usage
+    /// that arrives later becomes an adjustment in the next month.
+    Close {
+        /// The month, as YYYY-MM; it must have ended.
+        #[arg(long)]
+        period: String,
+    },
+    /// The closed periods with their totals.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -186,6 +217,27 @@ pub struct Settings {
         global = true
     )]
     pub stripe_reconcile_secs: u64,
+    /// Seconds after a month ends before `serve` closes it as a billing period (0: only
+    /// `rush-meter period close` closes periods). At least the lease, so that every
+    /// heartbeat of the month has landed.
+    #[arg(
+        long,
+        env = "RUSH_METER_PERIOD_SETTLE_SECS",
+        default_value_t = 21_600,
+        global = true
+    )]
+    pub period_settle_secs: i64,
+    /// Where usage-threshold notifications are POSTed (off when unset).
+    #[arg(long, env = "RUSH_METER_NOTIFY_URL", global = true)]
+    pub notify_url: Option<String>,
+    /// The secret notifications are signed with (HMAC-SHA256); required with the URL.
+    #[arg(
+        long,
+        env = "RUSH_METER_NOTIFY_SECRET",
+        global = true,
+        hide_env_values = true
+    )]
+    pub notify_secret: Option<String>,
 }
 
 impl fmt::Debug for Settings {
@@ -235,6 +287,17 @@ pub struct Config {
     pub stripe: StripeConfig,
     /// Per-token request rate; `None`: unlimited.
     pub rate_limit: Option<crate::rate_limit::Limit>,
+    /// Seconds after a month's end before `serve` closes it; `None`: never by itself.
+    pub period_settle: Option<Secs>,
+    /// Usage-threshold notifications; `None`: off.
+    pub notify: Option<NotifyConfig>,
+}
+
+/// Where usage-threshold notifications go and the secret they are signed with.
+#[derive(Clone, Debug)]
+pub struct NotifyConfig {
+    pub url: String,
+    pub secret: Secret,
 }
 
 /// Stripe settings. Without a secret key nothing is sent to Stripe (checkout and reconcile
@@ -363,7 +426,40 @@ impl Settings {
                 "--rate-limit-burst / RUSH_METER_RATE_LIMIT_BURST: must be at least 1".into(),
             );
         }
+        if self.period_settle_secs < 0
+            || (self.period_settle_secs > 0 && self.period_settle_secs < self.lease_secs)
+        {
+            return Err(format!(
+                "--period-settle-secs / RUSH_METER_PERIOD_SETTLE_SECS: 0 (off) or at least the lease ({}) (got {})",
+                self.lease_secs, self.period_settle_secs
+            ));
+        }
+        let notify = match (&self.notify_url, &self.notify_secret) {
+            (None, None) => None,
+            (Some(url), Some(secret)) if !secret.is_empty() => {
+                match url::Url::parse(url) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                    _ => {
+                        return Err(format!(
+                            "--notify-url / RUSH_METER_NOTIFY_URL: `{url}` is not an http(s) URL"
+                        ))
+                    }
+                }
+                Some(NotifyConfig {
+                    url: url.clone(),
+                    secret: Secret(secret.clone()),
+                })
+            }
+            _ => {
+                return Err(
+                    "--notify-url and --notify-secret (RUSH_METER_NOTIFY_URL, RUSH_METER_NOTIFY_SECRET) go together: set both or neither"
+                        .into(),
+                )
+            }
+        };
         Ok(Config {
+            period_settle: (self.period_settle_secs > 0).then_some(self.period_settle_secs),
+            notify,
             rate_limit: (self.rate_limit_per_sec > 0).then(|| crate::rate_limit::Limit {
                 per_sec: f64::from(self.rate_limit_per_sec),
                 burst: f64::from(self.rate_limit_burst),

@@ -8,6 +8,7 @@ pub mod billing;
 pub mod breakdown;
 pub mod clock;
 pub mod config;
+pub mod export;
 pub mod failpoint;
 pub mod gate;
 pub mod http;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rush_meter::clock::Clock;
-use rush_meter::config::{Cli, Command, Config, StripeCommand, TokenCommand};
+use rush_meter::config::{Cli, Command, Config, PeriodCommand, StripeCommand, TokenCommand};
 use rush_meter::ids::Id;
 use rush_meter::server::{self, App};
 use rush_meter::tokens::{new_token, parse_scopes, Scope};
@@ -45,6 +45,16 @@ fn main() -> ExitCode {
             Command::Stripe(StripeCommand::InvoiceReport { period }) => {
                 invoice_report(&config, &period).await
             }
+            Command::Export {
+                period,
+                by,
+                format,
+                out,
+            } => export(&config, &period, &by, &format, out.as_deref()).await,
+            Command::Period(PeriodCommand::Close { period }) => {
+                close_period(&config, &period).await
+            }
+            Command::Period(PeriodCommand::List) => list_periods(&config).await,
         }
     });
     match result {
@@ -170,6 +180,142 @@ async fn stripe_reconcile(config: &Config) -> Result<(), String> {
             report.failed.len()
         ))
     }
+}
+
+async fn open_with_plans(
+    config: &Config,
+) -> Result<(rush_meter::store::Db, rush_meter::plans::Plans), String> {
+    let plans = rush_meter::plans::Plans::load_dir(&config.plans_dir).map_err(|e| e.to_string())?;
+    let db = server::open_db(config).await.map_err(|e| e.to_string())?;
+    Ok((db, plans))
+}
+
+/// Streams the export to `out` (a temporary file renamed into place when complete, so a
+/// failed export never leaves a file that looks whole) or to standard output.
+async fn export(
+    config: &Config,
+    period: &str,
+    by: &str,
+    format: &str,
+    out: Option<&std::path::Path>,
+) -> Result<(), String> {
+    use rush_meter::export::{self, lines::Format, By};
+    use std::io::Write;
+    let month = export::parse_month(period).map_err(|m| format!("--{m}"))?;
+    let by = By::parse(by).ok_or_else(|| format!("--by: `{by}` is neither org nor session"))?;
+    let format = Format::parse(format)
+        .ok_or_else(|| format!("--format: `{format}` is neither csv nor jsonl"))?;
+    let (db, plans) = open_with_plans(config).await?;
+    let now = chrono::Utc::now().timestamp();
+    let q = export::line_query(&db, month, now)
+        .await
+        .map_err(|e| format!("--{e}"))?;
+    let total = match by {
+        By::Session => db.count_session_lines(&q).await,
+        By::Org => db.orgs_before(month.end).await.map(|o| o.len() as i64),
+    }
+    .map_err(|e| e.to_string())?;
+    let bar = indicatif::ProgressBar::new(u64::try_from(total).unwrap_or(0)).with_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} rows, {per_sec}, {elapsed} (eta {eta})",
+        )
+        .expect("a valid template"),
+    );
+    let temp = out.map(|p| p.with_extension("partial"));
+    let mut sink: Box<dyn Write + Send> = match &temp {
+        Some(t) => {
+            Box::new(std::fs::File::create(t).map_err(|e| format!("--out: {}: {e}", t.display()))?)
+        }
+        None => Box::new(std::io::BufWriter::with_capacity(
+            1 << 16,
+            std::io::stdout(),
+        )),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let run = export::produce(&db, &plans, q, by, format, now, tx);
+    let write = async {
+        let mut result = Ok(());
+        while let Some(chunk) = rx.recv().await {
+            if let Err(e) = sink.write_all(&chunk.bytes) {
+                result = Err(format!("writing the export: {e}"));
+                break;
+            }
+            bar.inc(chunk.rows);
+        }
+        result.and_then(|()| sink.flush().map_err(|e| format!("writing the export: {e}")))
+    };
+    let (ran, wrote) = tokio::join!(run, write);
+    bar.finish_and_clear();
+    db.close().await;
+    drop(sink);
+    let done = ran.map_err(|e| e.to_string()).and(wrote);
+    if let (Some(t), Some(o)) = (&temp, out) {
+        match &done {
+            Ok(()) => std::fs::rename(t, o).map_err(|e| format!("--out: {}: {e}", o.display()))?,
+            Err(_) => {
+                let _ = std::fs::remove_file(t);
+            }
+        }
+    }
+    done?;
+    eprintln!(
+        "{} rows of {} ({}), {}",
+        bar.position(),
+        export::month_name(month),
+        if q.closed {
+            "closed"
+        } else {
+            "open: it may still change"
+        },
+        by.as_str()
+    );
+    Ok(())
+}
+
+async fn close_period(config: &Config, period: &str) -> Result<(), String> {
+    use rush_meter::export;
+    let month = export::parse_month(period).map_err(|m| format!("--{m}"))?;
+    let (db, plans) = open_with_plans(config).await?;
+    let closed = export::close_through(&db, &plans, month, chrono::Utc::now().timestamp()).await;
+    db.close().await;
+    let closed = closed.map_err(|e| format!("--{e}"))?;
+    if closed.is_empty() {
+        println!("{} was already closed", export::month_name(month));
+    }
+    for p in closed {
+        println!(
+            "closed {}: {} orgs, {} sessions, {} agent-seconds, {} adjustment seconds",
+            rush_meter::quota::format_rfc3339(p.period_start)
+                .get(..7)
+                .unwrap_or_default(),
+            p.orgs,
+            p.sessions,
+            p.agent_seconds,
+            p.adjustment_seconds
+        );
+    }
+    Ok(())
+}
+
+async fn list_periods(config: &Config) -> Result<(), String> {
+    let db = server::open_db(config).await.map_err(|e| e.to_string())?;
+    let periods = db.list_periods().await;
+    db.close().await;
+    println!("period,closed_at,orgs,sessions,agent_seconds,adjustment_seconds");
+    for p in periods.map_err(|e| e.to_string())? {
+        println!(
+            "{},{},{},{},{},{}",
+            rush_meter::quota::format_rfc3339(p.period_start)
+                .get(..7)
+                .unwrap_or_default(),
+            rush_meter::quota::format_rfc3339(p.closed_at),
+            p.orgs,
+            p.sessions,
+            p.agent_seconds,
+            p.adjustment_seconds
+        );
+    }
+    Ok(())
 }
 
 async fn migrate(config: &Config) -> Result<(), String> {

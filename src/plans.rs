@@ -30,6 +30,9 @@ pub struct Plan {
     pub prompt_thresholds: Vec<u8>,
     /// Concurrency denials in 24 hours that show the upgrade prompt (0: never).
     pub prompt_concurrency_denials: i64,
+    /// Price of an agent-hour beyond the monthly ceiling (the ceiling grace lets a turn
+    /// run past it), in the plan's currency; 0 means overage is free.
+    pub overage_unit_price: Decimal,
 }
 
 #[derive(Deserialize)]
@@ -57,6 +60,8 @@ struct PlanFile {
     prompt_thresholds: Vec<u8>,
     #[serde(default = "default_prompt_concurrency_denials")]
     prompt_concurrency_denials: i64,
+    #[serde(default, deserialize_with = "decimal")]
+    overage_unit_price: Decimal,
 }
 
 fn default_prompt_thresholds() -> Vec<u8> {
@@ -202,6 +207,7 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
         return Err("name: must not be empty".into());
     }
     non_negative("price", f.price)?;
+    non_negative("overage_unit_price", f.overage_unit_price)?;
     if f.currency.len() != 3 || !f.currency.chars().all(|c| c.is_ascii_lowercase()) {
         return Err("currency: must be a lowercase ISO 4217 code such as `usd`".into());
     }
@@ -251,6 +257,7 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
         stripe_prices: f.stripe_prices,
         prompt_thresholds: f.prompt_thresholds,
         prompt_concurrency_denials: f.prompt_concurrency_denials,
+        overage_unit_price: f.overage_unit_price,
         upgrade_to: f.upgrade_to,
     })
 }

@@ -14,6 +14,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::ingest::{Ingestor, Writer};
+use crate::ledger::Secs;
 use crate::metrics::Metrics;
 use crate::plans::{PlanError, Plans};
 use crate::store::{Db, PoolSettings, StoreError};
@@ -119,6 +120,13 @@ impl App {
             tokio::spawn(expiry_job(state.clone(), stop.clone())),
             tokio::spawn(stripe_event_job(state.clone(), stop.clone())),
         ];
+        if let Some(settle) = config.period_settle {
+            jobs.push(tokio::spawn(period_close_job(
+                state.clone(),
+                settle,
+                stop.clone(),
+            )));
+        }
         if let (Some(every), Some(_)) = (config.stripe.reconcile_every, &config.stripe.secret_key) {
             jobs.push(tokio::spawn(reconcile_job(state.clone(), every, stop)));
         }
@@ -216,6 +224,31 @@ async fn stripe_event_job(state: AppState, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             _ = state.stripe_wake.notified() => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Closes each month once `settle` seconds have passed since its end. Every instance runs
+/// it; a month is closed by whichever gets there first (`store::close_period`).
+async fn period_close_job(state: AppState, settle: Secs, mut stop: watch::Receiver<bool>) {
+    loop {
+        let now = state.clock.now();
+        let due = crate::export::due_month(now, settle);
+        let done = match state.db.list_periods().await {
+            Ok(p) => p.first().is_some_and(|l| l.period_end >= due.end),
+            Err(e) => {
+                tracing::warn!(error = %e, "period close check failed; will retry");
+                true
+            }
+        };
+        if !done {
+            if let Err(e) = crate::export::close_through(&state.db, &state.plans, due, now).await {
+                tracing::warn!(error = %e, "closing billing periods failed; will retry");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             _ = stop.changed() => return,
         }
     }

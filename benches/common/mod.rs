@@ -101,6 +101,8 @@ impl Server {
             stripe: Default::default(),
             // The load generator is one caller: measure the service, not its limit.
             rate_limit: None,
+            period_settle: None,
+            notify: None,
         };
         let app = App::start(&config, Clock::System).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

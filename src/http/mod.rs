@@ -28,6 +28,7 @@ use crate::store::{Db, TokenRow};
 mod admissions;
 pub mod auth;
 pub mod error;
+mod export_routes;
 pub mod json;
 mod ledger_routes;
 mod ops;
@@ -177,6 +178,12 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route(
             "/v1/admin/stripe/events/{event_id}/retry",
             post(stripe_routes::retry_event),
+        )
+        .route("/v1/exports/usage", get(export_routes::get_usage_export))
+        .route("/v1/periods", get(export_routes::list_periods))
+        .route(
+            "/v1/periods/{period}/close",
+            post(export_routes::close_period),
         )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

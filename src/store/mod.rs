@@ -34,6 +34,7 @@ mod pg {
     include!("queries.rs");
     include!("admissions.rs");
     include!("stripe.rs");
+    include!("periods.rs");
     include!("bulk_pg.rs");
 }
 
@@ -51,6 +52,7 @@ mod sqlite {
     include!("queries.rs");
     include!("admissions.rs");
     include!("stripe.rs");
+    include!("periods.rs");
     include!("bulk_sqlite.rs");
 }
 
@@ -562,5 +564,53 @@ impl Db {
         since: Secs,
     ) -> StoreResult<i64> {
         on_backend!(self, read, count_decisions(org_id, reason, since))
+    }
+
+    // ----- periods and the finance export -----
+
+    /// Send a period's session lines down `tx` in `(org_id, session_id)` order.
+    pub async fn send_session_lines(
+        &self,
+        q: &LineQuery,
+        tx: &tokio::sync::mpsc::Sender<Vec<crate::export::lines::SessionLine>>,
+    ) -> StoreResult<()> {
+        on_backend!(self, read, send_session_lines(q, tx))
+    }
+
+    pub async fn count_session_lines(&self, q: &LineQuery) -> StoreResult<i64> {
+        on_backend!(self, read, count_session_lines(q))
+    }
+
+    pub async fn live_org_sums(&self, q: &LineQuery) -> StoreResult<Vec<(String, i64, i64)>> {
+        on_backend!(self, read, live_org_sums(q))
+    }
+
+    pub async fn orgs_before(&self, end: Secs) -> StoreResult<Vec<OrgRow>> {
+        on_backend!(self, read, orgs_before(end))
+    }
+
+    pub async fn frozen_orgs(&self, period_start: Secs) -> StoreResult<Vec<FrozenOrgRow>> {
+        on_backend!(self, read, frozen_orgs(period_start))
+    }
+
+    pub async fn get_period(&self, period_start: Secs) -> StoreResult<Option<PeriodRow>> {
+        on_backend!(self, read, get_period(period_start))
+    }
+
+    pub async fn list_periods(&self) -> StoreResult<Vec<PeriodRow>> {
+        on_backend!(self, read, list_periods())
+    }
+
+    pub async fn first_org_created(&self) -> StoreResult<Option<Secs>> {
+        on_backend!(self, read, first_org_created())
+    }
+
+    pub async fn close_period(
+        &self,
+        q: &LineQuery,
+        now: Secs,
+        terms: &(dyn Fn(&OrgRow) -> crate::export::lines::Terms + Sync),
+    ) -> StoreResult<Option<PeriodRow>> {
+        on_backend!(self, write, close_period(q, now, terms))
     }
 }

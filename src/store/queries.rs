@@ -680,7 +680,11 @@ pub async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
          UNION ALL SELECT 'spans', COUNT(*), CAST(COALESCE(SUM(end_at - start_at), 0) AS BIGINT) FROM spans \
          UNION ALL SELECT 'org_hourly', COUNT(*), CAST(COALESCE(SUM(seconds), 0) AS BIGINT) FROM org_hourly \
          UNION ALL SELECT 'session_hourly', COUNT(*), CAST(COALESCE(SUM(seconds), 0) AS BIGINT) FROM session_hourly \
-         UNION ALL SELECT 'decisions', COUNT(*), CAST(COALESCE(SUM(running), 0) AS BIGINT) FROM decisions",
+         UNION ALL SELECT 'decisions', COUNT(*), CAST(COALESCE(SUM(running), 0) AS BIGINT) FROM decisions \
+         UNION ALL SELECT 'periods', COUNT(*), CAST(COALESCE(SUM(agent_seconds + adjustment_seconds), 0) AS BIGINT) FROM periods \
+         UNION ALL SELECT 'period_orgs', COUNT(*), CAST(COALESCE(SUM(agent_seconds), 0) AS BIGINT) FROM period_orgs \
+         UNION ALL SELECT 'period_sessions', COUNT(*), CAST(COALESCE(SUM(running_seconds + parked_seconds), 0) AS BIGINT) FROM period_sessions \
+         UNION ALL SELECT 'notifications', COUNT(*), CAST(COALESCE(SUM(attempts), 0) AS BIGINT) FROM notifications",
     )
     .fetch_all(pool)
     .await?)

@@ -277,3 +277,41 @@ pub struct StripeRequestRow {
     pub completed_at: Option<i64>,
     pub object_id: Option<String>,
 }
+
+/// A closed billing period and its totals.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct PeriodRow {
+    pub period_start: i64,
+    pub period_end: i64,
+    pub closed_at: i64,
+    pub orgs: i64,
+    pub sessions: i64,
+    pub agent_seconds: i64,
+    pub adjustment_seconds: i64,
+}
+
+/// An org's line of a closed period, with the plan's terms frozen as text.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct FrozenOrgRow {
+    pub period_start: i64,
+    pub org_id: String,
+    pub plan_id: String,
+    pub stripe_customer_id: Option<String>,
+    pub stripe_subscription_id: Option<String>,
+    pub agent_seconds: i64,
+    pub adjustment_seconds: i64,
+    pub included_hours: String,
+    pub unit_price: String,
+    pub price: String,
+    pub currency: String,
+}
+
+/// Which lines of a period to read: frozen ones of a closed period, or live ones, with
+/// adjustments against `adjusts` (the closed period just before it, if it is the first
+/// open one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineQuery {
+    pub period: crate::ledger::Interval,
+    pub closed: bool,
+    pub adjusts: Option<crate::ledger::Interval>,
+}

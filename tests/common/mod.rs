@@ -94,6 +94,9 @@ pub struct Options {
     pub clock_start: Secs,
     /// Off unless a test sets it: tests send bursts on one token.
     pub rate_limit: Option<rush_meter::rate_limit::Limit>,
+    /// Off unless a test sets it: tests close periods themselves.
+    pub period_settle: Option<i64>,
+    pub notify: Option<rush_meter::config::NotifyConfig>,
 }
 
 impl Default for Options {
@@ -108,6 +111,8 @@ impl Default for Options {
             stripe: Default::default(),
             clock_start: T0,
             rate_limit: None,
+            period_settle: None,
+            notify: None,
         }
     }
 }
@@ -124,6 +129,16 @@ impl TestServer {
             .with_test_writer()
             .try_init();
         let (database_url, dir) = fresh_database(backend).await?;
+        Some(Self::start_on(backend, database_url, dir, opts).await)
+    }
+
+    /// A server on a database that already exists (one a test filled through the store).
+    pub async fn start_on(
+        backend: Backend,
+        database_url: String,
+        dir: Option<tempfile::TempDir>,
+        opts: Options,
+    ) -> TestServer {
         let config = Config {
             database_url: database_url.clone(),
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -133,6 +148,8 @@ impl TestServer {
             max_body_bytes: opts.max_body_bytes,
             stripe: opts.stripe.clone(),
             rate_limit: opts.rate_limit,
+            period_settle: opts.period_settle,
+            notify: opts.notify.clone(),
         };
         let clock = Clock::manual(opts.clock_start);
         let app = App::start(&config, clock.clone())
@@ -145,7 +162,7 @@ impl TestServer {
         let handle = tokio::spawn(app.serve(listener, async {
             let _ = rx.await;
         }));
-        Some(TestServer {
+        TestServer {
             backend,
             url,
             database_url,
@@ -159,7 +176,24 @@ impl TestServer {
             shutdown: Some(tx),
             handle: Some(handle),
             _dir: dir,
-        })
+        }
+    }
+
+    /// GET with the admin token: status, a header's value and the body as it came.
+    pub async fn get_text(&self, path: &str, header: &str) -> (u16, Option<String>, String) {
+        let resp = self
+            .client
+            .get(format!("{}{}", self.url, path))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("request sent");
+        let status = resp.status().as_u16();
+        let h = resp
+            .headers()
+            .get(header)
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, h, resp.text().await.unwrap())
     }
 
     /// Stop the server gracefully and wait until it has finished.

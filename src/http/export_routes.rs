@@ -1,0 +1,173 @@
+//! Finance's exports and the list of closed periods.
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::auth::Principal;
+use super::{ApiError, ApiResult, AppState};
+use crate::export::lines::Format;
+use crate::export::{line_query, month_name, parse_month, produce, By, ExportError};
+use crate::ledger::Secs;
+use crate::quota::rfc3339;
+use crate::tokens::Scope;
+
+#[derive(Deserialize)]
+pub struct ExportQuery {
+    period: Option<String>,
+    by: Option<String>,
+    format: Option<String>,
+}
+
+impl From<ExportError> for ApiError {
+    fn from(e: ExportError) -> Self {
+        match e {
+            ExportError::Invalid(m) => ApiError::invalid("period", m),
+            ExportError::Store(s) => s.into(),
+        }
+    }
+}
+
+/// `GET /v1/exports/usage?period=YYYY-MM&by=org|session&format=csv|jsonl`, streamed.
+pub async fn get_usage_export(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: Result<Query<ExportQuery>, QueryRejection>,
+) -> ApiResult<Response> {
+    principal.require_any(&[Scope::Finance])?;
+    let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
+    let period = q
+        .period
+        .as_deref()
+        .ok_or_else(|| ApiError::invalid("period", "period is required, as YYYY-MM"))
+        .and_then(|p| parse_month(p).map_err(|m| ApiError::invalid("period", m)))?;
+    let by = match q.by.as_deref() {
+        None => By::Org,
+        Some(b) => By::parse(b).ok_or_else(|| {
+            ApiError::invalid("by", format!("by must be `org` or `session` (got `{b}`)"))
+        })?,
+    };
+    let format = match q.format.as_deref() {
+        None => Format::Csv,
+        Some(f) => Format::parse(f).ok_or_else(|| {
+            ApiError::invalid(
+                "format",
+                format!("format must be `csv` or `jsonl` (got `{f}`)"),
+            )
+        })?,
+    };
+    let now = state.clock.now();
+    let lq = line_query(&state.db, period, now).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let producer = state.clone();
+    tokio::spawn(async move {
+        let run = produce(&producer.db, &producer.plans, lq, by, format, now, tx);
+        let forward = async {
+            while let Some(chunk) = rx.recv().await {
+                if body_tx.send(Ok(Bytes::from(chunk.bytes))).await.is_err() {
+                    return;
+                }
+            }
+        };
+        let (result, ()) = tokio::join!(run, forward);
+        if let Err(e) = result {
+            // The status is sent; cutting the body short tells the client it is incomplete.
+            tracing::error!(error = %e, period = %month_name(period), "export failed mid-stream");
+            let _ = body_tx
+                .send(Err(std::io::Error::other(e.to_string())))
+                .await;
+        }
+    });
+    let stream = futures_util::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let file = format!(
+        "attachment; filename=\"usage-{}-{}.{}\"",
+        month_name(period),
+        by.as_str(),
+        format.extension()
+    );
+    Ok((
+        [
+            (CONTENT_TYPE, format.content_type().to_owned()),
+            (CONTENT_DISPOSITION, file),
+            (
+                axum::http::HeaderName::from_static("rush-period-state"),
+                if lq.closed { "closed" } else { "open" }.to_owned(),
+            ),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+#[derive(Serialize)]
+pub struct PeriodView {
+    period: String,
+    #[serde(with = "rfc3339")]
+    start: Secs,
+    #[serde(with = "rfc3339")]
+    end: Secs,
+    #[serde(with = "rfc3339")]
+    closed_at: Secs,
+    orgs: i64,
+    sessions: i64,
+    agent_seconds: i64,
+    agent_hours: String,
+    adjustment_seconds: i64,
+}
+
+/// `GET /v1/periods`: the closed billing periods, newest first, with their totals.
+pub async fn list_periods(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require_any(&[Scope::Finance])?;
+    let periods: Vec<PeriodView> = state
+        .db
+        .list_periods()
+        .await?
+        .into_iter()
+        .filter_map(|p| {
+            let i = crate::ledger::Interval::new(p.period_start, p.period_end)?;
+            Some(PeriodView {
+                period: month_name(i),
+                start: p.period_start,
+                end: p.period_end,
+                closed_at: p.closed_at,
+                orgs: p.orgs,
+                sessions: p.sessions,
+                agent_seconds: p.agent_seconds,
+                agent_hours: crate::quota::hours(p.agent_seconds),
+                adjustment_seconds: p.adjustment_seconds,
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "periods": periods })))
+}
+
+/// `POST /v1/periods/{period}/close` (admin): close the month and any open month before
+/// it, as `rush-meter period close` does. Closing a closed month changes nothing.
+pub async fn close_period(
+    State(state): State<AppState>,
+    principal: Principal,
+    axum::extract::Path(period): axum::extract::Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require_any(&[Scope::Admin])?;
+    let month = parse_month(&period).map_err(|m| ApiError::invalid("period", m))?;
+    let closed =
+        crate::export::close_through(&state.db, &state.plans, month, state.clock.now()).await?;
+    let closed: Vec<String> = closed
+        .iter()
+        .filter_map(|p| crate::ledger::Interval::new(p.period_start, p.period_end))
+        .map(month_name)
+        .collect();
+    Ok(Json(
+        serde_json::json!({ "period": month_name(month), "closed": closed }),
+    ))
+}
