@@ -54,6 +54,8 @@ pub struct Writer {
     pub clock: Clock,
     pub metrics: Arc<Metrics>,
     advice: Arc<std::sync::Mutex<HashMap<String, (OrgAdvice, Secs)>>>,
+    /// Sees each org's standing after a commit, for usage-threshold notifications.
+    pub watch: crate::notify::Watch,
 }
 
 /// How long an org's advice may be reused, and only while the org has so much time left
@@ -82,7 +84,14 @@ impl Writer {
             clock,
             metrics,
             advice: Arc::default(),
+            watch: crate::notify::Watch::default(),
         }
+    }
+
+    /// Hand every standing read after a commit to `watch`.
+    pub fn with_watch(mut self, watch: crate::notify::Watch) -> Self {
+        self.watch = watch;
+        self
     }
 }
 
@@ -234,6 +243,7 @@ async fn advise(
         cache.retain(|_, (_, until)| *until > now);
     }
     for s in fresh {
+        w.watch.observe(&s);
         let a = OrgAdvice {
             remaining_seconds: s.remaining_seconds(),
             park: s.must_park(),

@@ -16,6 +16,7 @@ pub mod ids;
 pub mod ingest;
 pub mod ledger;
 pub mod metrics;
+pub mod notify;
 pub mod plans;
 pub mod prompt;
 pub mod quota;

@@ -40,6 +40,7 @@ pub struct Metrics {
     pub decisions: Family<DecisionLabels, Counter>,
     pub stripe_webhooks_refused: Counter,
     pub stripe_events: Family<ResultLabels, Counter>,
+    pub notifications: Family<ResultLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -117,7 +118,14 @@ impl Default for Metrics {
             "Stripe events processed, by result: processed, ignored, retry, quarantined (alert on quarantined)",
             stripe_events.clone(),
         );
+        let notifications = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "notifications",
+            "Usage-threshold notifications, by result: recorded, sent, retry, failed (alert on failed)",
+            notifications.clone(),
+        );
         Metrics {
+            notifications,
             stripe_webhooks_refused,
             stripe_events,
             decisions,

@@ -71,6 +71,13 @@ impl App {
             Db::Postgres(_) => 4,
             Db::Sqlite { .. } => 1,
         };
+        let (watch, crossings) = match &config.notify {
+            Some(_) => {
+                let (w, rx) = crate::notify::Watch::new();
+                (w, Some(rx))
+            }
+            None => (crate::notify::Watch::default(), None),
+        };
         let (ingestor, writer_handles) = Ingestor::start(
             Writer::new(
                 db.clone(),
@@ -78,7 +85,8 @@ impl App {
                 config.rules,
                 clock.clone(),
                 Arc::clone(&metrics),
-            ),
+            )
+            .with_watch(watch.clone()),
             writers,
         );
         // Gate groups are bigger with fewer writers; two keep one key's lock wait (on
@@ -120,6 +128,16 @@ impl App {
             tokio::spawn(expiry_job(state.clone(), stop.clone())),
             tokio::spawn(stripe_event_job(state.clone(), stop.clone())),
         ];
+        if let (Some(notify), Some(rx)) = (&config.notify, crossings) {
+            let notifier = crate::notify::Notifier::new(
+                state.db.clone(),
+                state.clock.clone(),
+                notify.clone(),
+                Arc::clone(&state.metrics),
+                watch,
+            );
+            jobs.push(tokio::spawn(crate::notify::run(notifier, rx, stop.clone())));
+        }
         if let Some(settle) = config.period_settle {
             jobs.push(tokio::spawn(period_close_job(
                 state.clone(),

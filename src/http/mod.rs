@@ -31,6 +31,7 @@ pub mod error;
 mod export_routes;
 pub mod json;
 mod ledger_routes;
+mod notify_routes;
 mod ops;
 mod orgs;
 mod stripe_routes;
@@ -184,6 +185,10 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route(
             "/v1/periods/{period}/close",
             post(export_routes::close_period),
+        )
+        .route(
+            "/v1/admin/notifications",
+            get(notify_routes::list_notifications),
         )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

@@ -35,6 +35,7 @@ mod pg {
     include!("admissions.rs");
     include!("stripe.rs");
     include!("periods.rs");
+    include!("notifications.rs");
     include!("bulk_pg.rs");
 }
 
@@ -53,6 +54,7 @@ mod sqlite {
     include!("admissions.rs");
     include!("stripe.rs");
     include!("periods.rs");
+    include!("notifications.rs");
     include!("bulk_sqlite.rs");
 }
 
@@ -612,5 +614,66 @@ impl Db {
         terms: &(dyn Fn(&OrgRow) -> crate::export::lines::Terms + Sync),
     ) -> StoreResult<Option<PeriodRow>> {
         on_backend!(self, write, close_period(q, now, terms))
+    }
+
+    // ----- usage-threshold notifications -----
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn insert_notification(
+        &self,
+        org_id: &str,
+        window_kind: &str,
+        window_start: Secs,
+        threshold: i64,
+        notification_id: &str,
+        body: &str,
+        now: Secs,
+    ) -> StoreResult<bool> {
+        on_backend!(
+            self,
+            write,
+            insert_notification(
+                org_id,
+                window_kind,
+                window_start,
+                threshold,
+                notification_id,
+                body,
+                now
+            )
+        )
+    }
+
+    pub async fn claim_notifications(
+        &self,
+        now: Secs,
+        hold: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<NotificationRow>> {
+        on_backend!(self, write, claim_notifications(now, hold, limit))
+    }
+
+    pub async fn finish_notification(
+        &self,
+        notification_id: &str,
+        state: &str,
+        error: Option<&str>,
+        next_at: Secs,
+        now: Secs,
+    ) -> StoreResult<()> {
+        on_backend!(
+            self,
+            write,
+            finish_notification(notification_id, state, error, next_at, now)
+        )
+    }
+
+    pub async fn list_notifications(
+        &self,
+        org_id: Option<&str>,
+        state: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<NotificationRow>> {
+        on_backend!(self, read, list_notifications(org_id, state, limit))
     }
 }

@@ -315,3 +315,20 @@ pub struct LineQuery {
     pub closed: bool,
     pub adjusts: Option<crate::ledger::Interval>,
 }
+
+/// A usage-threshold notification as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct NotificationRow {
+    pub org_id: String,
+    pub window_kind: String,
+    pub window_start: i64,
+    pub threshold: i64,
+    pub notification_id: String,
+    pub body: String,
+    pub state: String,
+    pub attempts: i64,
+    pub next_at: i64,
+    pub last_error: Option<String>,
+    pub created_at: i64,
+    pub sent_at: Option<i64>,
+}

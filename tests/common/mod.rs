@@ -206,6 +206,15 @@ impl TestServer {
         }
     }
 
+    /// Stop this server and start another on the same database (fresh memory, same
+    /// ledger), its clock where this one's was.
+    pub async fn restart(mut self, mut opts: Options) -> TestServer {
+        self.stop().await;
+        opts.clock_start = self.clock.now();
+        let dir = self._dir.take();
+        TestServer::start_on(self.backend, self.database_url.clone(), dir, opts).await
+    }
+
     pub async fn call(
         &self,
         method: &str,

@@ -1,0 +1,84 @@
+//! The record of usage-threshold notifications, for support and operators.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::auth::Principal;
+use super::{ApiError, ApiResult, AppState};
+use crate::ledger::Secs;
+use crate::quota::rfc3339;
+use crate::tokens::Scope;
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    org_id: Option<String>,
+    state: Option<String>,
+    limit: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub struct NotificationView {
+    notification_id: String,
+    org_id: String,
+    window: String,
+    #[serde(with = "rfc3339")]
+    window_start: Secs,
+    threshold_percent: i64,
+    state: String,
+    attempts: i64,
+    #[serde(with = "rfc3339")]
+    next_attempt_at: Secs,
+    last_error: Option<String>,
+    #[serde(with = "rfc3339")]
+    created_at: Secs,
+    #[serde(with = "rfc3339::option")]
+    sent_at: Option<Secs>,
+    /// The JSON that is sent.
+    body: serde_json::Value,
+}
+
+const STATES: [&str; 3] = ["pending", "sent", "failed"];
+
+/// `GET /v1/admin/notifications?org_id=&state=pending|sent|failed&limit=`: newest first.
+pub async fn list_notifications(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    principal.require_any(&[Scope::Admin])?;
+    let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
+    if let Some(s) = q.state.as_deref().filter(|s| !STATES.contains(s)) {
+        return Err(ApiError::invalid(
+            "state",
+            format!("state must be one of {} (got `{s}`)", STATES.join(", ")),
+        ));
+    }
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid("limit", "limit must be 1 to 1000"));
+    }
+    let rows = state
+        .db
+        .list_notifications(q.org_id.as_deref(), q.state.as_deref(), limit)
+        .await?;
+    let items: Vec<NotificationView> = rows
+        .into_iter()
+        .map(|r| NotificationView {
+            body: serde_json::from_str(&r.body).unwrap_or(serde_json::Value::String(r.body)),
+            notification_id: r.notification_id,
+            org_id: r.org_id,
+            window: r.window_kind,
+            window_start: r.window_start,
+            threshold_percent: r.threshold,
+            state: r.state,
+            attempts: r.attempts,
+            next_attempt_at: r.next_at,
+            last_error: r.last_error,
+            created_at: r.created_at,
+            sent_at: r.sent_at,
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "notifications": items })))
+}

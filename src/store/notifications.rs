@@ -1,0 +1,103 @@
+// Usage-threshold notifications, written once for both backends: `include!`d by
+// `store::pg` and `store::sqlite` after `queries.rs`.
+
+use super::NotificationRow;
+
+/// Record a notification; false if this threshold of this window was recorded before
+/// (the key makes it once per threshold per window, across every instance).
+#[allow(clippy::too_many_arguments)]
+pub async fn insert_notification(
+    pool: &Pool<DB>,
+    org_id: &str,
+    window_kind: &str,
+    window_start: Secs,
+    threshold: i64,
+    notification_id: &str,
+    body: &str,
+    now: Secs,
+) -> StoreResult<bool> {
+    let done = sqlx::query(
+        "INSERT INTO notifications (org_id, window_kind, window_start, threshold, notification_id, \
+           body, state, attempts, next_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(org_id)
+    .bind(window_kind)
+    .bind(window_start)
+    .bind(threshold)
+    .bind(notification_id)
+    .bind(body)
+    .bind(now)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Take up to `limit` pending notifications that are due, oldest first, and hold them for
+/// `hold` seconds (an instance that dies mid-delivery leaves them to the others). Each
+/// take counts as an attempt.
+pub async fn claim_notifications(
+    pool: &Pool<DB>,
+    now: Secs,
+    hold: Secs,
+    limit: i64,
+) -> StoreResult<Vec<NotificationRow>> {
+    let mut tx = begin_write(pool).await?;
+    let mut rows = sqlx::query_as::<_, NotificationRow>(&format!(
+        "UPDATE notifications SET attempts = attempts + 1, next_at = $1 + $2 \
+         WHERE notification_id IN (SELECT notification_id FROM notifications \
+           WHERE state = 'pending' AND next_at <= $1 \
+           ORDER BY created_at, notification_id LIMIT $3{SKIP_LOCKED}) \
+         RETURNING *"
+    ))
+    .bind(now)
+    .bind(hold)
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    rows.sort_by(|a, b| (a.created_at, &a.notification_id).cmp(&(b.created_at, &b.notification_id)));
+    Ok(rows)
+}
+
+/// Record how a delivery went: `sent`, `failed` for good, or `pending` until `next_at`.
+pub async fn finish_notification(
+    pool: &Pool<DB>,
+    notification_id: &str,
+    state: &str,
+    error: Option<&str>,
+    next_at: Secs,
+    now: Secs,
+) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE notifications SET state = $2, last_error = $3, next_at = $4, \
+           sent_at = CASE WHEN $2 = 'sent' THEN $5 ELSE sent_at END \
+         WHERE notification_id = $1",
+    )
+    .bind(notification_id)
+    .bind(state)
+    .bind(error)
+    .bind(next_at)
+    .bind(now)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Notifications, newest first, of one org and/or in one state.
+pub async fn list_notifications(
+    pool: &Pool<DB>,
+    org_id: Option<&str>,
+    state: Option<&str>,
+    limit: i64,
+) -> StoreResult<Vec<NotificationRow>> {
+    Ok(sqlx::query_as::<_, NotificationRow>(
+        "SELECT * FROM notifications WHERE ($1 IS NULL OR org_id = $1) AND ($2 IS NULL OR state = $2) \
+         ORDER BY created_at DESC, notification_id DESC LIMIT $3",
+    )
+    .bind(org_id)
+    .bind(state)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
+}
