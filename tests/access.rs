@@ -101,6 +101,48 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/v1/orgs/{org}/usage/breakdown?group_by=session",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/orgs/{org}/sessions",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/orgs/{org}/upgrade-prompt",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/exports/usage?period=2026-11&by=session",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/periods",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/periods/2026-10/close",
+        body: none,
+        grants: &[],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/admin/notifications?org_id={org}",
+        body: none,
+        grants: &[],
+    },
+    Route {
+        method: "GET",
         path: "/v1/admin/stripe/events",
         body: none,
         grants: &[],

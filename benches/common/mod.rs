@@ -69,12 +69,17 @@ pub struct Server {
     pub client: reqwest::Client,
     stop: tokio::sync::oneshot::Sender<()>,
     handle: tokio::task::JoinHandle<std::io::Result<()>>,
-    database_url: String,
+    pub database_url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl Server {
     pub async fn start(backend: Backend) -> Server {
+        Self::start_with_clock(backend, Clock::System).await
+    }
+
+    /// The service on `clock` (a manual one lets a benchmark place history in the past).
+    pub async fn start_with_clock(backend: Backend, clock: Clock) -> Server {
         let (url, dir) = database(backend).await;
         let config = Config {
             database_url: url.clone(),
@@ -104,7 +109,7 @@ impl Server {
             period_settle: None,
             notify: None,
         };
-        let app = App::start(&config, Clock::System).await.unwrap();
+        let app = App::start(&config, clock).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();

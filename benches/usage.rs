@@ -1,0 +1,502 @@
+//! The readers of the ledger: the console's usage page and breakdown for one org-month over
+//! about a million heartbeats of history, and the finance export of a million session
+//! lines (rows a second, peak memory of `rush-meter export`), against PostgreSQL's own
+//! rollup read and COPY. Writes reports/usage.md.
+//!
+//! Run: `cargo bench --bench usage` (PostgreSQL on 127.0.0.1:5432, or RUSH_METER_TEST_PG).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Backend, Server, ADMIN};
+use rush_meter::clock::Clock;
+use rush_meter::ids::Id;
+use rush_meter::ingest::Heartbeat;
+use rush_meter::ledger::{Observation, Rules, Secs, VmState};
+use rush_meter::store::Db;
+
+/// 2026-11-01T00:00:00Z and 2026-10-01T00:00:00Z.
+const NOV: Secs = 1_793_491_200;
+const OCT: Secs = 1_790_812_800;
+const DAY: Secs = 86_400;
+const RULES: Rules = Rules {
+    interval: 15,
+    lease: 45,
+};
+/// A session starts every 10 minutes and runs an hour: six at a time, all month.
+const SESSION_EVERY: Secs = 600;
+const SESSION_RUNS: Secs = 3600;
+const REQUESTS: usize = 300;
+const EXPORT_SESSIONS: i64 = 1_000_000;
+const EXPORT_ORGS: i64 = 1_000;
+
+struct Latency {
+    what: String,
+    p50: Duration,
+    p99: Duration,
+    mean: Duration,
+}
+
+fn latency(what: String, mut samples: Vec<Duration>) -> Latency {
+    samples.sort();
+    let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
+    Latency {
+        what,
+        p50: samples[samples.len() / 2],
+        p99: samples[samples.len() * 99 / 100],
+        mean,
+    }
+}
+
+/// Feed November's heartbeats of one Team org through the store, in time order, a
+/// request per 15 s step and a commit per 40 steps. Returns how many were sent.
+async fn seed_history(db: &Db) -> u64 {
+    let org = Id::parse("bench").unwrap();
+    let end = NOV + 30 * DAY;
+    let mut sent = 0;
+    let mut group: Vec<Vec<Heartbeat>> = Vec::new();
+    let mut t = NOV;
+    while t < end {
+        let first = (t - SESSION_RUNS).max(NOV) / SESSION_EVERY;
+        let mut beats = Vec::new();
+        for k in first..=(t / SESSION_EVERY) {
+            let start = k * SESSION_EVERY;
+            if start < NOV || t < start || t > start + SESSION_RUNS {
+                continue;
+            }
+            let id = Id::parse(&format!("s{k}")).unwrap();
+            beats.push(Heartbeat {
+                org_id: org.clone(),
+                session_id: id.clone(),
+                vm_id: id,
+                obs: Observation {
+                    seq: (t - start) / 15 + 1,
+                    at: t,
+                    state: if t < start + SESSION_RUNS {
+                        VmState::Running
+                    } else {
+                        VmState::Parked
+                    },
+                },
+                received_at: t,
+            });
+        }
+        sent += beats.len() as u64;
+        group.push(beats);
+        if group.len() == 40 {
+            db.ingest(&group, &RULES, 0).await.unwrap();
+            group.clear();
+        }
+        t += 15;
+    }
+    if !group.is_empty() {
+        db.ingest(&group, &RULES, 0).await.unwrap();
+    }
+    sent
+}
+
+async fn time_get(server: &Server, path: &str) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(REQUESTS);
+    for _ in 0..REQUESTS {
+        let started = Instant::now();
+        let r = server
+            .client
+            .get(format!("{}{path}", server.base))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+        r.bytes().await.unwrap();
+        out.push(started.elapsed());
+    }
+    out
+}
+
+/// The usage page and the breakdowns of November for the org, and PostgreSQL's own read
+/// of the org-month's hourly rollup.
+async fn console(backend: Backend) -> (u64, Vec<Latency>) {
+    let clock = Clock::manual(NOV);
+    let server = Server::start_with_clock(backend, clock.clone()).await;
+    server
+        .put(
+            "/v1/orgs/bench",
+            serde_json::json!({"name": "bench", "plan": "team"}),
+        )
+        .await;
+    let db = Db::connect(&server.database_url, Default::default())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let sent = seed_history(&db).await;
+    eprintln!(
+        "{backend:?}: {sent} heartbeats of history in {:?}",
+        started.elapsed()
+    );
+    if let Db::Postgres(p) = &db {
+        sqlx::query("VACUUM ANALYZE").execute(p).await.unwrap();
+    }
+    clock.set(NOV + 30 * DAY - 3600);
+    let mut rows = Vec::new();
+    for (what, path) in [
+        (
+            "usage page (month and week)",
+            "/v1/orgs/bench/usage".to_owned(),
+        ),
+        (
+            "breakdown by day",
+            "/v1/orgs/bench/usage/breakdown?group_by=day".to_owned(),
+        ),
+        (
+            "breakdown by hour",
+            "/v1/orgs/bench/usage/breakdown?group_by=hour".to_owned(),
+        ),
+        (
+            "breakdown by session",
+            "/v1/orgs/bench/usage/breakdown?group_by=session".to_owned(),
+        ),
+        (
+            "breakdown by agent",
+            "/v1/orgs/bench/usage/breakdown?group_by=agent".to_owned(),
+        ),
+    ] {
+        time_get(&server, &path).await; // warm
+        rows.push(latency(what.into(), time_get(&server, &path).await));
+    }
+    if let Db::Postgres(p) = &db {
+        let mut samples = Vec::new();
+        for _ in 0..REQUESTS {
+            let started = Instant::now();
+            let r: Vec<(i64, i64)> = sqlx::query_as(
+                "SELECT hour, CAST(SUM(seconds) AS BIGINT) FROM org_hourly \
+                 WHERE org_id = $1 AND hour >= $2 AND hour < $3 GROUP BY hour",
+            )
+            .bind("bench")
+            .bind(NOV)
+            .bind(NOV + 30 * DAY)
+            .fetch_all(p)
+            .await
+            .unwrap();
+            assert_eq!(r.len(), 720);
+            samples.push(started.elapsed());
+        }
+        rows.push(latency(
+            "raw SQL: the org-month's hourly rollup (baseline)".into(),
+            samples,
+        ));
+    }
+    db.close().await;
+    server.stop().await;
+    (sent, rows)
+}
+
+/// A million ended sessions of October in a thousand orgs, each one 30-minute running
+/// span inside one hour, with its rollups: what a million heartbeat-fed sessions leave.
+async fn seed_sessions(db: &Db) {
+    let series = format!(
+        "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < {EXPORT_SESSIONS})"
+    );
+    let start = format!("({OCT} + (x % 700) * 3600 + (x % 1800))");
+    let statements = [
+        format!(
+            "WITH RECURSIVE g(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM g WHERE x < {} ) \
+             INSERT INTO orgs (org_id, name, plan_id, suspended, created_at, updated_at) \
+             SELECT 'xo' || x, 'org ' || x, 'team', FALSE, {OCT}, {OCT} FROM g",
+            EXPORT_ORGS - 1
+        ),
+        format!(
+            "{series} INSERT INTO sessions (org_id, session_id, key_id, agent, project_id, started_by, \
+               vm_id, phase, last_seq, last_at, span_start, billed_seconds, heartbeats, silences, \
+               unadmitted, created_at, ended_at, end_status, heard_at) \
+             SELECT 'xo' || (x % {EXPORT_ORGS}), 'xs' || x, 'k1', 'codex', 'p' || (x % 7), 'u' || (x % 50), \
+               'vm' || x, 'ended', 121, {start} + 1800, {start} + 1800, 1800, 121, 0, FALSE, {start}, \
+               {start} + 1800, 'completed', {start} + 1800 FROM g"
+        ),
+        format!(
+            "{series} INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
+             SELECT 'xo' || (x % {EXPORT_ORGS}), 'xs' || x, {start}, {start} + 1800, 'running' FROM g"
+        ),
+        format!(
+            "{series} INSERT INTO session_hourly (org_id, hour, session_id, seconds) \
+             SELECT 'xo' || (x % {EXPORT_ORGS}), {OCT} + (x % 700) * 3600, 'xs' || x, 1800 FROM g"
+        ),
+        "INSERT INTO org_hourly (org_id, hour, shard, seconds) \
+         SELECT org_id, hour, 0, SUM(seconds) FROM session_hourly GROUP BY org_id, hour"
+            .to_owned(),
+    ];
+    for sql in statements {
+        match db {
+            Db::Postgres(p) => {
+                sqlx::query(&sql).execute(p).await.unwrap();
+            }
+            Db::Sqlite { write, .. } => {
+                sqlx::query(&sql).execute(write).await.unwrap();
+            }
+        }
+    }
+    if let Db::Postgres(p) = db {
+        sqlx::query("VACUUM ANALYZE").execute(p).await.unwrap();
+    }
+}
+
+struct Export {
+    what: String,
+    rows: u64,
+    bytes: u64,
+    took: Duration,
+    peak_rss_mib: Option<f64>,
+}
+
+/// Stream an export over HTTP, counting lines as they come.
+async fn http_export(server: &Server, query: &str) -> (u64, u64, Duration) {
+    let started = Instant::now();
+    let mut r = server
+        .client
+        .get(format!("{}/v1/exports/usage?{query}", server.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{query}: {}", r.status());
+    let (mut lines, mut bytes) = (0u64, 0u64);
+    while let Some(chunk) = r.chunk().await.unwrap() {
+        lines += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        bytes += chunk.len() as u64;
+    }
+    (lines, bytes, started.elapsed())
+}
+
+/// Run `rush-meter export` and watch its peak resident memory (VmHWM).
+async fn cli_export(database_url: &str, args: &[&str]) -> (u64, Duration, f64) {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
+        .arg("export")
+        .args(args)
+        .arg("--out")
+        .arg(out.path())
+        .env("RUSH_METER_DATABASE_URL", database_url)
+        .env(
+            "RUSH_METER_PLANS_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/plans"),
+        )
+        .spawn()
+        .unwrap();
+    let status_file = format!("/proc/{}/status", child.id().unwrap());
+    let mut peak_kib = 0u64;
+    let status = loop {
+        if let Some(kib) = std::fs::read_to_string(&status_file).ok().and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        }) {
+            peak_kib = peak_kib.max(kib);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let took = started.elapsed();
+    assert!(status.success(), "rush-meter export {args:?}: {status}");
+    let lines = std::fs::read(out.path())
+        .unwrap()
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count() as u64;
+    (lines, took, peak_kib as f64 / 1024.0)
+}
+
+async fn exports(backend: Backend) -> (Vec<Export>, Duration, Option<(u64, Duration)>) {
+    let server = Server::start_with_clock(backend, Clock::manual(NOV + 4 * DAY)).await;
+    let db = Db::connect(&server.database_url, Default::default())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    seed_sessions(&db).await;
+    eprintln!(
+        "{backend:?}: {EXPORT_SESSIONS} sessions seeded in {:?}",
+        started.elapsed()
+    );
+    let mut out = Vec::new();
+    let http = |what: &str, rows: u64, bytes: u64, took: Duration| Export {
+        what: what.into(),
+        rows,
+        bytes,
+        took,
+        peak_rss_mib: None,
+    };
+    let q = "period=2026-10&by=session&format=csv";
+    let (rows, bytes, took) = http_export(&server, q).await;
+    out.push(http("HTTP, open month, by session, CSV", rows, bytes, took));
+    let (rows, took, rss) = cli_export(
+        &server.database_url,
+        &["--period", "2026-10", "--by", "session"],
+    )
+    .await;
+    out.push(Export {
+        what: "`rush-meter export`, open month, by session, CSV".into(),
+        rows,
+        bytes: 0,
+        took,
+        peak_rss_mib: Some(rss),
+    });
+    let started = Instant::now();
+    let r = server
+        .client
+        .post(format!("{}/v1/periods/2026-10/close", server.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let close = started.elapsed();
+    for (what, q) in [
+        (
+            "HTTP, closed month, by session, CSV",
+            "period=2026-10&by=session&format=csv",
+        ),
+        (
+            "HTTP, closed month, by session, JSONL",
+            "period=2026-10&by=session&format=jsonl",
+        ),
+        (
+            "HTTP, closed month, by org, CSV",
+            "period=2026-10&by=org&format=csv",
+        ),
+    ] {
+        let (rows, bytes, took) = http_export(&server, q).await;
+        out.push(http(what, rows, bytes, took));
+    }
+    for (what, by) in [
+        (
+            "`rush-meter export`, closed month, by session, CSV",
+            "session",
+        ),
+        ("`rush-meter export`, closed month, by org, CSV", "org"),
+    ] {
+        let (rows, took, rss) =
+            cli_export(&server.database_url, &["--period", "2026-10", "--by", by]).await;
+        out.push(Export {
+            what: what.into(),
+            rows,
+            bytes: 0,
+            took,
+            peak_rss_mib: Some(rss),
+        });
+    }
+    let copy = match &db {
+        Db::Postgres(p) => {
+            use futures_util::TryStreamExt;
+            let mut conn = p.acquire().await.unwrap();
+            let started = Instant::now();
+            let mut stream = conn
+                .copy_out_raw(&format!(
+                    "COPY (SELECT * FROM period_sessions WHERE period_start = {OCT} \
+                     ORDER BY org_id, session_id) TO STDOUT WITH (FORMAT csv, HEADER)"
+                ))
+                .await
+                .unwrap();
+            let mut lines = 0u64;
+            while let Some(chunk) = stream.try_next().await.unwrap() {
+                lines += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+            }
+            Some((lines, started.elapsed()))
+        }
+        Db::Sqlite { .. } => None,
+    };
+    db.close().await;
+    server.stop().await;
+    (out, close, copy)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    let rt = common::runtime();
+    let mut md = String::from("# Usage pages and finance exports\n\n");
+    md.push_str(&common::provenance(
+        "usage",
+        "sequential requests from one client on the same two cores",
+    ));
+    md.push_str("## The console over a month of history\n\n");
+    md.push_str(
+        "One Team org's November: a session starts every 10 minutes and runs an hour (six at\n",
+    );
+    md.push_str(
+        "a time), beating every 15 s, fed through the store's ingest in time order. The clock\n",
+    );
+    md.push_str(&format!(
+        "is then 29 November 23:00; each endpoint is asked {REQUESTS} times after a warm-up round.\n\n"
+    ));
+    let mut exports_md = String::new();
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let (sent, rows) = rt.block_on(console(backend));
+        md.push_str(&format!("### {backend:?} ({sent} heartbeats)\n\n"));
+        md.push_str("| read | p50 | p99 | mean |\n| --- | --- | --- | --- |\n");
+        for r in rows {
+            md.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                r.what,
+                ms(r.p50),
+                ms(r.p99),
+                ms(r.mean)
+            ));
+        }
+        md.push('\n');
+        let (rows, close, copy) = rt.block_on(exports(backend));
+        exports_md.push_str(&format!("### {backend:?}\n\n"));
+        exports_md.push_str(&format!(
+            "Closing October (freezing {EXPORT_SESSIONS} session lines and {EXPORT_ORGS} org lines): {:.1} s.\n\n",
+            close.as_secs_f64()
+        ));
+        exports_md.push_str("| export | lines | took | lines/s | MB/s | peak memory |\n| --- | --- | --- | --- | --- | --- |\n");
+        for e in rows {
+            let secs = e.took.as_secs_f64();
+            exports_md.push_str(&format!(
+                "| {} | {} | {:.2} s | {:.0}k | {} | {} |\n",
+                e.what,
+                e.rows,
+                secs,
+                e.rows as f64 / secs / 1e3,
+                if e.bytes > 0 {
+                    format!("{:.0}", e.bytes as f64 / secs / 1e6)
+                } else {
+                    "".into()
+                },
+                e.peak_rss_mib
+                    .map_or(String::new(), |m| format!("{m:.0} MiB")),
+            ));
+        }
+        if let Some((lines, took)) = copy {
+            exports_md.push_str(&format!(
+                "| baseline: PostgreSQL `COPY (…period_sessions… ORDER BY org_id, session_id) TO STDOUT CSV` | {lines} | {:.2} s | {:.0}k | | |\n",
+                took.as_secs_f64(),
+                lines as f64 / took.as_secs_f64() / 1e3
+            ));
+        }
+        exports_md.push('\n');
+    }
+    md.push_str("## Finance exports of a million session lines\n\n");
+    md.push_str(&format!(
+        "{EXPORT_SESSIONS} ended sessions of October in {EXPORT_ORGS} orgs (one 30-minute span each, with\n"
+    ));
+    md.push_str("their rollups), written with SQL. The open month is read live from the rollups and spans;\n");
+    md.push_str(
+        "the closed one from the frozen lines. `rush-meter export` runs as its own process,\n",
+    );
+    md.push_str(
+        "writing a file; its peak resident memory (VmHWM) is read from /proc while it runs.\n\n",
+    );
+    md.push_str(&exports_md);
+    std::fs::create_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/reports")).unwrap();
+    std::fs::write(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/reports/usage.md"),
+        &md,
+    )
+    .unwrap();
+    println!("{md}");
+}
