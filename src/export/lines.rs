@@ -171,27 +171,10 @@ struct SessionJson<'a> {
     running_seconds: i64,
     parked_seconds: i64,
     spans: i64,
-    first_start: Option<String>,
-    last_end: Option<String>,
+    first_start: Option<Rfc3339>,
+    last_end: Option<Rfc3339>,
     end_status: Option<&'a str>,
     adjustment_seconds: i64,
-}
-
-fn session_json(s: &SessionLine) -> SessionJson<'_> {
-    SessionJson {
-        session_id: &s.session_id,
-        org_id: &s.org_id,
-        project_id: s.project_id.as_deref(),
-        started_by: s.started_by.as_deref(),
-        agent: s.agent.as_deref(),
-        running_seconds: s.running_seconds,
-        parked_seconds: s.parked_seconds,
-        spans: s.spans,
-        first_start: s.first_start.map(format_rfc3339),
-        last_end: s.last_end.map(format_rfc3339),
-        end_status: s.end_status.as_deref(),
-        adjustment_seconds: s.adjustment_seconds,
-    }
 }
 
 /// How an export is written.
@@ -259,27 +242,105 @@ pub fn write_org(format: Format, period: Interval, o: &OrgTotals, out: &mut Vec<
     }
 }
 
+/// One session's line. The hot loop of a million-line export: fields are written
+/// straight into `out`, times by `write_rfc3339`, nothing allocated per line.
 pub fn write_session(format: Format, s: &SessionLine, out: &mut Vec<u8>) {
-    let j = session_json(s);
     match format {
-        Format::Jsonl => json_line(&j, out),
-        Format::Csv => csv_line(
-            &[
-                j.session_id,
-                j.org_id,
-                j.project_id.unwrap_or(""),
-                j.started_by.unwrap_or(""),
-                j.agent.unwrap_or(""),
-                &j.running_seconds.to_string(),
-                &j.parked_seconds.to_string(),
-                &j.spans.to_string(),
-                j.first_start.as_deref().unwrap_or(""),
-                j.last_end.as_deref().unwrap_or(""),
-                j.end_status.unwrap_or(""),
-                &j.adjustment_seconds.to_string(),
-            ],
+        Format::Jsonl => json_line(
+            &SessionJson {
+                session_id: &s.session_id,
+                org_id: &s.org_id,
+                project_id: s.project_id.as_deref(),
+                started_by: s.started_by.as_deref(),
+                agent: s.agent.as_deref(),
+                running_seconds: s.running_seconds,
+                parked_seconds: s.parked_seconds,
+                spans: s.spans,
+                first_start: s.first_start.map(Rfc3339),
+                last_end: s.last_end.map(Rfc3339),
+                end_status: s.end_status.as_deref(),
+                adjustment_seconds: s.adjustment_seconds,
+            },
             out,
         ),
+        Format::Csv => {
+            csv_field(&s.session_id, out);
+            out.push(b',');
+            csv_field(&s.org_id, out);
+            out.push(b',');
+            csv_field(s.project_id.as_deref().unwrap_or(""), out);
+            out.push(b',');
+            csv_field(s.started_by.as_deref().unwrap_or(""), out);
+            out.push(b',');
+            csv_field(s.agent.as_deref().unwrap_or(""), out);
+            for n in [s.running_seconds, s.parked_seconds, s.spans] {
+                out.push(b',');
+                write_int(n, out);
+            }
+            for t in [s.first_start, s.last_end] {
+                out.push(b',');
+                if let Some(t) = t {
+                    write_rfc3339(t, out);
+                }
+            }
+            out.push(b',');
+            csv_field(s.end_status.as_deref().unwrap_or(""), out);
+            out.push(b',');
+            write_int(s.adjustment_seconds, out);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+fn write_int(n: i64, out: &mut Vec<u8>) {
+    use std::io::Write;
+    write!(out, "{n}").expect("writing to memory");
+}
+
+/// `secs` as `YYYY-MM-DDTHH:MM:SSZ` (what `quota::format_rfc3339` writes, without chrono's
+/// formatter): the civil date from days since 1970 (Howard Hinnant's algorithm).
+pub fn write_rfc3339(secs: Secs, out: &mut Vec<u8>) {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    if !(0..=9999).contains(&year) {
+        out.extend_from_slice(format_rfc3339(secs).as_bytes());
+        return;
+    }
+    let two = |v: i64, out: &mut Vec<u8>| {
+        out.push(b'0' + (v / 10) as u8);
+        out.push(b'0' + (v % 10) as u8);
+    };
+    two(year / 100, out);
+    two(year % 100, out);
+    out.push(b'-');
+    two(month, out);
+    out.push(b'-');
+    two(day, out);
+    out.push(b'T');
+    two(rem / 3600, out);
+    out.push(b':');
+    two(rem / 60 % 60, out);
+    out.push(b':');
+    two(rem % 60, out);
+    out.push(b'Z');
+}
+
+/// A time that serialises as RFC 3339 through `write_rfc3339`.
+struct Rfc3339(Secs);
+
+impl Serialize for Rfc3339 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = Vec::with_capacity(20);
+        write_rfc3339(self.0, &mut buf);
+        s.serialize_str(std::str::from_utf8(&buf).expect("ASCII"))
     }
 }
 
@@ -288,22 +349,26 @@ fn json_line<T: Serialize>(v: &T, out: &mut Vec<u8>) {
     out.push(b'\n');
 }
 
-/// One RFC 4180 record: a field holding a comma, quote or line break is quoted, its
-/// quotes doubled; lines end in CRLF.
+/// One RFC 4180 record; lines end in CRLF.
 fn csv_line(fields: &[&str], out: &mut Vec<u8>) {
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        if f.contains([',', '"', '\n', '\r']) {
-            out.push(b'"');
-            out.extend_from_slice(f.replace('"', "\"\"").as_bytes());
-            out.push(b'"');
-        } else {
-            out.extend_from_slice(f.as_bytes());
-        }
+        csv_field(f, out);
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// A field holding a comma, quote or line break is quoted, its quotes doubled.
+fn csv_field(f: &str, out: &mut Vec<u8>) {
+    if f.bytes().any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r')) {
+        out.push(b'"');
+        out.extend_from_slice(f.replace('"', "\"\"").as_bytes());
+        out.push(b'"');
+    } else {
+        out.extend_from_slice(f.as_bytes());
+    }
 }
 
 #[cfg(test)]
@@ -369,6 +434,29 @@ mod tests {
         let mut got = keys.clone();
         got.sort_unstable();
         assert_eq!(got, want, "JSONL uses the CSV's names");
+    }
+
+    #[test]
+    fn rfc3339_matches_chrono_for_any_second() {
+        let mut t: i64 = -62_135_596_800; // 0001-01-01
+        while t < 253_402_300_800 {
+            let mut out = Vec::new();
+            write_rfc3339(t, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), format_rfc3339(t), "{t}");
+            t += 7_919_993; // about three months, a prime: every day of year and time of day comes up
+        }
+        for t in [
+            0,
+            951_782_400,
+            951_868_799,
+            1_709_164_800,
+            1_796_083_199,
+            1_796_083_200,
+        ] {
+            let mut out = Vec::new();
+            write_rfc3339(t, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), format_rfc3339(t), "{t}");
+        }
     }
 
     #[test]

@@ -39,13 +39,13 @@ pub async fn get_usage(
     let org_id = path_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
     let now = state.clock.now();
-    let s = standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules)
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
-    let counts = state
-        .db
-        .session_counts(org_id.as_str(), now, &state.rules)
-        .await?;
+    // Independent reads, on two connections at once.
+    let (s, counts) = tokio::join!(
+        standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules),
+        state.db.session_counts(org_id.as_str(), now, &state.rules)
+    );
+    let s = s?.ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let counts = counts?;
     Ok(Json(UsageView {
         org_id: s.org.org_id,
         plan: s.plan.id,
@@ -126,11 +126,12 @@ pub async fn get_breakdown(
     let range =
         check_range(from, to, MAX_BREAKDOWN_DAYS).map_err(|m| ApiError::invalid("from", m))?;
 
-    let mut pieces = state
-        .db
-        .session_hour_pieces(org_id.as_str(), from, to)
-        .await?;
-    for s in state.db.running_sessions(org_id.as_str()).await? {
+    let (pieces, running) = tokio::join!(
+        state.db.session_hour_pieces(org_id.as_str(), from, to, by),
+        state.db.running_sessions(org_id.as_str())
+    );
+    let mut pieces = pieces?;
+    for s in running? {
         if let Some(stretch) = s.ledger().provisional(now, &state.rules) {
             let template = Piece {
                 hour: 0,

@@ -519,14 +519,15 @@ impl Db {
         on_backend!(self, read, list_orgs())
     }
 
-    /// An org's booked time in the whole hours `[from, to)`, by session and hour.
+    /// An org's booked time in the whole hours `[from, to)`, summed under `by`'s key.
     pub async fn session_hour_pieces(
         &self,
         org_id: &str,
         from: Secs,
         to: Secs,
+        by: crate::breakdown::GroupBy,
     ) -> StoreResult<Vec<crate::breakdown::Piece>> {
-        on_backend!(self, read, session_hour_pieces(org_id, from, to))
+        on_backend!(self, read, session_hour_pieces(org_id, from, to, by))
     }
 
     pub async fn running_sessions(&self, org_id: &str) -> StoreResult<Vec<SessionRow>> {

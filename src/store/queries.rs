@@ -694,25 +694,52 @@ pub async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
 
 // ----- the console's breakdown -----
 
-/// `(hour, session, project, started_by, agent, seconds)` of an org's booked time in the
-/// whole hours `[from, to)`, from the per-session hourly rollup.
+/// An org's booked time in the whole hours `[from, to)`, from the per-session hourly
+/// rollup, summed by the database under `by`'s key: each piece carries that key (an hour,
+/// a day's start, a session, or the session's project, user or agent) and dummies for the
+/// rest, so `breakdown::group` merges them with running sessions' pieces as they are.
 pub async fn session_hour_pieces(
     pool: &Pool<DB>,
     org_id: &str,
     from: Secs,
     to: Secs,
+    by: crate::breakdown::GroupBy,
 ) -> StoreResult<Vec<crate::breakdown::Piece>> {
-    Ok(sqlx::query_as::<_, crate::breakdown::Piece>(
-        "SELECT h.hour, h.session_id, s.project_id, s.started_by, s.agent, h.seconds \
-         FROM session_hourly h JOIN sessions s ON s.org_id = h.org_id AND s.session_id = h.session_id \
-         WHERE h.org_id = $1 AND h.hour >= $2 AND h.hour < $3",
-    )
-    .bind(org_id)
-    .bind(from)
-    .bind(to)
-    .fetch_all(pool)
-    .await?)
+    use crate::breakdown::GroupBy;
+    // By time, the org's own hourly rollup (written in the same transaction, so equal)
+    // has a row an hour, not a row a session-hour.
+    let time = |key: &str| {
+        format!(
+            "SELECT {key} AS hour, '' AS session_id, NULL AS project_id, NULL AS started_by, \
+               NULL AS agent, CAST(SUM(seconds) AS BIGINT) AS seconds FROM org_hourly \
+             WHERE org_id = $1 AND hour >= $2 AND hour < $3 GROUP BY {key}"
+        )
+    };
+    // By session, project, user or agent: the per-session rollup, joined for the names.
+    let by_session = |select: &str, join: &str, key: &str| {
+        format!(
+            "SELECT {select}, CAST(SUM(h.seconds) AS BIGINT) AS seconds FROM session_hourly h{join} \
+             WHERE h.org_id = $1 AND h.hour >= $2 AND h.hour < $3 GROUP BY {key}"
+        )
+    };
+    let sql = match by {
+        GroupBy::Hour => time("hour"),
+        GroupBy::Day => time("(hour / 86400) * 86400"),
+        GroupBy::Session => by_session("CAST(0 AS BIGINT) AS hour, h.session_id, NULL AS project_id, NULL AS started_by, NULL AS agent", "", "h.session_id"),
+        GroupBy::Project => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, s.project_id, NULL AS started_by, NULL AS agent", SESSION_JOIN, "s.project_id"),
+        GroupBy::User => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, NULL AS project_id, s.started_by, NULL AS agent", SESSION_JOIN, "s.started_by"),
+        GroupBy::Agent => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, NULL AS project_id, NULL AS started_by, s.agent", SESSION_JOIN, "s.agent"),
+    };
+    Ok(sqlx::query_as::<_, crate::breakdown::Piece>(&sql)
+        .bind(org_id)
+        .bind(from)
+        .bind(to)
+        .fetch_all(pool)
+        .await?)
 }
+
+const SESSION_JOIN: &str =
+    " JOIN sessions s ON s.org_id = h.org_id AND s.session_id = h.session_id";
 
 /// An org's running sessions.
 pub async fn running_sessions(pool: &Pool<DB>, org_id: &str) -> StoreResult<Vec<SessionRow>> {
