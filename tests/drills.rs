@@ -3,6 +3,11 @@
 //!
 //! - `kill -9` under heartbeat load: every heartbeat answered 200 is in the ledger after
 //!   a restart, on SQLite and on PostgreSQL.
+//! - The machine's PostgreSQL stopped and started under heartbeat load (pg_ctlcluster):
+//!   `/readyz` answers 503 while it is down, requests fail fast with 503, the service
+//!   recovers by itself, and nothing answered 200 is lost.
+//! - Three instances on one PostgreSQL, one killed mid-burst of admissions: the key's
+//!   concurrency limit holds exactly, and once the lease has passed no slot is leaked.
 
 mod common;
 
@@ -29,12 +34,11 @@ struct KillFigures {
     unanswered: usize,
 }
 
-/// Load the service, SIGKILL it, restart it on the same database and count.
-async fn kill_nine(backend: Backend) -> Option<KillFigures> {
-    let (url, _dir) = fresh_database(backend).await?;
-    let (mut child, base) = spawn_service_with(&url, TOKEN, ENV).await;
+/// The service on `url` with the org `acme` (Team), and a client for it.
+async fn start_with_org(url: &str) -> (tokio::process::Child, String, reqwest::Client) {
+    let (child, base) = spawn_service_with(url, TOKEN, ENV).await;
     let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
     let r = client
@@ -45,32 +49,30 @@ async fn kill_nine(backend: Backend) -> Option<KillFigures> {
         .await
         .unwrap();
     assert!(r.status().is_success());
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut senders = Vec::new();
-    for w in 0..SENDERS {
-        let (client, base, stop) = (client.clone(), base.clone(), Arc::clone(&stop));
-        senders.push(tokio::spawn(async move {
-            // The highest seq answered 200, and whether a request was cut off unanswered.
-            let mut acked = 0;
-            let mut seq = 0;
-            while !stop.load(Ordering::Relaxed) {
-                seq += 1;
-                let now = chrono::Utc::now().timestamp();
-                let sent = client
-                    .post(format!("{base}/v1/heartbeats"))
-                    .bearer_auth(TOKEN)
-                    .json(&json!({"heartbeats": [hb("acme", &format!("drill_{w}"), seq, "running", now)]}))
-                    .send()
-                    .await;
-                match sent {
-                    Ok(r) if r.status() == 200 => acked = seq,
-                    Ok(r) => panic!("heartbeat answered {} before the kill", r.status()),
-                    Err(_) => return (acked, true),
-                }
-            }
-            (acked, false)
-        }));
+    (child, base, client)
+}
+
+/// Heartbeats the ledger applied for a session (0 if none ever landed).
+async fn stored_heartbeats(client: &reqwest::Client, base: &str, session: &str) -> i64 {
+    let r = client
+        .get(format!("{base}/v1/sessions/{session}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    if r.status() == 404 {
+        return 0;
     }
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["heartbeats"].as_i64().unwrap()
+}
+
+/// Load the service, SIGKILL it, restart it on the same database and count.
+async fn kill_nine(backend: Backend) -> Option<KillFigures> {
+    let (url, _dir) = fresh_database(backend).await?;
+    let (mut child, base, client) = start_with_org(&url).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let senders = start_senders(&client, &base, "drill", &stop);
     tokio::time::sleep(LOAD).await;
     // SIGKILL: no graceful shutdown, no flush; whatever was committed is all there is.
     child.start_kill().unwrap();
@@ -79,26 +81,17 @@ async fn kill_nine(backend: Backend) -> Option<KillFigures> {
     let mut acked = Vec::new();
     let mut unanswered = 0;
     for s in senders {
-        let (a, cut) = s.await.unwrap();
+        let (a, failed, cut) = s.await.unwrap();
+        assert!(failed.is_empty(), "refusals before the kill: {failed:?}");
         acked.push(a);
         unanswered += usize::from(cut);
     }
     let (_child, base) = spawn_service_with(&url, TOKEN, ENV).await;
     let (mut acknowledged, mut in_ledger, mut lost) = (0, 0, 0);
     for (w, a) in acked.iter().enumerate() {
-        let r = client
-            .get(format!("{base}/v1/sessions/drill_{w}"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
-        let stored = if r.status() == 404 {
-            0
-        } else {
-            let v: serde_json::Value = r.json().await.unwrap();
-            v["heartbeats"].as_i64().unwrap()
-        };
-        // Seqs go 1, 2, 3…: each applied beat counts once, so `stored` covers 1..=stored.
+        let stored = stored_heartbeats(&client, &base, &format!("drill_{w}")).await;
+        // Every beat before the kill was answered 200 or not at all: `stored` counts the
+        // applied ones, each once.
         acknowledged += a;
         in_ledger += stored;
         lost += (a - stored).max(0);
@@ -109,6 +102,279 @@ async fn kill_nine(backend: Backend) -> Option<KillFigures> {
         in_ledger,
         lost,
         unanswered,
+    })
+}
+
+/// Senders beating until `stop`, each for its own session: per sender, the beats
+/// answered 200, every other answer as (status, how long it took), and whether it stopped
+/// on a request that got no answer at all (the server gone, or a hang past 30 s).
+fn start_senders(
+    client: &reqwest::Client,
+    base: &str,
+    prefix: &'static str,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<(i64, Vec<(u16, Duration)>, bool)>> {
+    (0..SENDERS)
+        .map(|w| {
+            let (client, base, stop) = (client.clone(), base.to_owned(), Arc::clone(stop));
+            tokio::spawn(async move {
+                let (mut acked, mut failed) = (0, Vec::new());
+                let mut seq = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    seq += 1;
+                    let now = chrono::Utc::now().timestamp();
+                    let started = Instant::now();
+                    let sent = client
+                        .post(format!("{base}/v1/heartbeats"))
+                        .bearer_auth(TOKEN)
+                        .json(&json!({"heartbeats": [hb("acme", &format!("{prefix}_{w}"), seq, "running", now)]}))
+                        .send()
+                        .await;
+                    match sent {
+                        Ok(r) if r.status() == 200 => acked += 1,
+                        Ok(r) => {
+                            failed.push((r.status().as_u16(), started.elapsed()));
+                            // A supervisor backs off a little before it retries.
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        Err(_) => return (acked, failed, true),
+                    }
+                }
+                (acked, failed, false)
+            })
+        })
+        .collect()
+}
+
+/// `pg_ctlcluster` on the machine's one cluster.
+fn pg_ctl(action: &str) {
+    let version = std::fs::read_dir("/etc/postgresql")
+        .expect("a Debian PostgreSQL cluster")
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let mut cmd = std::process::Command::new("pg_ctlcluster");
+    cmd.arg("--skip-systemctl-redirect")
+        .arg(&version)
+        .args(["main", action]);
+    if action == "stop" {
+        cmd.args(["-m", "fast"]);
+    }
+    let status = cmd.status().expect("pg_ctlcluster runs");
+    assert!(status.success(), "pg_ctlcluster {action}: {status}");
+}
+
+/// Starts PostgreSQL again however the drill ends, so later tests find it up.
+struct RestartOnDrop;
+
+impl Drop for RestartOnDrop {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(|| pg_ctl("start"));
+    }
+}
+
+struct OutageFigures {
+    acknowledged: i64,
+    in_ledger: i64,
+    lost: i64,
+    refused: usize,
+    other_errors: usize,
+    slowest_refusal: Duration,
+    readyz_down_after: Duration,
+    down_for: Duration,
+    ready_again_after: Duration,
+}
+
+async fn readyz(client: &reqwest::Client, base: &str) -> u16 {
+    client
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .map_or(0, |r| r.status().as_u16())
+}
+
+async fn wait_for_readyz(client: &reqwest::Client, base: &str, want: u16) -> Duration {
+    let started = Instant::now();
+    while readyz(client, base).await != want {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "/readyz never answered {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    started.elapsed()
+}
+
+/// Stop the machine's PostgreSQL for a few seconds under load, and start it again.
+async fn postgres_outage() -> Option<OutageFigures> {
+    let (url, _) = fresh_database(Backend::Postgres).await?;
+    if !url.starts_with("postgres://postgres@127.0.0.1:5432/") {
+        eprintln!("PostgreSQL is not the machine's own cluster: the outage drill does not run");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI must run the outage drill"
+        );
+        return None;
+    }
+    let (_child, base, client) = start_with_org(&url).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let senders = start_senders(&client, &base, "outage", &stop);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let guard = RestartOnDrop;
+    let down = Instant::now();
+    tokio::task::spawn_blocking(|| pg_ctl("stop"))
+        .await
+        .unwrap();
+    let readyz_down_after = wait_for_readyz(&client, &base, 503).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::task::spawn_blocking(|| pg_ctl("start"))
+        .await
+        .unwrap();
+    std::mem::forget(guard);
+    let down_for = down.elapsed();
+    let ready_again_after = wait_for_readyz(&client, &base, 200).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let (mut acknowledged, mut in_ledger, mut lost) = (0, 0, 0);
+    let (mut refused, mut other_errors, mut slowest_refusal) = (0, 0, Duration::ZERO);
+    for (w, s) in senders.into_iter().enumerate() {
+        let (acked, failed, cut) = s.await.unwrap();
+        assert!(
+            !cut,
+            "a request went unanswered in the outage: it hung or was dropped"
+        );
+        for (status, took) in failed {
+            if status == 503 {
+                refused += 1;
+                slowest_refusal = slowest_refusal.max(took);
+            } else {
+                other_errors += 1;
+            }
+        }
+        let stored = stored_heartbeats(&client, &base, &format!("outage_{w}")).await;
+        acknowledged += acked;
+        in_ledger += stored;
+        lost += (acked - stored).max(0);
+    }
+    Some(OutageFigures {
+        acknowledged,
+        in_ledger,
+        lost,
+        refused,
+        other_errors,
+        slowest_refusal,
+        readyz_down_after,
+        down_for,
+        ready_again_after,
+    })
+}
+
+const LIMIT: i64 = 20;
+const BURST: usize = 600;
+/// A short lease, so the drill can wait it out.
+const SHORT_LEASE: &[(&str, &str)] = &[
+    ("RUSH_METER_RATE_LIMIT_PER_SEC", "0"),
+    ("RUSH_METER_HEARTBEAT_INTERVAL_SECS", "1"),
+    ("RUSH_METER_LEASE_SECS", "3"),
+];
+
+struct InstancesFigures {
+    answered_allow: i64,
+    answered: usize,
+    cut: usize,
+    sessions_stored: i64,
+    allowed_after_lease: i64,
+}
+
+/// Admissions for new sessions `prefix{n}`, spread over `bases` in turn; each answer
+/// (decision or `None` if cut off) comes back, and `answered` counts them as they come.
+fn admission_burst(
+    client: &reqwest::Client,
+    bases: &[String],
+    prefix: &str,
+    n: usize,
+    answered: &Arc<std::sync::atomic::AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<Option<String>>> {
+    (0..n)
+        .map(|i| {
+            let url = format!("{}/v1/admissions", bases[i % bases.len()]);
+            let body = json!({"org_id": "acme", "key_id": "k1", "session_id": format!("{prefix}{i}"), "agent": "codex"});
+            let (client, answered) = (client.clone(), Arc::clone(answered));
+            tokio::spawn(async move {
+                let r = client.post(url).bearer_auth(TOKEN).json(&body).send().await.ok()?;
+                let v: serde_json::Value = r.json().await.ok()?;
+                answered.fetch_add(1, Ordering::Relaxed);
+                Some(v["decision"].as_str()?.to_owned())
+            })
+        })
+        .collect()
+}
+
+async fn three_instances_one_killed() -> Option<InstancesFigures> {
+    let (url, _) = fresh_database(Backend::Postgres).await?;
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(spawn_service_with(&url, TOKEN, SHORT_LEASE).await);
+    }
+    let bases: Vec<String> = instances.iter().map(|(_, b)| b.clone()).collect();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    for (path, body) in [
+        ("/v1/orgs/acme", json!({"plan": "team"})),
+        ("/v1/orgs/acme/keys/k1", json!({"concurrency_limit": LIMIT})),
+    ] {
+        let r = client
+            .put(format!("{}{path}", bases[0]))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let burst = admission_burst(&client, &bases, "b", BURST, &answered);
+    // Kill the third instance once a sixth of the burst is answered: mid-burst.
+    while answered.load(Ordering::Relaxed) < BURST / 6 {
+        tokio::task::yield_now().await;
+    }
+    instances[2].0.start_kill().unwrap();
+    let (mut answered_allow, mut cut) = (0, 0);
+    for t in burst {
+        match t.await.unwrap().as_deref() {
+            Some("allow") => answered_allow += 1,
+            Some(_) => {}
+            None => cut += 1,
+        }
+    }
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let sessions_stored: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE org_id = 'acme'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    // No session was ever heard from: each slot is held for the lease (3 s) and no more.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let survivors = &bases[..2];
+    let second = admission_burst(&client, survivors, "c", 100, &answered);
+    let mut allowed_after_lease = 0;
+    for t in second {
+        if t.await.unwrap().as_deref() == Some("allow") {
+            allowed_after_lease += 1;
+        }
+    }
+    pool.close().await;
+    Some(InstancesFigures {
+        answered_allow,
+        answered: BURST - cut,
+        cut,
+        sessions_stored,
+        allowed_after_lease,
     })
 }
 
@@ -146,6 +412,90 @@ async fn drills() {
             "| {:?} | {} | {} | {} | {} |\n",
             f.backend, f.acknowledged, f.in_ledger, f.lost, f.unanswered
         ));
+    }
+    md.push_str("\n## PostgreSQL stopped and started under load\n\n");
+    md.push_str(&format!(
+        "{SENDERS} supervisors beat against one instance on the machine's PostgreSQL; after 1 s the\n\
+         cluster is stopped (`pg_ctlcluster … stop -m fast`), left down 3 s, and started again.\n\
+         A supervisor that gets an error waits 50 ms and sends its next beat.\n\n"
+    ));
+    if let Some(f) = postgres_outage().await {
+        assert_eq!(f.lost, 0, "acknowledged heartbeats lost in the outage");
+        assert_eq!(f.other_errors, 0, "every refusal in the outage is a 503");
+        assert!(
+            f.refused > 0,
+            "the outage refused nothing: it was not under load"
+        );
+        assert!(
+            f.slowest_refusal < Duration::from_secs(5),
+            "a refusal hung: {:?}",
+            f.slowest_refusal
+        );
+        md.push_str("| figure | value |\n| --- | --- |\n");
+        for (k, v) in [
+            ("heartbeats answered 200", f.acknowledged.to_string()),
+            ("stored", f.in_ledger.to_string()),
+            ("answered 200 but lost", f.lost.to_string()),
+            ("answered 503 (fail fast)", f.refused.to_string()),
+            ("answered anything else", f.other_errors.to_string()),
+            (
+                "slowest 503",
+                format!("{} ms", f.slowest_refusal.as_millis()),
+            ),
+            (
+                "`/readyz` 503 after the stop returned",
+                format!("{} ms", f.readyz_down_after.as_millis()),
+            ),
+            (
+                "PostgreSQL down for",
+                format!("{} ms", f.down_for.as_millis()),
+            ),
+            (
+                "`/readyz` 200 again after the start returned",
+                format!("{} ms", f.ready_again_after.as_millis()),
+            ),
+        ] {
+            md.push_str(&format!("| {k} | {v} |\n"));
+        }
+    } else {
+        md.push_str("Not run here (no local PostgreSQL cluster).\n");
+    }
+    md.push_str("\n## Three instances, one killed mid-burst\n\n");
+    md.push_str(&format!(
+        "Three instances on one PostgreSQL (lease 3 s); {BURST} admissions for new sessions on one key\n\
+         (limit {LIMIT}) spread over them at once; the third instance gets SIGKILL once a sixth\n\
+         are answered. Then, past the lease, 100 more on the two left.\n\n"
+    ));
+    if let Some(f) = three_instances_one_killed().await {
+        assert!(
+            f.answered_allow <= LIMIT,
+            "over-admitted: {}",
+            f.answered_allow
+        );
+        assert_eq!(
+            f.sessions_stored, LIMIT,
+            "the slots stored are the limit, exactly"
+        );
+        assert_eq!(f.allowed_after_lease, LIMIT, "a slot leaked past the lease");
+        assert!(f.cut > 0, "the kill cut nothing off: it was not mid-burst");
+        md.push_str("| figure | value |\n| --- | --- |\n");
+        for (k, v) in [
+            ("admissions answered", f.answered.to_string()),
+            ("cut off by the kill", f.cut.to_string()),
+            ("answered allow", f.answered_allow.to_string()),
+            (
+                "sessions holding a slot (stored)",
+                format!("{} (limit {LIMIT})", f.sessions_stored),
+            ),
+            (
+                "allowed after the lease, of 100",
+                format!("{} (limit {LIMIT})", f.allowed_after_lease),
+            ),
+        ] {
+            md.push_str(&format!("| {k} | {v} |\n"));
+        }
+    } else {
+        md.push_str("Not run here (no PostgreSQL).\n");
     }
     md.push_str(&format!(
         "\nDrills took {:.1} s.\n",
