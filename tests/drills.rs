@@ -105,6 +105,10 @@ async fn kill_nine(backend: Backend) -> Option<KillFigures> {
     })
 }
 
+/// What a sender got: beats answered 200, other answers (status, time taken), and
+/// whether it stopped on a request that got no answer.
+type Sent = (i64, Vec<(u16, Duration)>, bool);
+
 /// Senders beating until `stop`, each for its own session: per sender, the beats
 /// answered 200, every other answer as (status, how long it took), and whether it stopped
 /// on a request that got no answer at all (the server gone, or a hang past 30 s).
@@ -113,7 +117,7 @@ fn start_senders(
     base: &str,
     prefix: &'static str,
     stop: &Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<(i64, Vec<(u16, Duration)>, bool)>> {
+) -> Vec<tokio::task::JoinHandle<Sent>> {
     (0..SENDERS)
         .map(|w| {
             let (client, base, stop) = (client.clone(), base.to_owned(), Arc::clone(stop));
