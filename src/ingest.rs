@@ -248,7 +248,10 @@ async fn advise(
             remaining_seconds: s.remaining_seconds(),
             park: s.must_park(),
         };
-        if reusable(a.remaining_seconds, s.running) {
+        // Near a notification threshold, read fresh too, so the commit that crosses it
+        // is the one that sees it.
+        let room = a.remaining_seconds.min(w.watch.room(&s));
+        if reusable(room, s.running) {
             cache.insert(s.org.org_id.clone(), (a, now + ADVICE_TTL));
         } else {
             cache.remove(&s.org.org_id);

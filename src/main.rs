@@ -221,7 +221,11 @@ async fn export(
         )
         .expect("a valid template"),
     );
-    let temp = out.map(|p| p.with_extension("partial"));
+    let temp = out.map(|p| {
+        let mut name = p.as_os_str().to_owned();
+        name.push(".partial");
+        std::path::PathBuf::from(name)
+    });
     let mut sink: Box<dyn Write + Send> = match &temp {
         Some(t) => {
             Box::new(std::fs::File::create(t).map_err(|e| format!("--out: {}: {e}", t.display()))?)
@@ -238,6 +242,8 @@ async fn export(
         while let Some(chunk) = rx.recv().await {
             if let Err(e) = sink.write_all(&chunk.bytes) {
                 result = Err(format!("writing the export: {e}"));
+                // Stops the export, which would otherwise wait for room forever.
+                rx.close();
                 break;
             }
             bar.inc(chunk.rows);

@@ -30,10 +30,11 @@ use crate::store::{Db, NotificationRow, StoreResult};
 
 /// Tries before a notification is given up as `failed`.
 pub const MAX_ATTEMPTS: i64 = 16;
-/// How long an instance holds the notifications it took (longer than a delivery's timeout).
-const HOLD: Secs = 60;
-const TAKE: i64 = 20;
+const TAKE: i64 = 5;
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an instance holds the notifications it took: longer than delivering all of
+/// them at the timeout, so no other instance takes one while it is being sent.
+const HOLD: Secs = TAKE * TIMEOUT.as_secs() as Secs + 60;
 
 /// A window's usage at or past one of its plan's thresholds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +87,22 @@ pub fn crossings(
         }
     }
     out
+}
+
+/// Seconds until the lowest threshold not yet reached, over both windows.
+pub fn room_to_next(plan: &Plan, month: &WindowUsage, week: &WindowUsage) -> i64 {
+    [month, week]
+        .iter()
+        .flat_map(|w| {
+            plan.prompt_thresholds.iter().map(move |t| {
+                // The first whole second at or past t% of the limit.
+                let at = (i128::from(*t) * i128::from(w.limit_seconds) + 99) / 100;
+                i64::try_from(at - i128::from(w.used_seconds)).unwrap_or(i64::MAX)
+            })
+        })
+        .filter(|r| *r > 0)
+        .min()
+        .unwrap_or(i64::MAX)
 }
 
 #[derive(Serialize)]
@@ -169,6 +186,15 @@ impl Watch {
                 seen.insert(id);
             }
         }
+    }
+
+    /// Seconds of usage before the next threshold either window has not reached
+    /// (`i64::MAX` when notifications are off or none is left).
+    pub fn room(&self, s: &Standing) -> i64 {
+        if self.0.is_none() {
+            return i64::MAX;
+        }
+        room_to_next(&s.plan, &s.month, &s.week)
     }
 
     /// Forget a crossing that could not be recorded, so a later commit tries again.
@@ -278,7 +304,14 @@ impl Notifier {
                     tracing::warn!(id = %row.notification_id, attempts = row.attempts, error = %e, state, "notification not delivered");
                 }
                 self.db
-                    .finish_notification(&row.notification_id, state, error, next_at, now)
+                    .finish_notification(
+                        &row.notification_id,
+                        row.attempts,
+                        state,
+                        error,
+                        next_at,
+                        now,
+                    )
                     .await?;
             }
         }
@@ -356,6 +389,23 @@ mod tests {
             at(month, week),
             vec![("month", 80), ("month", 100), ("week", 80), ("week", 100)]
         );
+    }
+
+    #[test]
+    fn room_is_the_distance_to_the_next_threshold() {
+        let plans = crate::plans::shipped();
+        let free = plans.get("free").unwrap();
+        let (m, w) = (free.monthly_limit_seconds, free.weekly_limit_seconds);
+        // Week 7200 s: 80% at 5760; month 18000 s: 80% at 14400.
+        assert_eq!(room_to_next(free, &usage(0, m), &usage(0, w)), 5760);
+        assert_eq!(room_to_next(free, &usage(5000, m), &usage(5750, w)), 10);
+        // Past the week's 80%: its 100% (1440 s away) is next.
+        assert_eq!(room_to_next(free, &usage(5760, m), &usage(5760, w)), 1440);
+        assert_eq!(room_to_next(free, &usage(m, m), &usage(w, w)), i64::MAX);
+        // The boundary itself is reached, not ahead: crossings() agrees.
+        assert!(crossings("o", free, &usage(0, m), &usage(5760, w))
+            .iter()
+            .any(|c| c.threshold == 80));
     }
 
     #[test]

@@ -218,3 +218,81 @@ async fn sigterm_drains_and_exits_cleanly() {
         assert!(stored.contains(s), "{s} acknowledged but not stored");
     }
 }
+
+/// `rush-meter export` and `period close|list` on a database filled through the store:
+/// the file appears whole under its name (no `.partial` left), a closed month's file is
+/// the same bytes as the open one's when nothing changed, and bad input exits 2 saying
+/// which flag to fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_and_period_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("e.db").display());
+    let db = Db::connect(&url, Default::default()).await.unwrap();
+    db.migrate().await.unwrap();
+    let nov = rush_meter::export::parse_month("2026-11").unwrap();
+    db.upsert_org(
+        &rush_meter::store::OrgUpsert {
+            org_id: "acme".into(),
+            name: Some("Acme".into()),
+            plan_id: Some("pro".into()),
+            ..Default::default()
+        },
+        nov.start + 60,
+    )
+    .await
+    .unwrap();
+    db.close().await;
+    let base = |c: &mut Command| {
+        c.env("RUSH_METER_DATABASE_URL", &url)
+            .env("RUSH_METER_PLANS_DIR", common::repo_plans());
+    };
+    let export = |name: &str| -> (i32, String, std::path::PathBuf) {
+        let out = dir.path().join(name);
+        let mut c = rush_meter();
+        base(&mut c);
+        let (code, _, err) = run(c.args(["export", "--period", "2026-11", "--out"]).arg(&out));
+        (code, err, out)
+    };
+    let (code, err, open) = export("open.csv");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("open"), "{err}");
+    let open = std::fs::read_to_string(open).unwrap();
+    assert!(
+        open.contains("\r\n2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,acme,pro,"),
+        "{open}"
+    );
+    assert!(!dir.path().join("open.csv.partial").exists());
+
+    let mut c = rush_meter();
+    base(&mut c);
+    let (code, out, err) = run(c.args(["period", "close", "--period", "2026-11"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("closed 2026-11: 1 orgs"), "{out}");
+    let (code, err, closed) = export("closed.csv");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(closed).unwrap(), open);
+    let mut c = rush_meter();
+    base(&mut c);
+    let (code, out, _) = run(c.args(["period", "list"]));
+    assert_eq!(code, 0);
+    assert!(out.lines().nth(1).unwrap().starts_with("2026-11,"), "{out}");
+
+    for (args, says) in [
+        (vec!["export", "--period", "2026-13"], "--period"),
+        (
+            vec!["export", "--period", "2026-11", "--by", "team"],
+            "--by",
+        ),
+        (
+            vec!["export", "--period", "2026-11", "--format", "xlsx"],
+            "--format",
+        ),
+        (vec!["period", "close", "--period", "2999-01"], "--period"),
+    ] {
+        let mut c = rush_meter();
+        base(&mut c);
+        let (code, _, err) = run(c.args(&args));
+        assert_eq!(code, 2, "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

@@ -12,10 +12,11 @@ CREATE TABLE periods (
 );
 
 -- One row an org a closed period, with the plan's terms as they were, so that editing a
--- plan file never changes a closed export.
+-- plan file never changes a closed export. Ids sort byte by byte ("C"), as on SQLite, so
+-- an export's order is the same on both and survives a change of the server's locale.
 CREATE TABLE period_orgs (
     period_start           BIGINT NOT NULL,
-    org_id                 TEXT NOT NULL,
+    org_id                 TEXT COLLATE "C" NOT NULL,
     plan_id                TEXT NOT NULL,
     stripe_customer_id     TEXT,
     stripe_subscription_id TEXT,
@@ -32,8 +33,8 @@ CREATE TABLE period_orgs (
 -- can shard it by org like every other table; period first so an export reads one range.
 CREATE TABLE period_sessions (
     period_start       BIGINT NOT NULL,
-    org_id             TEXT NOT NULL,
-    session_id         TEXT NOT NULL,
+    org_id             TEXT COLLATE "C" NOT NULL,
+    session_id         TEXT COLLATE "C" NOT NULL,
     project_id         TEXT,
     started_by         TEXT,
     agent              TEXT,

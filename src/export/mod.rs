@@ -168,6 +168,8 @@ pub async fn produce(
                     }
                     rows += batch.len() as u64;
                     if buf.len() >= CHUNK_BYTES && !hand_on(&out, &mut buf, &mut rows).await {
+                        // Stops the reader at its next send, and its query with it.
+                        rx.close();
                         return;
                     }
                 }

@@ -70,6 +70,8 @@ pub async fn get_usage_export(
         let forward = async {
             while let Some(chunk) = rx.recv().await {
                 if body_tx.send(Ok(Bytes::from(chunk.bytes))).await.is_err() {
+                    // The client hung up: stop the export (and free its connection).
+                    rx.close();
                     return;
                 }
             }

@@ -31,6 +31,8 @@ mod pg {
     pub const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
     pub const LEAST: &str = "LEAST";
     pub const GREATEST: &str = "GREATEST";
+    /// Byte order for ids, whatever the database's locale (exports sort by it).
+    pub const BYTE_ORDER: &str = " COLLATE \"C\"";
     include!("queries.rs");
     include!("admissions.rs");
     include!("stripe.rs");
@@ -50,6 +52,8 @@ mod sqlite {
     /// SQLite's multi-argument scalar MIN and MAX.
     pub const LEAST: &str = "MIN";
     pub const GREATEST: &str = "MAX";
+    /// SQLite compares text byte by byte (BINARY) already.
+    pub const BYTE_ORDER: &str = "";
     include!("queries.rs");
     include!("admissions.rs");
     include!("stripe.rs");
@@ -657,6 +661,7 @@ impl Db {
     pub async fn finish_notification(
         &self,
         notification_id: &str,
+        attempts: i64,
         state: &str,
         error: Option<&str>,
         next_at: Secs,
@@ -665,7 +670,7 @@ impl Db {
         on_backend!(
             self,
             write,
-            finish_notification(notification_id, state, error, next_at, now)
+            finish_notification(notification_id, attempts, state, error, next_at, now)
         )
     }
 

@@ -60,10 +60,13 @@ pub async fn claim_notifications(
     Ok(rows)
 }
 
-/// Record how a delivery went: `sent`, `failed` for good, or `pending` until `next_at`.
+/// Record how a delivery went: `sent`, `failed` for good, or `pending` until `next_at`;
+/// only while the claim that made `attempts` still holds it (a claim that outlived its
+/// hold and was taken again must not overwrite the later outcome).
 pub async fn finish_notification(
     pool: &Pool<DB>,
     notification_id: &str,
+    attempts: i64,
     state: &str,
     error: Option<&str>,
     next_at: Secs,
@@ -72,13 +75,14 @@ pub async fn finish_notification(
     sqlx::query(
         "UPDATE notifications SET state = $2, last_error = $3, next_at = $4, \
            sent_at = CASE WHEN $2 = 'sent' THEN $5 ELSE sent_at END \
-         WHERE notification_id = $1",
+         WHERE notification_id = $1 AND state = 'pending' AND attempts = $6",
     )
     .bind(notification_id)
     .bind(state)
     .bind(error)
     .bind(next_at)
     .bind(now)
+    .bind(attempts)
     .execute(pool)
     .await?;
     Ok(())

@@ -71,7 +71,10 @@ pub async fn send_session_lines(
     let sql = if q.closed {
         format!("{FROZEN_LINES_SQL} ORDER BY org_id, session_id")
     } else {
-        format!("{} ORDER BY s.org_id, s.session_id", live_lines_sql())
+        format!(
+            "{} ORDER BY s.org_id{BYTE_ORDER}, s.session_id{BYTE_ORDER}",
+            live_lines_sql()
+        )
     };
     let (ls, le) = adjusting(q);
     let mut query = sqlx::query_as::<_, SessionLine>(&sql).bind(q.period.start);
@@ -131,8 +134,10 @@ pub async fn live_org_sums(pool: &Pool<DB>, q: &LineQuery) -> StoreResult<Vec<(S
 
 /// Orgs that existed before `end`, by id.
 pub async fn orgs_before(pool: &Pool<DB>, end: Secs) -> StoreResult<Vec<OrgRow>> {
-    Ok(sqlx::query_as::<_, OrgRow>("SELECT * FROM orgs WHERE created_at < $1 ORDER BY org_id")
-        .bind(end)
+    Ok(sqlx::query_as::<_, OrgRow>(&format!(
+        "SELECT * FROM orgs WHERE created_at < $1 ORDER BY org_id{BYTE_ORDER}"
+    ))
+    .bind(end)
         .fetch_all(pool)
         .await?)
 }
@@ -214,7 +219,9 @@ pub async fn close_period(
     .into_iter()
     .map(|(org, run, adj)| (org, (run, adj)))
     .collect();
-    let orgs = sqlx::query_as::<_, OrgRow>("SELECT * FROM orgs WHERE created_at < $1 ORDER BY org_id")
+    let orgs = sqlx::query_as::<_, OrgRow>(&format!(
+        "SELECT * FROM orgs WHERE created_at < $1 ORDER BY org_id{BYTE_ORDER}"
+    ))
         .bind(q.period.end)
         .fetch_all(&mut *tx)
         .await?;
