@@ -62,22 +62,31 @@ pub async fn get_usage_export(
     };
     let now = state.clock.now();
     let lq = line_query(&state.db, period, now).await?;
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<crate::export::Chunk>(4);
     let producer = state.clone();
+    let run = tokio::spawn(async move {
+        produce(&producer.db, &producer.plans, lq, by, format, now, tx).await
+    });
+    // The first chunk (the header and the first lines) comes before the status, so an
+    // export that fails at once is answered with its error, not a 200 cut short.
+    let Some(first) = rx.recv().await else {
+        return Err(match run.await {
+            Ok(Err(e)) => e.into(),
+            Ok(Ok(())) | Err(_) => ApiError::internal(),
+        });
+    };
+    let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::spawn(async move {
-        let run = produce(&producer.db, &producer.plans, lq, by, format, now, tx);
-        let forward = async {
-            while let Some(chunk) = rx.recv().await {
-                if body_tx.send(Ok(Bytes::from(chunk.bytes))).await.is_err() {
-                    // The client hung up: stop the export (and free its connection).
-                    rx.close();
-                    return;
-                }
+        let mut next = Some(first);
+        while let Some(chunk) = next {
+            if body_tx.send(Ok(Bytes::from(chunk.bytes))).await.is_err() {
+                // The client hung up: stop the export (and free its connection).
+                rx.close();
+                break;
             }
-        };
-        let (result, ()) = tokio::join!(run, forward);
-        if let Err(e) = result {
+            next = rx.recv().await;
+        }
+        if let Ok(Err(e)) = run.await {
             // The status is sent; cutting the body short tells the client it is incomplete.
             tracing::error!(error = %e, period = %month_name(period), "export failed mid-stream");
             let _ = body_tx
