@@ -42,20 +42,17 @@ pub async fn claim_notifications(
     hold: Secs,
     limit: i64,
 ) -> StoreResult<Vec<NotificationRow>> {
-    let mut tx = begin_write(pool).await?;
-    let mut rows = sqlx::query_as::<_, NotificationRow>(&format!(
-        "UPDATE notifications SET attempts = attempts + 1, next_at = $1 + $2 \
-         WHERE notification_id IN (SELECT notification_id FROM notifications \
-           WHERE state = 'pending' AND next_at <= $1 \
-           ORDER BY created_at, notification_id LIMIT $3{SKIP_LOCKED}) \
-         RETURNING *"
-    ))
-    .bind(now)
-    .bind(hold)
-    .bind(limit)
-    .fetch_all(&mut *tx)
+    let mut rows: Vec<NotificationRow> = claim_due(
+        pool,
+        "notifications",
+        "notification_id",
+        "next_at",
+        "created_at, notification_id",
+        now,
+        hold,
+        limit,
+    )
     .await?;
-    tx.commit().await?;
     rows.sort_by(|a, b| (a.created_at, &a.notification_id).cmp(&(b.created_at, &b.notification_id)));
     Ok(rows)
 }

@@ -22,6 +22,41 @@ async fn begin_write(pool: &Pool<DB>) -> StoreResult<Tx> {
     Ok(pool.begin_with(BEGIN_WRITE).await?)
 }
 
+/// The claim of a work queue (Stripe events, notifications): take up to `limit` rows of
+/// `table` that are pending and due by `due_col`, oldest first by `order`, count an
+/// attempt and hold them `hold` seconds, so an instance that dies mid-work leaves them to
+/// the others; rows another instance holds are skipped. Rows come back unordered.
+#[allow(clippy::too_many_arguments)]
+async fn claim_due<R>(
+    pool: &Pool<DB>,
+    table: &str,
+    key: &str,
+    due_col: &str,
+    order: &str,
+    now: Secs,
+    hold: Secs,
+    limit: i64,
+) -> StoreResult<Vec<R>>
+where
+    R: for<'r> sqlx::FromRow<'r, <DB as sqlx::Database>::Row> + Send + Unpin,
+{
+    let mut tx = begin_write(pool).await?;
+    let rows = sqlx::query_as::<_, R>(&format!(
+        "UPDATE {table} SET attempts = attempts + 1, {due_col} = $1 + $2 \
+         WHERE {key} IN (SELECT {key} FROM {table} \
+           WHERE state = 'pending' AND {due_col} <= $1 \
+           ORDER BY {order} LIMIT $3{SKIP_LOCKED}) \
+         RETURNING *"
+    ))
+    .bind(now)
+    .bind(hold)
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(rows)
+}
+
 pub async fn ping(pool: &Pool<DB>) -> StoreResult<()> {
     sqlx::query("SELECT 1").execute(pool).await?;
     Ok(())

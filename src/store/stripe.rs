@@ -36,21 +36,17 @@ pub async fn claim_stripe_events(
     hold: Secs,
     limit: i64,
 ) -> StoreResult<Vec<StripeEventRow>> {
-    let mut tx = begin_write(pool).await?;
-    let rows = sqlx::query_as::<_, StripeEventRow>(&format!(
-        "UPDATE stripe_events SET attempts = attempts + 1, next_attempt_at = $1 + $2 \
-         WHERE event_id IN (SELECT event_id FROM stripe_events \
-           WHERE state = 'pending' AND next_attempt_at <= $1 \
-           ORDER BY created, event_id LIMIT $3{SKIP_LOCKED}) \
-         RETURNING *"
-    ))
-    .bind(now)
-    .bind(hold)
-    .bind(limit)
-    .fetch_all(&mut *tx)
+    let mut rows: Vec<StripeEventRow> = claim_due(
+        pool,
+        "stripe_events",
+        "event_id",
+        "next_attempt_at",
+        "created, event_id",
+        now,
+        hold,
+        limit,
+    )
     .await?;
-    tx.commit().await?;
-    let mut rows = rows;
     rows.sort_by(|a, b| (a.created, &a.event_id).cmp(&(b.created, &b.event_id)));
     Ok(rows)
 }
