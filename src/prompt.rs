@@ -9,7 +9,7 @@ use crate::plans::{Plan, Plans};
 use crate::quota::{rfc3339, WindowUsage};
 
 /// Why the prompt shows.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PromptReason {
     /// `percent` of the `window` (`month` or `week`) ceiling is used.
@@ -19,7 +19,7 @@ pub enum PromptReason {
 }
 
 /// A window's usage projected to its end at the pace so far.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Projection {
     pub used_seconds: i64,
     pub projected_seconds: i64,
@@ -27,8 +27,10 @@ pub struct Projection {
     /// When the ceiling is (or was, if passed) reached at this pace; `None` if not before
     /// the window ends.
     #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub ceiling_at: Option<Secs>,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub ends_at: Secs,
 }
 

@@ -63,11 +63,13 @@ impl Windows {
 }
 
 /// One window's figures, as every reader shows them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct WindowUsage {
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub start: Secs,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub end: Secs,
     pub used_seconds: i64,
     pub limit_seconds: i64,
@@ -77,6 +79,7 @@ pub struct WindowUsage {
     pub remaining_hours: String,
     /// When this window's count starts again from zero.
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub resets_at: Secs,
 }
 

@@ -7,13 +7,15 @@ use serde::Serialize;
 use crate::ledger::{Phase, Rules, Secs, SessionLedger};
 use crate::quota::rfc3339;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Stretch {
     /// `running` (billed) or `parked` (free).
     pub kind: String,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub start: Secs,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub end: Secs,
     /// Still going: `end` is now (or, running, as far as is counted so far).
     pub open: bool,

@@ -5,6 +5,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded};
 
 use super::auth::Principal;
 use super::json::JsonBody;
@@ -18,36 +21,45 @@ use crate::tokens::Scope;
 
 pub const AGENTS: [&str; 3] = ["claude", "codex", "opencode"];
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct AdmissionBody {
+    #[schema(schema_with = super::openapi::strings::id)]
     org_id: String,
+    /// The API key that starts the run; its concurrency limit applies.
+    #[schema(schema_with = super::openapi::strings::id)]
     key_id: String,
+    /// Global; resuming a parked session uses its id again.
+    #[schema(schema_with = super::openapi::strings::id)]
     session_id: String,
+    #[schema(schema_with = super::openapi::strings::agent)]
     agent: String,
+    #[schema(schema_with = super::openapi::strings::id_or_null)]
     project_id: Option<String>,
+    /// The user who started the run.
+    #[schema(schema_with = super::openapi::strings::id_or_null)]
     started_by: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct Windows {
     month: WindowUsage,
     week: WindowUsage,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct Concurrency {
     running: i64,
     limit: i64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct Upgrade {
     plan: String,
     reason: String,
 }
 
 /// A decision as the orchestrator and support read it.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct DecisionView {
     decision_id: String,
     decision: String,
@@ -64,6 +76,7 @@ pub struct DecisionView {
     #[serde(skip_serializing_if = "Option::is_none")]
     upgrade: Option<Upgrade>,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     as_of: Secs,
 }
 
@@ -105,6 +118,14 @@ fn id_field(name: &str, value: &str) -> ApiResult<Id> {
 
 /// `POST /v1/admissions`: allow or deny, with the figures it was decided from. A denial is
 /// a 200 with a decision.
+#[utoipa::path(post, path = "/v1/admissions", tag = "gate", security(("bearer" = [])),
+    request_body = AdmissionBody,
+    responses(
+        (status = 200, description = "The decision, allow or deny, and what it was decided from",
+            body = DecisionView),
+        (status = 404, description = "`org_not_found` or `key_not_found`: register them first",
+            body = super::error::ErrorBody),
+        Guarded, BadBody, Conflicting))]
 pub async fn post_admission(
     State(state): State<AppState>,
     principal: Principal,
@@ -187,16 +208,26 @@ fn reject_error(r: AdmitReject, req: &AdmissionRequest) -> ApiError {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DecisionsQuery {
+    /// Default `to` less 30 days.
+    #[param(schema_with = super::openapi::strings::time)]
     from: Option<String>,
+    /// Exclusive; default now.
+    #[param(schema_with = super::openapi::strings::time)]
     to: Option<String>,
+    /// Default both.
+    #[param(schema_with = super::openapi::strings::decision)]
     decision: Option<String>,
+    /// `next_cursor` of the page before.
     cursor: Option<String>,
+    /// 1 to 1000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct DecisionPage {
     decisions: Vec<DecisionView>,
     /// Pass as `cursor` for the next page; `null` on the last one.
@@ -206,6 +237,12 @@ pub struct DecisionPage {
 /// `GET /v1/orgs/{org_id}/decisions?from=&to=&decision=deny&cursor=&limit=`: the gate's
 /// decisions for an org, oldest first, 100 a page by default (at most 1,000). Without
 /// `from`/`to`, the last 30 days.
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/decisions", tag = "gate",
+    security(("bearer" = [])),
+    params(("org_id" = String, Path, description = "The org's id",
+        pattern = r"^[A-Za-z0-9_.-]{1,64}$"), DecisionsQuery),
+    responses((status = 200, description = "A page of decisions, oldest first", body = DecisionPage),
+        Guarded, BadQuery, BadId))]
 pub async fn list_decisions(
     State(state): State<AppState>,
     principal: Principal,

@@ -17,17 +17,22 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    error: Inner<'a>,
+/// Every error's body: `{"error": {"code", "message", "field"?}}`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    error: ErrorDetail,
 }
 
-#[derive(Serialize)]
-struct Inner<'a> {
-    code: &'a str,
-    message: &'a str,
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// A stable snake_case code to branch on.
+    #[schema(example = "invalid_value")]
+    code: &'static str,
+    /// What went wrong and how to fix it, for people.
+    message: String,
+    /// The request field at fault (`heartbeats[3].seq`), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    field: Option<&'a str>,
+    field: Option<String>,
 }
 
 impl ApiError {
@@ -129,11 +134,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Body {
-            error: Inner {
+        let body = ErrorBody {
+            error: ErrorDetail {
                 code: self.code,
-                message: &self.message,
-                field: self.field.as_deref(),
+                message: self.message,
+                field: self.field,
             },
         };
         let mut resp = (self.status, axum::Json(body)).into_response();

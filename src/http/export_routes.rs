@@ -7,6 +7,9 @@ use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::openapi::{BadQuery, Guarded};
 
 use super::auth::Principal;
 use super::{ApiError, ApiResult, AppState};
@@ -16,10 +19,17 @@ use crate::ledger::Secs;
 use crate::quota::rfc3339;
 use crate::tokens::Scope;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ExportQuery {
+    /// The month, `YYYY-MM` (UTC); required.
+    #[param(schema_with = super::openapi::strings::month)]
     period: Option<String>,
+    /// One line per org (default), or per session.
+    #[param(schema_with = super::openapi::strings::export_by)]
     by: Option<String>,
+    /// Default `csv`.
+    #[param(schema_with = super::openapi::strings::export_format)]
     format: Option<String>,
 }
 
@@ -33,6 +43,18 @@ impl From<ExportError> for ApiError {
 }
 
 /// `GET /v1/exports/usage?period=YYYY-MM&by=org|session&format=csv|jsonl`, streamed.
+/// Columns and rounding: docs/exports.md.
+#[utoipa::path(get, path = "/v1/exports/usage", tag = "finance", security(("bearer" = [])),
+    params(ExportQuery),
+    responses(
+        (status = 200, description = "The month's lines, by `org_id` then `session_id`; \
+            `Rush-Period-State` says whether the month is `closed` (final) or `open`",
+            headers(("Rush-Period-State" = String, description = "`closed` or `open`")),
+            content(
+                (String = "text/csv"),
+                (String = "application/x-ndjson"),
+            )),
+        Guarded, BadQuery))]
 pub async fn get_usage_export(
     State(state): State<AppState>,
     principal: Principal,
@@ -117,14 +139,17 @@ pub async fn get_usage_export(
         .into_response())
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct PeriodView {
     period: String,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     start: Secs,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     end: Secs,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     closed_at: Secs,
     orgs: i64,
     sessions: i64,
@@ -133,11 +158,25 @@ pub struct PeriodView {
     adjustment_seconds: i64,
 }
 
+#[derive(Serialize, ToSchema)]
+pub struct PeriodList {
+    periods: Vec<PeriodView>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Closed {
+    period: String,
+    /// The months this call closed, oldest first; empty when all were closed already.
+    closed: Vec<String>,
+}
+
 /// `GET /v1/periods`: the closed billing periods, newest first, with their totals.
+#[utoipa::path(get, path = "/v1/periods", tag = "finance", security(("bearer" = [])),
+    responses((status = 200, description = "The closed periods", body = PeriodList), Guarded))]
 pub async fn list_periods(
     State(state): State<AppState>,
     principal: Principal,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<PeriodList>> {
     principal.require_any(&[Scope::Finance])?;
     let periods: Vec<PeriodView> = state
         .db
@@ -159,16 +198,24 @@ pub async fn list_periods(
             })
         })
         .collect();
-    Ok(Json(serde_json::json!({ "periods": periods })))
+    Ok(Json(PeriodList { periods }))
 }
 
 /// `POST /v1/periods/{period}/close` (admin): close the month and any open month before
 /// it, as `rush-meter period close` does. Closing a closed month changes nothing.
+#[utoipa::path(post, path = "/v1/periods/{period}/close", tag = "finance",
+    security(("bearer" = [])),
+    params(("period" = String, Path, description = "The month, `YYYY-MM`; it must have ended",
+        example = "2026-11")),
+    responses((status = 200, description = "Closed", body = Closed),
+        (status = 422, description = "`invalid_value`: not a month, or one not yet ended",
+            body = super::error::ErrorBody),
+        Guarded))]
 pub async fn close_period(
     State(state): State<AppState>,
     principal: Principal,
     axum::extract::Path(period): axum::extract::Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Closed>> {
     principal.require_any(&[Scope::Admin])?;
     let month = parse_month(&period).map_err(|m| ApiError::invalid("period", m))?;
     let closed =
@@ -178,7 +225,8 @@ pub async fn close_period(
         .filter_map(|p| crate::ledger::Interval::new(p.period_start, p.period_end))
         .map(month_name)
         .collect();
-    Ok(Json(
-        serde_json::json!({ "period": month_name(month), "closed": closed }),
-    ))
+    Ok(Json(Closed {
+        period: month_name(month),
+        closed,
+    }))
 }

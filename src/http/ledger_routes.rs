@@ -4,6 +4,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded};
 
 use super::auth::Principal;
 use super::json::JsonBody;
@@ -19,33 +22,44 @@ use crate::tokens::Scope;
 /// Heartbeats one request may carry.
 pub const MAX_BATCH: usize = 1000;
 
-#[derive(Deserialize)]
+/// A host supervisor's batch: 1 to 1,000 heartbeats, committed all or none.
+#[derive(Deserialize, ToSchema)]
 pub struct Batch {
     heartbeats: Vec<RawHeartbeat>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct RawHeartbeat {
+    #[schema(schema_with = super::openapi::strings::id)]
     org_id: String,
+    #[schema(schema_with = super::openapi::strings::id)]
     session_id: String,
+    #[schema(schema_with = super::openapi::strings::id)]
     vm_id: String,
+    /// The supervisor's sequence number for this session, 0 or more; a repeat is a no-op.
+    #[schema(minimum = 0)]
     seq: i64,
+    /// `running` or `parked`.
+    #[schema(schema_with = super::openapi::strings::vm_state)]
     state: String,
+    /// RFC 3339, when the supervisor saw the state; default: when it arrives.
+    #[schema(schema_with = super::openapi::strings::time_or_null)]
     sent_at: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct BatchResults {
     results: Vec<HeartbeatResult>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct HeartbeatResult {
     session_id: String,
     accepted: bool,
     /// This heartbeat changed nothing: its `seq` was seen (or overtaken) before, or the
     /// session has ended.
     duplicate: bool,
+    /// `continue` or `park`: park when the org is out of hours or the session has ended.
     action: &'static str,
     remaining_seconds: i64,
 }
@@ -113,6 +127,14 @@ pub fn validate_batch(
 }
 
 /// `POST /v1/heartbeats`: answered once every heartbeat of the batch is committed.
+#[utoipa::path(post, path = "/v1/heartbeats", tag = "ledger", security(("bearer" = [])),
+    request_body = Batch,
+    responses(
+        (status = 200, description = "Every heartbeat committed; one result each, in order",
+            body = BatchResults),
+        (status = 404, description = "`org_not_found`: no such org (`field` names the heartbeat)",
+            body = super::error::ErrorBody),
+        Guarded, BadBody, Conflicting))]
 pub async fn post_heartbeats(
     State(state): State<AppState>,
     principal: Principal,
@@ -178,13 +200,15 @@ fn bound_org(principal: &Principal) -> Option<&str> {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct EndBody {
+    /// `completed`, `needs_review`, `cancelled`, `failed` or `expired`.
+    #[schema(schema_with = super::openapi::strings::end_status)]
     status: String,
 }
 
 /// One session as every reader shows it.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct SessionView {
     session_id: String,
     org_id: String,
@@ -202,10 +226,13 @@ pub struct SessionView {
     /// a silence past the lease (the gap is unbilled).
     flags: Vec<&'static str>,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     created_at: Secs,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     last_seen_at: Secs,
     #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     ended_at: Option<Secs>,
     end_status: Option<String>,
 }
@@ -241,6 +268,10 @@ pub fn session_view(row: SessionRow, now: Secs, rules: &crate::ledger::Rules) ->
 }
 
 /// `POST /v1/sessions/{session_id}/end`: close a session; repeating it changes nothing.
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/end", tag = "ledger",
+    security(("bearer" = [])), params(("session_id" = String, Path, description = "The session's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")), request_body = EndBody,
+    responses((status = 200, description = "The session, ended", body = SessionView),
+        Guarded, BadBody, BadId))]
 pub async fn end_session(
     State(state): State<AppState>,
     principal: Principal,
@@ -275,7 +306,7 @@ pub async fn end_session(
 }
 
 /// One session with its timeline.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct SessionDetail {
     #[serde(flatten)]
     session: SessionView,
@@ -288,6 +319,10 @@ pub struct SessionDetail {
 
 /// `GET /v1/sessions/{session_id}`: one session's ledger and timeline (console for its
 /// org's sessions).
+#[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "ledger",
+    security(("bearer" = [])), params(("session_id" = String, Path, description = "The session's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "The session and its timeline", body = SessionDetail),
+        Guarded, BadId))]
 pub async fn get_session(
     State(state): State<AppState>,
     principal: Principal,
@@ -317,25 +352,49 @@ pub async fn get_session(
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SessionsQuery {
+    /// Default all.
+    #[param(schema_with = super::openapi::strings::phase)]
     state: Option<String>,
+    /// Sessions created at or after; default all.
+    #[param(schema_with = super::openapi::strings::time)]
     from: Option<String>,
+    /// Exclusive; default now.
+    #[param(schema_with = super::openapi::strings::time)]
     to: Option<String>,
+    /// `next_cursor` of the page before.
     cursor: Option<String>,
+    /// 1 to 1000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
-const PHASES: [&str; 5] = ["admitted", "running", "parked", "silent", "ended"];
+/// A page of sessions.
+#[derive(Serialize, ToSchema)]
+pub struct SessionPage {
+    sessions: Vec<SessionView>,
+    /// Pass as `cursor` for the next page; `null` on the last one.
+    next_cursor: Option<String>,
+}
+
+pub(crate) const PHASES: [&str; 5] = ["admitted", "running", "parked", "silent", "ended"];
 
 /// `GET /v1/orgs/{org_id}/sessions?state=&from=&to=&cursor=&limit=`: an org's sessions
 /// created in `[from, to)` (default: all), oldest first, 100 a page (at most 1,000).
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/sessions", tag = "ledger",
+    security(("bearer" = [])),
+    params(("org_id" = String, Path, description = "The org's id",
+        pattern = r"^[A-Za-z0-9_.-]{1,64}$"), SessionsQuery),
+    responses((status = 200, description = "A page of sessions, oldest first", body = SessionPage),
+        Guarded, BadQuery, BadId))]
 pub async fn list_sessions(
     State(state): State<AppState>,
     principal: Principal,
     Path(org_id): Path<String>,
     query: Result<axum::extract::Query<SessionsQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<SessionPage>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
     let org_id = path_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
@@ -383,7 +442,8 @@ pub async fn list_sessions(
         .into_iter()
         .map(|r| session_view(r, now, &state.rules))
         .collect();
-    Ok(Json(
-        serde_json::json!({"sessions": sessions, "next_cursor": next_cursor}),
-    ))
+    Ok(Json(SessionPage {
+        sessions,
+        next_cursor,
+    }))
 }

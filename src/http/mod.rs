@@ -8,7 +8,6 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post, put};
 use axum::Router;
 use tower::ServiceBuilder;
 use tower_http::request_id::{
@@ -25,16 +24,17 @@ use crate::metrics::Metrics;
 use crate::plans::Plans;
 use crate::store::{Db, TokenRow};
 
-mod admissions;
+pub(crate) mod admissions;
 pub mod auth;
 pub mod error;
 mod export_routes;
 pub mod json;
-mod ledger_routes;
-mod notify_routes;
+pub(crate) mod ledger_routes;
+pub(crate) mod notify_routes;
+pub mod openapi;
 mod ops;
 mod orgs;
-mod stripe_routes;
+pub(crate) mod stripe_routes;
 mod usage_routes;
 
 pub use error::{ApiError, ApiResult};
@@ -138,61 +138,42 @@ impl MakeRequestId for RandomRequestId {
     }
 }
 
+/// The routes and the OpenAPI document, from the same `routes!` lists: a handler is served
+/// exactly at the path its `#[utoipa::path]` documents.
+pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    use utoipa::OpenApi;
+    use utoipa_axum::{router::OpenApiRouter, routes};
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(orgs::put_org, orgs::get_org))
+        .routes(routes!(orgs::put_key, orgs::get_key))
+        .routes(routes!(usage_routes::get_usage))
+        .routes(routes!(usage_routes::get_breakdown))
+        .routes(routes!(usage_routes::get_upgrade_prompt))
+        .routes(routes!(ledger_routes::post_heartbeats))
+        .routes(routes!(admissions::post_admission))
+        .routes(routes!(admissions::list_decisions))
+        .routes(routes!(ledger_routes::get_session))
+        .routes(routes!(ledger_routes::list_sessions))
+        .routes(routes!(ledger_routes::end_session))
+        .routes(routes!(stripe_routes::webhook))
+        .routes(routes!(stripe_routes::checkout))
+        .routes(routes!(stripe_routes::billing_portal))
+        .routes(routes!(stripe_routes::list_events))
+        .routes(routes!(stripe_routes::retry_event))
+        .routes(routes!(export_routes::get_usage_export))
+        .routes(routes!(export_routes::list_periods))
+        .routes(routes!(export_routes::close_period))
+        .routes(routes!(notify_routes::list_notifications))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+        .routes(routes!(ops::openapi))
+        .split_for_parts()
+}
+
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    let api = Router::new()
-        .route("/v1/orgs/{org_id}", put(orgs::put_org).get(orgs::get_org))
-        .route(
-            "/v1/orgs/{org_id}/keys/{key_id}",
-            put(orgs::put_key).get(orgs::get_key),
-        )
-        .route("/v1/orgs/{org_id}/usage", get(usage_routes::get_usage))
-        .route(
-            "/v1/orgs/{org_id}/usage/breakdown",
-            get(usage_routes::get_breakdown),
-        )
-        .route(
-            "/v1/orgs/{org_id}/upgrade-prompt",
-            get(usage_routes::get_upgrade_prompt),
-        )
-        .route("/v1/heartbeats", post(ledger_routes::post_heartbeats))
-        .route("/v1/admissions", post(admissions::post_admission))
-        .route(
-            "/v1/orgs/{org_id}/decisions",
-            get(admissions::list_decisions),
-        )
-        .route("/v1/sessions/{session_id}", get(ledger_routes::get_session))
-        .route(
-            "/v1/orgs/{org_id}/sessions",
-            get(ledger_routes::list_sessions),
-        )
-        .route(
-            "/v1/sessions/{session_id}/end",
-            post(ledger_routes::end_session),
-        )
-        .route("/v1/stripe/webhook", post(stripe_routes::webhook))
-        .route("/v1/orgs/{org_id}/checkout", post(stripe_routes::checkout))
-        .route(
-            "/v1/orgs/{org_id}/billing-portal",
-            post(stripe_routes::billing_portal),
-        )
-        .route("/v1/admin/stripe/events", get(stripe_routes::list_events))
-        .route(
-            "/v1/admin/stripe/events/{event_id}/retry",
-            post(stripe_routes::retry_event),
-        )
-        .route("/v1/exports/usage", get(export_routes::get_usage_export))
-        .route("/v1/periods", get(export_routes::list_periods))
-        .route(
-            "/v1/periods/{period}/close",
-            post(export_routes::close_period),
-        )
-        .route(
-            "/v1/admin/notifications",
-            get(notify_routes::list_notifications),
-        )
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
+    let (routes, _) = routes();
+    let api = routes
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))

@@ -4,6 +4,9 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::openapi::{BadQuery, Guarded};
 
 use super::auth::Principal;
 use super::{ApiError, ApiResult, AppState};
@@ -11,42 +14,62 @@ use crate::ledger::Secs;
 use crate::quota::rfc3339;
 use crate::tokens::Scope;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only this org's.
+    #[param(schema_with = super::openapi::strings::id)]
     org_id: Option<String>,
+    /// Default all.
+    #[param(schema_with = super::openapi::strings::notification_state)]
     state: Option<String>,
+    /// 1 to 1000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+pub struct NotificationList {
+    notifications: Vec<NotificationView>,
+}
+
+#[derive(Serialize, ToSchema)]
 pub struct NotificationView {
     notification_id: String,
     org_id: String,
     window: String,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     window_start: Secs,
     threshold_percent: i64,
     state: String,
     attempts: i64,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     next_attempt_at: Secs,
     last_error: Option<String>,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     created_at: Secs,
     #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     sent_at: Option<Secs>,
     /// The JSON that is sent.
     body: serde_json::Value,
 }
 
-const STATES: [&str; 3] = ["pending", "sent", "failed"];
+pub(crate) const STATES: [&str; 3] = ["pending", "sent", "failed"];
 
 /// `GET /v1/admin/notifications?org_id=&state=pending|sent|failed&limit=`: newest first.
+#[utoipa::path(get, path = "/v1/admin/notifications", tag = "admin", security(("bearer" = [])),
+    params(ListQuery),
+    responses((status = 200, description = "Threshold notifications and their delivery",
+        body = NotificationList), Guarded, BadQuery))]
 pub async fn list_notifications(
     State(state): State<AppState>,
     principal: Principal,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<NotificationList>> {
     principal.require_any(&[Scope::Admin])?;
     let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
     if let Some(s) = q.state.as_deref().filter(|s| !STATES.contains(s)) {
@@ -54,6 +77,10 @@ pub async fn list_notifications(
             "state",
             format!("state must be one of {} (got `{s}`)", STATES.join(", ")),
         ));
+    }
+    if let Some(org) = q.org_id.as_deref() {
+        crate::ids::Id::parse(org)
+            .map_err(|m| ApiError::invalid("org_id", format!("org_id {m}")))?;
     }
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
@@ -80,5 +107,7 @@ pub async fn list_notifications(
             sent_at: r.sent_at,
         })
         .collect();
-    Ok(Json(serde_json::json!({ "notifications": items })))
+    Ok(Json(NotificationList {
+        notifications: items,
+    }))
 }

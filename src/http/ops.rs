@@ -6,21 +6,42 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use super::openapi::Unready;
 use super::{ApiError, AppState};
 
-/// 200 while the process runs.
-pub async fn healthz() -> impl IntoResponse {
-    Json(json!({"status": "ok"}))
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`, or `ready` from `/readyz`.
+    status: &'static str,
+    /// `/readyz` only: `postgres` or `sqlite`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    database: Option<&'static str>,
 }
 
-/// 200 while the database answers within a second, else 503.
+/// Liveness: 200 while the process runs.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "The process runs", body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok",
+        database: None,
+    })
+}
+
+/// Readiness: 200 while the database answers within a second, else 503.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses((status = 200, description = "The database answers", body = Health), Unready))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match tokio::time::timeout(Duration::from_secs(1), state.db.ping()).await {
         Ok(Ok(())) => (
             StatusCode::OK,
-            Json(json!({"status": "ready", "database": state.db.backend()})),
+            Json(Health {
+                status: "ready",
+                database: Some(state.db.backend()),
+            }),
         )
             .into_response(),
         Ok(Err(e)) => {
@@ -34,6 +55,11 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
+/// Prometheus metrics in the OpenMetrics text format (docs/operations.md says what each
+/// means).
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "OpenMetrics text", body = String,
+        content_type = "application/openmetrics-text")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(
@@ -44,14 +70,24 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)))]
+pub async fn openapi() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::openapi::served(),
+    )
+}
+
 pub async fn not_found() -> ApiError {
-    ApiError::not_found("no such route; see docs/api.md for the routes this service has")
+    ApiError::not_found("no such route; GET /openapi.json lists the routes this service has")
 }
 
 pub async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        "this route does not take that method; see docs/api.md",
+        "this route does not take that method; GET /openapi.json lists the methods of each route",
     )
 }

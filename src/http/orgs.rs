@@ -3,6 +3,9 @@
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::openapi::{BadBody, BadId, Guarded};
 
 use super::auth::Principal;
 use super::json::JsonBody;
@@ -19,14 +22,14 @@ pub fn path_id(name: &str, value: &str) -> ApiResult<Id> {
     Id::parse(value).map_err(|m| ApiError::invalid(name, format!("{name} {m}")))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct PutOrg {
     name: Option<String>,
     plan: Option<String>,
     suspended: Option<bool>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct OrgView {
     org_id: String,
     name: String,
@@ -34,24 +37,29 @@ pub struct OrgView {
     suspended: bool,
     subscription: Option<SubscriptionView>,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     created_at: Secs,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     updated_at: Secs,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct SubscriptionView {
     status: Option<String>,
     stripe_customer_id: Option<String>,
     stripe_subscription_id: Option<String>,
     #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     current_period_start: Option<Secs>,
     #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     current_period_end: Option<Secs>,
     cancel_at_period_end: bool,
     /// A downgrade asked for, made when the period ends.
     scheduled_plan: Option<String>,
     #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     past_due_since: Option<Secs>,
 }
 
@@ -80,7 +88,11 @@ impl From<OrgRow> for OrgView {
     }
 }
 
-/// `PUT /v1/orgs/{org_id}`: create or update an org (its plan applies at once).
+/// Create or update an org; its plan applies at once (admin).
+#[utoipa::path(put, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = [])),
+    params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")), request_body(content = Option<PutOrg>, description = "May be empty: fields left out stay as they are"),
+    responses((status = 200, description = "The org as stored", body = OrgView),
+        Guarded, BadBody, BadId))]
 pub async fn put_org(
     State(state): State<AppState>,
     principal: Principal,
@@ -121,7 +133,10 @@ pub async fn put_org(
     Ok(Json(row.into()))
 }
 
-/// `GET /v1/orgs/{org_id}`: an org with its plan and subscription.
+/// An org with its plan and subscription (console for its own org, finance, admin).
+#[utoipa::path(get, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = [])),
+    params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "The org", body = OrgView), Guarded, BadId))]
 pub async fn get_org(
     State(state): State<AppState>,
     principal: Principal,
@@ -134,12 +149,12 @@ pub async fn get_org(
     Ok(Json(row.into()))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct PutKey {
     concurrency_limit: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct KeyView {
     org_id: String,
     key_id: String,
@@ -148,8 +163,10 @@ pub struct KeyView {
     /// The limit set for this key, `null` when it follows the plan's default.
     concurrency_limit_set: Option<i64>,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     created_at: Secs,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     updated_at: Secs,
 }
 
@@ -165,7 +182,11 @@ fn key_view(key: KeyRow, org: &OrgRow, state: &AppState) -> KeyView {
     }
 }
 
-/// `PUT /v1/orgs/{org_id}/keys/{key_id}`: register a key and its concurrency limit.
+/// Register a key and its concurrency limit (admin).
+#[utoipa::path(put, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
+    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("key_id" = String, Path, description = "The API key's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")), request_body(content = Option<PutKey>, description = "May be empty: fields left out stay as they are"),
+    responses((status = 200, description = "The key as stored", body = KeyView),
+        Guarded, BadBody, BadId))]
 pub async fn put_key(
     State(state): State<AppState>,
     principal: Principal,
@@ -200,7 +221,10 @@ pub async fn put_key(
     Ok(Json(key_view(key, &org, &state)))
 }
 
-/// `GET /v1/orgs/{org_id}/keys/{key_id}`.
+/// A key and the concurrency limit in force (admin, admission).
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
+    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("key_id" = String, Path, description = "The API key's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "The key", body = KeyView), Guarded, BadId))]
 pub async fn get_key(
     State(state): State<AppState>,
     principal: Principal,

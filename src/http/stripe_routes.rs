@@ -6,7 +6,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+
+use super::openapi::{BadBody, BadId, BadQuery, Guarded, StripeCalls, Unsigned};
 
 use super::auth::Principal;
 use super::json::JsonBody;
@@ -31,11 +33,17 @@ struct EventHead {
 /// `POST /v1/stripe/webhook`: verify the signature, store the raw event (a redelivery is a
 /// no-op), answer 200, then process it in the background. Authenticated by the signature
 /// alone; anything refused is a 400 and stores nothing.
+#[utoipa::path(post, path = "/v1/stripe/webhook", tag = "billing",
+    params(("Stripe-Signature" = String, Header,
+        description = "`t=<unix time>,v1=<HMAC-SHA256 hex>` as Stripe signs")),
+    request_body(content = Object, description = "A Stripe event, as Stripe sends it"),
+    responses((status = 200, description = "Stored (or already stored)", body = Received),
+        Unsigned))]
 pub async fn webhook(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Received>> {
     let cfg = &state.billing.config;
     if cfg.webhook_secrets.is_empty() {
         return Err(ApiError::new(
@@ -71,28 +79,54 @@ pub async fn webhook(
     if stored {
         state.stripe_wake.notify_one();
     }
-    Ok(Json(json!({"received": true, "duplicate": !stored})))
+    Ok(Json(Received {
+        received: true,
+        duplicate: !stored,
+    }))
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, ToSchema)]
+pub struct Received {
+    received: bool,
+    /// The event was stored before: a redelivery, which changes nothing.
+    duplicate: bool,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    /// Default all.
+    #[param(schema_with = super::openapi::strings::event_state)]
     state: Option<String>,
+    /// `next_cursor` of the page before.
     cursor: Option<String>,
+    /// 1 to 1000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+pub struct EventPage {
+    events: Vec<EventView>,
+    /// Pass as `cursor` for the next page; `null` on the last one.
+    next_cursor: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
 pub struct EventView {
     event_id: String,
     #[serde(rename = "type")]
     kind: String,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     created: Secs,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     received_at: Secs,
     state: String,
     attempts: i64,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     next_attempt_at: Secs,
     last_error: Option<String>,
     org_id: Option<String>,
@@ -114,14 +148,18 @@ impl From<StripeEventRow> for EventView {
     }
 }
 
-const EVENT_STATES: [&str; 4] = ["pending", "processed", "ignored", "quarantined"];
+pub(crate) const EVENT_STATES: [&str; 4] = ["pending", "processed", "ignored", "quarantined"];
 
 /// `GET /v1/admin/stripe/events?state=quarantined&cursor=&limit=`: newest first.
+#[utoipa::path(get, path = "/v1/admin/stripe/events", tag = "admin", security(("bearer" = [])),
+    params(EventsQuery),
+    responses((status = 200, description = "A page of Stripe events, newest first",
+        body = EventPage), Guarded, BadQuery))]
 pub async fn list_events(
     State(state): State<AppState>,
     principal: Principal,
     query: Result<Query<EventsQuery>, QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<EventPage>> {
     principal.require_any(&[Scope::Admin])?;
     let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
     if let Some(s) = q.state.as_deref().filter(|s| !EVENT_STATES.contains(s)) {
@@ -150,16 +188,26 @@ pub async fn list_events(
         })
         .flatten();
     let events: Vec<EventView> = rows.into_iter().map(EventView::from).collect();
-    Ok(Json(json!({"events": events, "next_cursor": next})))
+    Ok(Json(EventPage {
+        events,
+        next_cursor: next,
+    }))
 }
 
 /// `POST /v1/admin/stripe/events/{event_id}/retry`: put a quarantined event back in the
 /// queue, once its cause is fixed.
+#[utoipa::path(post, path = "/v1/admin/stripe/events/{event_id}/retry", tag = "admin",
+    security(("bearer" = [])),
+    params(("event_id" = String, Path, description = "Stripe's event id, `evt_…`")),
+    responses((status = 200, description = "Queued again", body = Requeued),
+        (status = 404, description = "`not_found`: no quarantined event by that id",
+            body = super::error::ErrorBody),
+        Guarded))]
 pub async fn retry_event(
     State(state): State<AppState>,
     principal: Principal,
     Path(event_id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Requeued>> {
     principal.require_any(&[Scope::Admin])?;
     if !state
         .db
@@ -171,12 +219,54 @@ pub async fn retry_event(
         )));
     }
     state.stripe_wake.notify_one();
-    Ok(Json(json!({"event_id": event_id, "state": "pending"})))
+    Ok(Json(Requeued {
+        event_id,
+        state: "pending",
+    }))
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, ToSchema)]
+pub struct Requeued {
+    event_id: String,
+    /// `pending`.
+    state: &'static str,
+}
+
+#[derive(Deserialize, ToSchema)]
 pub struct CheckoutBody {
+    /// The plan to move to, as in `plans/*.toml`.
+    #[schema(example = "pro")]
     plan: String,
+}
+
+/// What a checkout did, by `action`.
+#[derive(Serialize, ToSchema)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum CheckoutOutcome {
+    /// No live subscription: pay at `url`, a Stripe Checkout Session.
+    Checkout {
+        plan: String,
+        url: String,
+        session_id: String,
+    },
+    /// An upgrade, made at once (prorated).
+    Changed {
+        plan: String,
+        subscription_status: Option<String>,
+        stripe_subscription_id: Option<String>,
+    },
+    /// A downgrade, made when the period ends at `at`.
+    Scheduled {
+        plan: String,
+        #[schema(value_type = String, format = DateTime)]
+        at: String,
+    },
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PortalLink {
+    /// Stripe's customer portal for this org.
+    url: String,
 }
 
 fn change_error(e: ChangeError) -> ApiError {
@@ -212,12 +302,16 @@ fn change_error(e: ChangeError) -> ApiError {
 /// `POST /v1/orgs/{org_id}/checkout {"plan": "pro"}`: without a subscription, a Stripe
 /// Checkout Session to pay in (`url`); with one, an upgrade made at once (prorated) or a
 /// downgrade made when the period ends.
+#[utoipa::path(post, path = "/v1/orgs/{org_id}/checkout", tag = "billing",
+    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")), request_body = CheckoutBody,
+    responses((status = 200, description = "What was done, by `action`", body = CheckoutOutcome),
+        Guarded, BadBody, BadId, StripeCalls))]
 pub async fn checkout(
     State(state): State<AppState>,
     principal: Principal,
     Path(org_id): Path<String>,
     JsonBody(body): JsonBody<CheckoutBody>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<CheckoutOutcome>> {
     principal.require_any(&[Scope::Console])?;
     let org_id = path_id("org_id", &org_id)?;
     principal.check_org(org_id.as_str())?;
@@ -233,25 +327,33 @@ pub async fn checkout(
         .await
         .map_err(change_error)?;
     Ok(Json(match change {
-        Change::Checkout { url, session_id } => {
-            json!({"action": "checkout", "plan": target.id, "url": url, "session_id": session_id})
-        }
-        Change::Changed(org) => json!({
-            "action": "changed", "plan": org.plan_id, "subscription_status": org.subscription_status,
-            "stripe_subscription_id": org.stripe_subscription_id,
-        }),
-        Change::Scheduled { plan, at } => {
-            json!({"action": "scheduled", "plan": plan, "at": crate::quota::format_rfc3339(at)})
-        }
+        Change::Checkout { url, session_id } => CheckoutOutcome::Checkout {
+            plan: target.id.clone(),
+            url,
+            session_id,
+        },
+        Change::Changed(org) => CheckoutOutcome::Changed {
+            plan: org.plan_id,
+            subscription_status: org.subscription_status,
+            stripe_subscription_id: org.stripe_subscription_id,
+        },
+        Change::Scheduled { plan, at } => CheckoutOutcome::Scheduled {
+            plan,
+            at: crate::quota::format_rfc3339(at),
+        },
     }))
 }
 
 /// `POST /v1/orgs/{org_id}/billing-portal`: a link to Stripe's customer portal.
+#[utoipa::path(post, path = "/v1/orgs/{org_id}/billing-portal", tag = "billing",
+    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "The portal link", body = PortalLink),
+        Guarded, BadId, StripeCalls))]
 pub async fn billing_portal(
     State(state): State<AppState>,
     principal: Principal,
     Path(org_id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<PortalLink>> {
     principal.require_any(&[Scope::Console])?;
     let org_id = path_id("org_id", &org_id)?;
     principal.check_org(org_id.as_str())?;
@@ -259,5 +361,5 @@ pub async fn billing_portal(
     let url = checkout::portal(&state.billing, &org)
         .await
         .map_err(change_error)?;
-    Ok(Json(json!({"url": url})))
+    Ok(Json(PortalLink { url }))
 }

@@ -4,7 +4,9 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+
+use super::openapi::{BadId, BadQuery, Guarded};
 
 use super::auth::Principal;
 use super::orgs::path_id;
@@ -17,7 +19,7 @@ use crate::quota::{hours, rfc3339, WindowUsage};
 use crate::standing::{effective_plan, standing};
 use crate::tokens::Scope;
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct UsageView {
     org_id: String,
     plan: String,
@@ -26,10 +28,15 @@ pub struct UsageView {
     running_sessions: i64,
     parked_sessions: i64,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     as_of: Secs,
 }
 
 /// `GET /v1/orgs/{org_id}/usage`: both windows, running sessions counted up to now.
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/usage", tag = "usage", security(("bearer" = [])),
+    params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "The month and week windows", body = UsageView),
+        Guarded, BadId))]
 pub async fn get_usage(
     State(state): State<AppState>,
     principal: Principal,
@@ -57,14 +64,91 @@ pub async fn get_usage(
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct BreakdownQuery {
+    /// A whole hour; default the current month window's start.
+    #[param(schema_with = super::openapi::strings::time)]
     from: Option<String>,
+    /// A whole hour, exclusive; at most 400 days after `from`.
+    #[param(schema_with = super::openapi::strings::time)]
     to: Option<String>,
+    /// Default `day`.
+    #[param(schema_with = super::openapi::strings::group_by)]
     group_by: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+pub struct Total {
+    seconds: i64,
+    hours: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Breakdown {
+    org_id: String,
+    plan: String,
+    #[schema(format = DateTime)]
+    from: String,
+    #[schema(format = DateTime)]
+    to: String,
+    group_by: &'static str,
+    rows: Vec<BreakdownRow>,
+    total: Total,
+    /// The plan's ceiling for every month and week window the range touches.
+    ceilings: Vec<Ceiling>,
+    #[schema(format = DateTime)]
+    as_of: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Projections {
+    month: crate::prompt::Projection,
+    week: crate::prompt::Projection,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SuggestedPlan {
+    id: String,
+    name: String,
+    /// Decimal, per month.
+    price: String,
+    currency: String,
+    monthly_agent_hours: String,
+    weekly_agent_hours: String,
+    concurrency_max: i64,
+}
+
+/// The call that moves the org to the suggested plan.
+#[derive(Serialize, ToSchema)]
+pub struct CheckoutCall {
+    /// `POST`.
+    method: &'static str,
+    path: String,
+    body: CheckoutCallBody,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CheckoutCallBody {
+    plan: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct UpgradePrompt {
+    org_id: String,
+    plan: String,
+    /// Show the prompt: some reason holds.
+    show: bool,
+    reasons: Vec<crate::prompt::PromptReason>,
+    projection: Projections,
+    /// The cheapest plan that holds the projection; `null` when none is needed or none does.
+    suggested_plan: Option<SuggestedPlan>,
+    checkout: Option<CheckoutCall>,
+    #[schema(format = DateTime)]
+    as_of: String,
+}
+
+#[derive(Serialize, ToSchema)]
 pub struct BreakdownRow {
     /// An RFC 3339 time (hour, day) or a name (session, project, user, agent); `null` for
     /// sessions without one (no project, no user).
@@ -73,12 +157,14 @@ pub struct BreakdownRow {
     hours: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct Ceiling {
     window: &'static str,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     start: Secs,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     end: Secs,
     limit_seconds: i64,
     limit_hours: String,
@@ -91,12 +177,16 @@ const MAX_BREAKDOWN_DAYS: i64 = 400;
 /// hours `[from, to)` (default: the current month window, widened to whole hours), grouped
 /// by hour, day, session, project, user or agent, with the total and the plan's ceilings
 /// for every month and week window the range touches.
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/usage/breakdown", tag = "usage",
+    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), BreakdownQuery),
+    responses((status = 200, description = "Agent time grouped, with the total and ceilings",
+        body = Breakdown), Guarded, BadQuery, BadId))]
 pub async fn get_breakdown(
     State(state): State<AppState>,
     principal: Principal,
     Path(org_id): Path<String>,
     query: Result<Query<BreakdownQuery>, QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Breakdown>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
     let org_id = path_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
@@ -174,28 +264,35 @@ pub async fn get_breakdown(
                 .map(|w| ceiling("week", w, plan.weekly_limit_seconds)),
         )
         .collect();
-    Ok(Json(json!({
-        "org_id": org.org_id,
-        "plan": plan.id,
-        "from": crate::quota::format_rfc3339(from),
-        "to": crate::quota::format_rfc3339(to),
-        "group_by": GroupBy::NAMES[by as usize],
-        "rows": rows,
-        "total": {"seconds": total, "hours": hours(total)},
-        "ceilings": ceilings,
-        "as_of": crate::quota::format_rfc3339(now),
-    })))
+    Ok(Json(Breakdown {
+        org_id: org.org_id,
+        plan: plan.id.clone(),
+        from: crate::quota::format_rfc3339(from),
+        to: crate::quota::format_rfc3339(to),
+        group_by: GroupBy::NAMES[by as usize],
+        rows,
+        total: Total {
+            seconds: total,
+            hours: hours(total),
+        },
+        ceilings,
+        as_of: crate::quota::format_rfc3339(now),
+    }))
 }
 
 /// `GET /v1/orgs/{org_id}/upgrade-prompt`: whether to prompt the org to upgrade, why (each
 /// window's highest threshold crossed, concurrency denials in the last 24 hours; set per
 /// plan), both windows projected to their end at the pace so far, the cheapest plan that
 /// holds them, and how to check out to it.
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/upgrade-prompt", tag = "usage",
+    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    responses((status = 200, description = "Whether to prompt, why, and to which plan",
+        body = UpgradePrompt), Guarded, BadId))]
 pub async fn get_upgrade_prompt(
     State(state): State<AppState>,
     principal: Principal,
     Path(org_id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<UpgradePrompt>> {
     use crate::prompt::{project, reasons, suggest, PromptReason};
     principal.require_any(&[Scope::Console, Scope::Finance])?;
     let org_id = path_id("org_id", &org_id)?;
@@ -218,21 +315,26 @@ pub async fn get_upgrade_prompt(
     let suggested = (!why.is_empty())
         .then(|| suggest(&state.plans, &s.plan, &month, &week, need))
         .flatten();
-    Ok(Json(json!({
-        "org_id": s.org.org_id,
-        "plan": s.plan.id,
-        "show": !why.is_empty(),
-        "reasons": why,
-        "projection": {"month": month, "week": week},
-        "suggested_plan": suggested.map(|p| json!({
-            "id": p.id, "name": p.name, "price": p.price.to_string(), "currency": p.currency,
-            "monthly_agent_hours": p.monthly_agent_hours.to_string(),
-            "weekly_agent_hours": p.weekly_agent_hours.to_string(),
-            "concurrency_max": p.concurrency_max,
-        })),
-        "checkout": suggested.map(|p| json!({
-            "method": "POST", "path": format!("/v1/orgs/{}/checkout", s.org.org_id), "body": {"plan": p.id},
-        })),
-        "as_of": crate::quota::format_rfc3339(now),
-    })))
+    Ok(Json(UpgradePrompt {
+        show: !why.is_empty(),
+        reasons: why,
+        projection: Projections { month, week },
+        suggested_plan: suggested.map(|p| SuggestedPlan {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            price: p.price.to_string(),
+            currency: p.currency.clone(),
+            monthly_agent_hours: p.monthly_agent_hours.to_string(),
+            weekly_agent_hours: p.weekly_agent_hours.to_string(),
+            concurrency_max: p.concurrency_max,
+        }),
+        checkout: suggested.map(|p| CheckoutCall {
+            method: "POST",
+            path: format!("/v1/orgs/{}/checkout", s.org.org_id),
+            body: CheckoutCallBody { plan: p.id.clone() },
+        }),
+        org_id: s.org.org_id,
+        plan: s.plan.id,
+        as_of: crate::quota::format_rfc3339(now),
+    }))
 }

@@ -1,0 +1,280 @@
+//! The OpenAPI 3.1 document, generated from the handlers' annotations: the router and the
+//! document are built from the same `routes!` lists (see `super::router`), so neither can
+//! name a route the other lacks.
+//!
+//! Errors are described once per status here and attached to each operation by the
+//! groups below; every error body is `ErrorBody`.
+
+use std::collections::BTreeMap;
+
+use utoipa::openapi::content::ContentBuilder;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{
+    schema::SchemaType, KnownFormat, Object, ObjectBuilder, OpenApi as Document, Ref, RefOr,
+    SchemaFormat, Type,
+};
+use utoipa::{IntoResponses, Modify, OpenApi};
+
+use super::error::ErrorBody;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "rush-meter",
+        description = "Metering, quota and billing for cloud coding agents: the agent-hour \
+            ledger, the admission gate, usage, exports and Stripe billing. Prose: docs/api.md.",
+    ),
+    components(schemas(ErrorBody)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "orgs", description = "Orgs and their API keys"),
+        (name = "gate", description = "Admission decisions"),
+        (name = "ledger", description = "Heartbeats and sessions"),
+        (name = "usage", description = "The console's usage pages"),
+        (name = "billing", description = "Stripe checkout, portal and webhooks"),
+        (name = "finance", description = "Exports and closed periods"),
+        (name = "admin", description = "Operators' queues"),
+        (name = "operations", description = "Health, readiness, metrics, this document"),
+    )
+)]
+pub struct ApiDoc;
+
+/// The `bearer` scheme every protected operation names.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, doc: &mut Document) {
+        doc.components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some(
+                            "A token minted with `rush-meter token create`; its scopes say which \
+                         routes it may call, and a console token reads only its own org.",
+                        ))
+                        .build(),
+                ),
+            );
+    }
+}
+
+/// The pattern of every id (`crate::ids::Id`).
+pub const ID_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
+
+/// Schemas for the strings the handlers check by hand (`schema_with = …`), so the
+/// document names the values a request may carry.
+pub mod strings {
+    use super::*;
+
+    fn one_of(values: &[&str]) -> Object {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(values.iter().copied()))
+            .build()
+    }
+
+    /// A string, or `null` when `nullable`.
+    fn string(nullable: bool) -> ObjectBuilder {
+        let t = if nullable {
+            SchemaType::from_iter([Type::String, Type::Null])
+        } else {
+            SchemaType::Type(Type::String)
+        };
+        ObjectBuilder::new().schema_type(t)
+    }
+
+    pub fn id() -> Object {
+        string(false).pattern(Some(ID_PATTERN)).build()
+    }
+
+    pub fn id_or_null() -> Object {
+        string(true).pattern(Some(ID_PATTERN)).build()
+    }
+
+    fn date_time(nullable: bool) -> Object {
+        string(nullable)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .build()
+    }
+
+    pub fn time() -> Object {
+        date_time(false)
+    }
+
+    pub fn time_or_null() -> Object {
+        date_time(true)
+    }
+
+    pub fn month() -> Object {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some("^[0-9]{4}-[0-9]{2}$"))
+            .build()
+    }
+
+    pub fn agent() -> Object {
+        one_of(&crate::http::admissions::AGENTS)
+    }
+
+    pub fn vm_state() -> Object {
+        one_of(&["running", "parked"])
+    }
+
+    pub fn end_status() -> Object {
+        let names: Vec<&str> = crate::ledger::EndStatus::ALL.map(|e| e.as_str()).to_vec();
+        one_of(&names)
+    }
+
+    pub fn decision() -> Object {
+        one_of(&["allow", "deny"])
+    }
+
+    pub fn phase() -> Object {
+        one_of(&crate::http::ledger_routes::PHASES)
+    }
+
+    pub fn group_by() -> Object {
+        one_of(&crate::breakdown::GroupBy::NAMES)
+    }
+
+    pub fn export_by() -> Object {
+        one_of(&["org", "session"])
+    }
+
+    pub fn export_format() -> Object {
+        one_of(&["csv", "jsonl"])
+    }
+
+    pub fn event_state() -> Object {
+        one_of(&crate::http::stripe_routes::EVENT_STATES)
+    }
+
+    pub fn notification_state() -> Object {
+        one_of(&crate::http::notify_routes::STATES)
+    }
+}
+
+/// What each error status means, wherever it is answered.
+fn description(status: u16) -> &'static str {
+    match status {
+        400 => {
+            "`malformed_body` (or `invalid_signature` on the webhook): the body or query \
+                could not be read; `field` names the bad part when known"
+        }
+        401 => "`unauthorized`: no token, or not a valid one",
+        403 => "`forbidden`: the token lacks the scope, or belongs to another org",
+        404 => {
+            "`org_not_found`, `session_not_found`, `key_not_found` or `not_found`: \
+                nothing by that id"
+        }
+        409 => {
+            "`session_conflict` (the session is another org's), `session_ended`, \
+                `already_on_plan`, `stripe_conflict` or `conflict`: the current state forbids \
+                the change"
+        }
+        413 => "`body_too_large`: over RUSH_METER_MAX_BODY_BYTES",
+        422 => "`invalid_value`: a value out of range or ill-formed; `field` names it",
+        429 => "`rate_limited`: this token is over its rate; wait `Retry-After` seconds",
+        500 => "`internal`: an unexpected error, logged with the request id",
+        502 => "`stripe_refused`: Stripe refused the change; nothing changed here",
+        503 => {
+            "`unavailable` (the database) or `stripe_off`/`stripe_unavailable`: \
+                nothing was written; retry after `Retry-After` seconds"
+        }
+        _ => "an error",
+    }
+}
+
+fn error_response(status: u16) -> RefOr<Response> {
+    let mut resp = ResponseBuilder::new()
+        .description(description(status))
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build(),
+        );
+    if matches!(status, 429 | 503) {
+        resp = resp.header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(0)),
+                )
+                .description(Some("seconds to wait before retrying"))
+                .build(),
+        );
+    }
+    RefOr::T(resp.build())
+}
+
+fn errors(statuses: &[u16]) -> BTreeMap<String, RefOr<Response>> {
+    statuses
+        .iter()
+        .map(|s| (s.to_string(), error_response(*s)))
+        .collect()
+}
+
+/// Declares a group of error statuses an operation lists in its `responses(...)`.
+macro_rules! error_group {
+    ($(#[$doc:meta])* $name:ident = [$($status:literal),+]) => {
+        $(#[$doc])*
+        pub struct $name;
+        impl IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<Response>> {
+                errors(&[$($status),+])
+            }
+        }
+    };
+}
+
+error_group!(
+    /// Every operation behind a token: refused, limited, or the database is down.
+    Guarded = [401, 403, 429, 500, 503]
+);
+error_group!(
+    /// A JSON body: unreadable, too large, or a value out of range.
+    BadBody = [400, 413, 422]
+);
+error_group!(
+    /// Query parameters: unreadable or out of range.
+    BadQuery = [400, 422]
+);
+error_group!(
+    /// An id in the path: ill-formed, or nothing by that id.
+    BadId = [404, 422]
+);
+error_group!(
+    /// A change the current state forbids.
+    Conflicting = [409]
+);
+error_group!(
+    /// Stripe signs what it sends; an open route, so only these and the body's errors.
+    Unsigned = [400, 413, 500, 503]
+);
+error_group!(
+    /// A call to Stripe: refused by it, or it is unreachable (503, within `Guarded`).
+    StripeCalls = [409, 502, 503]
+);
+error_group!(
+    /// The database is down.
+    Unready = [503]
+);
+
+/// The document as served at `/openapi.json`, built once.
+pub fn served() -> &'static str {
+    static JSON: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        super::routes()
+            .1
+            .to_pretty_json()
+            .expect("an OpenAPI document always serializes")
+    });
+    &JSON
+}

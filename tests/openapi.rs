@@ -1,0 +1,203 @@
+//! The OpenAPI document against the router that serves it: every documented operation is
+//! routed, every other method on a documented path is a 405, every error status an
+//! operation can answer is described in the error format, and no route is added outside
+//! the `routes!` lists the document is generated from.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::{Backend, TestServer};
+use serde_json::Value;
+
+const METHODS: [&str; 5] = ["GET", "PUT", "POST", "DELETE", "PATCH"];
+
+/// `(METHOD, path)` of every operation in the document.
+fn operations(doc: &Value) -> BTreeSet<(String, String)> {
+    doc["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .expect("path item")
+                .keys()
+                .filter(|k| METHODS.contains(&k.to_uppercase().as_str()))
+                .map(move |m| (m.to_uppercase(), path.clone()))
+        })
+        .collect()
+}
+
+/// A concrete path: every `{param}` filled with an id that exists nowhere.
+fn concrete(path: &str) -> String {
+    let mut out = String::new();
+    let mut rest = path;
+    while let Some(i) = rest.find('{') {
+        let j = rest[i..].find('}').expect("closing brace") + i;
+        out.push_str(&rest[..i]);
+        out.push_str(if &rest[i + 1..j] == "period" {
+            "2020-01"
+        } else {
+            "no-such-id"
+        });
+        rest = &rest[j + 1..];
+    }
+    out + rest
+}
+
+/// The error code of a JSON error body, if that is what `v` is.
+fn error_code(v: &Value) -> Option<&str> {
+    v["error"]["code"].as_str()
+}
+
+async fn document(srv: &TestServer) -> Value {
+    let (status, doc) = srv.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(status, 200, "{doc}");
+    doc
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_documented_operation_is_routed_and_no_other_method_is() {
+    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+        return;
+    };
+    let doc = document(&srv).await;
+    assert_eq!(doc["openapi"], "3.1.0");
+    let ops = operations(&doc);
+    assert!(ops.len() >= 25, "only {} operations documented", ops.len());
+    let by_path: BTreeMap<&str, BTreeSet<&str>> =
+        ops.iter().fold(BTreeMap::new(), |mut m, (method, path)| {
+            m.entry(path.as_str()).or_default().insert(method.as_str());
+            m
+        });
+    let mut checked = 0;
+    for (path, methods) in &by_path {
+        let url = concrete(path);
+        for method in METHODS {
+            // Without a token: a routed operation refuses (401) or answers; the router's
+            // own fallbacks say `not_found` with "no such route", or 405.
+            let (status, v) = srv.call(method, &url, None, None).await;
+            if methods.contains(method) {
+                assert_ne!(
+                    status, 405,
+                    "{method} {path} is documented but not routed: {v}"
+                );
+                assert!(
+                    !(status == 404 && v.to_string().contains("no such route")),
+                    "{method} {path} is documented but not routed: {v}"
+                );
+            } else {
+                assert_eq!(
+                    status, 405,
+                    "{method} {path} is routed but not documented: {v}"
+                );
+                assert_eq!(error_code(&v), Some("method_not_allowed"), "{v}");
+            }
+            checked += 1;
+        }
+    }
+    println!(
+        "{} operations on {} paths, {checked} method/path pairs checked",
+        ops.len(),
+        by_path.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_error_status_is_described_in_the_error_format() {
+    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+        return;
+    };
+    let doc = document(&srv).await;
+    let open = [
+        "/healthz",
+        "/metrics",
+        "/openapi.json",
+        "/readyz",
+        "/v1/stripe/webhook",
+    ];
+    for (method, path) in operations(&doc) {
+        let op = &doc["paths"][&path][method.to_lowercase()];
+        let responses = op["responses"].as_object().expect("responses");
+        let statuses: BTreeSet<&str> = responses.keys().map(String::as_str).collect();
+        assert!(
+            statuses.iter().any(|s| s.starts_with('2')),
+            "{method} {path}: no success"
+        );
+        for (status, r) in responses {
+            assert!(
+                r["description"].as_str().is_some_and(|d| !d.is_empty()),
+                "{method} {path} {status}: no description"
+            );
+            if status.starts_with('4') || status.starts_with('5') {
+                assert_eq!(
+                    r["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{method} {path} {status} is not in the error format"
+                );
+            }
+        }
+        if !open.contains(&path.as_str()) {
+            // Every protected route can refuse, limit, fail and be unavailable.
+            for s in ["401", "403", "429", "500", "503"] {
+                assert!(
+                    statuses.contains(s),
+                    "{method} {path} does not describe {s}"
+                );
+            }
+            assert!(
+                op["security"][0].get("bearer").is_some(),
+                "{method} {path} does not name the bearer scheme"
+            );
+        }
+        for s in ["429", "503"] {
+            if let Some(r) = responses.get(s) {
+                assert!(
+                    r["headers"].get("Retry-After").is_some(),
+                    "{method} {path} {s} has no Retry-After"
+                );
+            }
+        }
+        // A refusal without a token is one the document describes, in its format.
+        let (status, v) = srv.call(&method, &concrete(&path), None, None).await;
+        if status >= 400 {
+            assert!(
+                statuses.contains(status.to_string().as_str()),
+                "{method} {path} answered {status}, which it does not describe: {v}"
+            );
+            assert!(error_code(&v).is_some(), "{method} {path} {status}: {v}");
+        }
+    }
+    let schema = &doc["components"]["schemas"]["ErrorDetail"];
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .expect("required")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(required, ["code", "message"]);
+}
+
+/// Routes reach the router only through `routes!` (which documents them): a plain
+/// `.route(` in the HTTP layer would serve a path the document does not have.
+#[test]
+fn no_route_bypasses_the_document() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/http");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for bypass in [
+            ".route(",
+            ".route_service(",
+            ".nest(",
+            ".nest_service(",
+            ".merge(",
+        ] {
+            assert!(
+                !text.contains(bypass),
+                "{} calls `{bypass}`: add the handler with `routes!` in http::routes instead",
+                path.display()
+            );
+        }
+    }
+}
