@@ -1,5 +1,5 @@
 //! localstripe, the Stripe fake of the tests: one process per test on its own port, from
-//! scratch. The first test that needs it installs it into `.venv/` (python3 and PyPI);
+//! scratch. The first test that needs it installs it into `.venv/` (`super::venv`);
 //! `LOCALSTRIPE` names another binary.
 
 use std::time::Duration;
@@ -14,50 +14,17 @@ pub struct LocalStripe {
     _child: tokio::process::Child,
 }
 
-fn binary() -> std::path::PathBuf {
-    std::env::var_os("LOCALSTRIPE")
-        .map(Into::into)
-        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/localstripe").into())
-}
-
 /// The version the tests are written against.
 const VERSION: &str = "localstripe==1.15.10";
-
-/// Install localstripe into `.venv/` once per test process; true if it is there.
-fn ensure_installed() -> bool {
-    static INSTALLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *INSTALLED.get_or_init(|| {
-        if binary().exists() || std::env::var_os("LOCALSTRIPE").is_some() {
-            return binary().exists();
-        }
-        let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv");
-        let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
-        ok(std::process::Command::new("python3").args(["-m", "venv", venv]))
-            && ok(std::process::Command::new(format!("{venv}/bin/pip")).args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                VERSION,
-            ]))
-            && binary().exists()
-    })
-}
 
 impl LocalStripe {
     /// `None` (with a note) when localstripe cannot be installed, except on CI, where that
     /// fails.
     pub async fn start() -> Option<LocalStripe> {
-        let bin = binary();
-        if !tokio::task::block_in_place(ensure_installed) {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!(
-                    "localstripe is required on CI; .ci/run installs it into .venv ({} is missing)",
-                    bin.display()
-                );
-            }
-            eprintln!("NOTE: {} missing (python3 -m venv .venv && .venv/bin/pip install localstripe); this test did not run", bin.display());
-            return None;
-        }
+        let bin = match std::env::var_os("LOCALSTRIPE") {
+            Some(b) => b.into(),
+            None => tokio::task::block_in_place(|| super::venv::tool("localstripe", VERSION))?,
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

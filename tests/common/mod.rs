@@ -345,8 +345,8 @@ pub async fn spawn_service_with(
     }
 }
 
-/// A heartbeat as a supervisor sends it, `sent_at` as RFC 3339.
 pub mod localstripe;
+pub mod venv;
 
 /// Poll `check` until it holds, for at most `secs` seconds (events are processed in the
 /// background); panics with `what` if it never does.
@@ -365,6 +365,7 @@ where
     }
 }
 
+/// A heartbeat as a supervisor sends it, `sent_at` as RFC 3339.
 pub fn hb(org: &str, session: &str, seq: i64, state: &str, at: Secs) -> Value {
     json!({"org_id": org, "session_id": session, "vm_id": format!("vm_{session}"),
            "seq": seq, "state": state, "sent_at": rush_meter::quota::format_rfc3339(at)})

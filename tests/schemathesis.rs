@@ -1,0 +1,212 @@
+//! Hostile input from schemathesis (PyPI): it reads `/openapi.json` from a running server
+//! and sends every operation generated requests, valid and invalid, in two passes: one
+//! with the ids it makes up, one with the path ids (and the gate's body ids) of an org,
+//! key and session that exist, so that its cases reach past the 404s. The checks: no 5xx,
+//! every status and content type documented, every body (errors too) matching its schema,
+//! and requests that break the schema refused. Stripe is a stub here (localstripe has no
+//! Checkout or portal). On PostgreSQL on CI; the figures go to reports/hostile-input.md.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::{hb, Backend, Options, TestServer, ADMIN};
+use rush_meter::config::{Secret, StripeConfig};
+use serde_json::json;
+
+const SCHEMATHESIS: &str = "schemathesis==4.32.5";
+const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
+                      response_schema_conformance,response_headers_conformance,\
+                      negative_data_rejection";
+const MAX_EXAMPLES: &str = "100";
+const SEED: &str = "20261201";
+
+/// Stripe's API as far as checkout and the portal go: a customer, a Checkout Session, a
+/// portal session; counts what it was asked.
+async fn stripe_stub() -> (String, Arc<AtomicU64>) {
+    use axum::http::{Method, Uri};
+    let calls = Arc::new(AtomicU64::new(0));
+    let counter = calls.clone();
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri| {
+        let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+        async move {
+            let (status, body) = match (method.as_str(), uri.path()) {
+                ("POST", "/v1/customers") => (200, json!({"id": format!("cus_stub{n}"), "object": "customer", "metadata": {}})),
+                ("GET", "/v1/customers" | "/v1/customers/search") => (200, json!({"object": "list", "data": [], "has_more": false})),
+                ("POST", "/v1/checkout/sessions") => (200, json!({"id": format!("cs_stub{n}"), "url": format!("https://checkout.stripe.test/{n}")})),
+                ("POST", "/v1/billing_portal/sessions") => (200, json!({"id": format!("bps_stub{n}"), "url": "https://billing.stripe.test/session"})),
+                _ => (404, json!({"error": {"type": "invalid_request_error", "message": "the stub has no such route"}})),
+            };
+            (axum::http::StatusCode::from_u16(status).unwrap(), axum::Json(body))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, calls)
+}
+
+/// An org with a key, a running session and an ended one.
+async fn seed(srv: &TestServer) {
+    srv.create_org("acme", "pro").await;
+    srv.admin("PUT", "/v1/orgs/acme/keys/k1", Some(json!({})))
+        .await;
+    for s in ["s1", "s2"] {
+        let d = srv
+            .admin(
+                "POST",
+                "/v1/admissions",
+                Some(json!({"org_id": "acme", "key_id": "k1", "session_id": s, "agent": "claude"})),
+            )
+            .await;
+        assert_eq!(d["decision"], "allow", "{d}");
+    }
+    let t = srv.clock.now();
+    let (status, v) = srv
+        .heartbeats(vec![
+            hb("acme", "s1", 1, "running", t),
+            hb("acme", "s2", 1, "running", t),
+        ])
+        .await;
+    assert_eq!(status, 200, "{v}");
+    srv.admin(
+        "POST",
+        "/v1/sessions/s2/end",
+        Some(json!({"status": "completed"})),
+    )
+    .await;
+}
+
+struct Pass {
+    name: &'static str,
+    operations: u64,
+    cases: u64,
+    secs: f64,
+}
+
+/// The number before `word` on the line that has it (`927 generated`, `Tested: 25`).
+fn figure(out: &str, word: &str) -> Option<u64> {
+    out.lines().find_map(|l| {
+        let i = l.find(word)?;
+        let before = l[..i].trim_end().rsplit(' ').next()?;
+        let after = l[i + word.len()..].trim_start().split(' ').next()?;
+        before.parse().ok().or_else(|| after.parse().ok())
+    })
+}
+
+async fn pass(
+    st: &std::path::Path,
+    srv: &TestServer,
+    name: &'static str,
+    config: Option<&str>,
+) -> Pass {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(st);
+    cmd.arg("--no-color");
+    if let Some(toml) = config {
+        let path = dir.path().join("schemathesis.toml");
+        std::fs::write(&path, toml).unwrap();
+        cmd.arg("--config-file").arg(path);
+    }
+    let started = std::time::Instant::now();
+    let out = cmd
+        .args([
+            "run",
+            &format!("{}/openapi.json", srv.url),
+            "--url",
+            &srv.url,
+        ])
+        .args(["-H", &format!("Authorization: Bearer {ADMIN}")])
+        .args(["--checks", CHECKS, "--phases", "examples,coverage,fuzzing"])
+        .args(["--max-examples", MAX_EXAMPLES, "--seed", SEED])
+        .args(["--generation-database", "none"])
+        .current_dir(dir.path())
+        .output()
+        .await
+        .expect("schemathesis runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    // Exit status 0: every check passed on every case (1: a failure; 2: no test ran).
+    assert!(
+        out.status.success(),
+        "schemathesis ({name}) found failures:\n{text}"
+    );
+    Pass {
+        name,
+        operations: figure(&text, "Tested:").expect("operations tested"),
+        cases: figure(&text, "generated").expect("cases generated"),
+        secs: started.elapsed().as_secs_f64(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
+    let Some(st) = tokio::task::block_in_place(|| common::venv::tool("st", SCHEMATHESIS)) else {
+        return;
+    };
+    let (stripe_url, stripe_calls) = stripe_stub().await;
+    let opts = Options {
+        stripe: StripeConfig {
+            secret_key: Some(Secret::new("sk_test_stub")),
+            webhook_secrets: vec![Secret::new("whsec_schemathesis")],
+            api_base: stripe_url,
+            ..StripeConfig::default()
+        },
+        ..Options::default()
+    };
+    let backend = if std::env::var_os("RUSH_METER_TEST_PG").is_some() {
+        Backend::Postgres
+    } else {
+        Backend::Sqlite
+    };
+    let Some(srv) = TestServer::start_with(backend, opts).await else {
+        return;
+    };
+    seed(&srv).await;
+    let pinned = r#"
+[parameters]
+"path.org_id" = "acme"
+"path.key_id" = "k1"
+"path.session_id" = "s1"
+"body.org_id" = "acme"
+"body.key_id" = "k1"
+"#;
+    let passes = [
+        pass(&st, &srv, "made-up ids", None).await,
+        pass(&st, &srv, "ids that exist", Some(pinned)).await,
+    ];
+    // The server still answers, and its ledger is readable end to end.
+    let usage = srv.usage("acme").await;
+    assert_eq!(usage["org_id"], "acme");
+    write_report(&passes, backend, stripe_calls.load(Ordering::Relaxed));
+}
+
+fn write_report(passes: &[Pass], backend: Backend, stripe_calls: u64) {
+    let rows: String = passes
+        .iter()
+        .map(|p| {
+            format!(
+                "| {} | {} | {} | 0 | {:.0} s |\n",
+                p.name, p.operations, p.cases, p.secs
+            )
+        })
+        .collect();
+    let cases: u64 = passes.iter().map(|p| p.cases).sum();
+    let md = format!(
+        "# Hostile input\n\n\
+         ## schemathesis against `/openapi.json`\n\n\
+         - Command: `cargo test --test schemathesis` (run by `.ci/run`; it rewrites this section's figures)\n\
+         - Tool: {SCHEMATHESIS}, seed {SEED}, `--max-examples {MAX_EXAMPLES}`, phases examples, coverage and fuzzing, valid and invalid data\n\
+         - Server: one instance on {backend:?}, admin token, Stripe a stub ({stripe_calls} calls)\n\
+         - Checks: {checks}\n\n\
+         | pass | operations | cases | failures | time |\n| --- | --- | --- | --- | --- |\n{rows}\n\
+         {cases} cases in all; 0 answered 5xx, 0 answered a status, type or body the document does not describe.\n",
+        checks = CHECKS.replace(',', ", "),
+    );
+    std::fs::write(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/reports/hostile-input.md"),
+        md,
+    )
+    .unwrap();
+}
