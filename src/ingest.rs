@@ -10,23 +10,13 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
 use crate::clock::Clock;
-use crate::ids::Id;
-use crate::ledger::{Observation, Rules, Secs};
+use crate::ledger::{Rules, Secs};
 use crate::metrics::Metrics;
 use crate::plans::Plans;
 use crate::standing::standings;
 use crate::store::{Db, HeartbeatOutcome, IngestReject, StoreError};
 
-/// One validated heartbeat, its time already clamped to the meter's clock.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Heartbeat {
-    pub org_id: Id,
-    pub session_id: Id,
-    pub vm_id: Id,
-    pub obs: Observation,
-    /// The meter's clock when the heartbeat arrived.
-    pub received_at: Secs,
-}
+pub use crate::batch::Heartbeat;
 
 pub type RequestOutcome = Result<Vec<HeartbeatOutcome>, IngestReject>;
 

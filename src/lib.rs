@@ -4,6 +4,7 @@
 //! `ingest`, `server`). See DESIGN.md for the rules and docs/ for the contract.
 
 pub mod admission;
+pub mod batch;
 pub mod billing;
 pub mod breakdown;
 pub mod clock;
@@ -28,3 +29,4 @@ pub mod store;
 pub mod timeline;
 pub mod tokens;
 pub mod usage;
+pub mod wire;

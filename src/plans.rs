@@ -201,7 +201,7 @@ pub const FREE: &str = "free";
 
 /// Parse and validate one plan file's text; the error names the field.
 pub fn parse_plan(text: &str) -> Result<Plan, String> {
-    let f: PlanFile = toml::from_str(text).map_err(|e| e.message().to_string())?;
+    let f: PlanFile = toml::from_str(text).map_err(toml_error)?;
     Id::parse(&f.id).map_err(|m| format!("id: {m}"))?;
     if f.name.trim().is_empty() {
         return Err("name: must not be empty".into());
@@ -262,6 +262,15 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
     })
 }
 
+/// TOML's own words, or where it stopped when it has none (a stray NUL byte, say).
+fn toml_error(e: toml::de::Error) -> String {
+    match (e.message().trim(), e.span()) {
+        ("", Some(at)) => format!("not valid TOML at byte {}", at.start),
+        ("", None) => "not valid TOML".to_owned(),
+        (m, _) => m.to_owned(),
+    }
+}
+
 fn non_negative(field: &str, v: Decimal) -> Result<(), String> {
     if v.is_sign_negative() && !v.is_zero() {
         return Err(format!("{field}: must not be negative (got {v})"));
@@ -272,8 +281,11 @@ fn non_negative(field: &str, v: Decimal) -> Result<(), String> {
 /// Whole seconds of a ceiling in hours, rounded down: a ceiling never grants a part second.
 fn hours_to_seconds(field: &str, hours: Decimal) -> Result<i64, String> {
     non_negative(field, hours)?;
-    let secs = (hours * Decimal::from(3600)).floor();
-    i64::try_from(secs).map_err(|_| format!("{field}: {hours} hours is too large"))
+    let too_large = || format!("{field}: {hours} hours is too large");
+    let secs = hours
+        .checked_mul(Decimal::from(3600))
+        .ok_or_else(too_large)?;
+    i64::try_from(secs.floor()).map_err(|_| too_large())
 }
 
 #[cfg(test)]
@@ -305,6 +317,23 @@ upgrade_to = "team"
     fn rejects_unknown_field_naming_it() {
         let e = parse_plan(&format!("{PRO}\nmonthly_hours = 3\n")).unwrap_err();
         assert!(e.contains("monthly_hours"), "{e}");
+    }
+
+    /// Found by the `plan_file` fuzz target: TOML's message is empty for a NUL byte, and
+    /// a ceiling of 2^96 hours overflowed the seconds' multiplication.
+    #[test]
+    fn odd_files_are_refused_with_a_reason() {
+        let e = parse_plan(&PRO.replace("upgrade_to", "up\0grade_to")).unwrap_err();
+        assert!(!e.trim().is_empty());
+        let e = parse_plan(&PRO.replace(
+            "monthly_agent_hours = 40",
+            "monthly_agent_hours = \"79228162514264337593543950335\"",
+        ))
+        .unwrap_err();
+        assert!(
+            e.starts_with("monthly_agent_hours") && e.contains("too large"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -66,8 +66,9 @@ pub fn verify(
     tolerance: Secs,
 ) -> Result<Secs, SignatureError> {
     let h = parse(header.ok_or(SignatureError::Missing)?)?;
-    let age = now - h.timestamp;
-    if age.abs() > tolerance {
+    // Saturating: `t` is whatever the sender wrote, up to i64's ends.
+    let age = now.saturating_sub(h.timestamp);
+    if age.unsigned_abs() > tolerance.unsigned_abs() {
         return Err(SignatureError::Stale { age, tolerance });
     }
     let matches = secrets.iter().any(|secret| {
@@ -153,6 +154,18 @@ mod tests {
                 ),
                 "{bad}"
             );
+        }
+    }
+
+    /// A timestamp at i64's ends is stale, not an overflow.
+    #[test]
+    fn extreme_timestamps_are_stale() {
+        for t in [i64::MIN, i64::MIN + 1, i64::MAX] {
+            let header = format!("t={t},v1=00");
+            assert!(matches!(
+                verify(Some(&header), b"{}", &secrets(), 1_796_040_000, 300),
+                Err(SignatureError::Stale { .. })
+            ));
         }
     }
 

@@ -33,16 +33,17 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 
 /// Deserialize JSON, naming the path of the first bad field (`heartbeats[3].seq`).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let err = ApiError::malformed(format!("malformed JSON: {}", e.inner()));
-        if path == "." || path == "?" {
-            err
-        } else {
-            err.with_field(path)
+    crate::wire::decode(bytes).map_err(ApiError::from)
+}
+
+impl From<crate::wire::DecodeError> for ApiError {
+    fn from(e: crate::wire::DecodeError) -> Self {
+        let err = ApiError::malformed(e.message);
+        match e.field {
+            Some(f) => err.with_field(f),
+            None => err,
         }
-    })
+    }
 }
 
 #[cfg(test)]

@@ -12,40 +12,11 @@ use super::auth::Principal;
 use super::json::JsonBody;
 use super::orgs::path_id;
 use super::{ApiError, ApiResult, AppState};
-use crate::ids::Id;
-use crate::ingest::Heartbeat;
-use crate::ledger::{EndStatus, Observation, Phase, Secs, VmState};
+use crate::batch::{self, Batch, BatchError};
+use crate::ledger::{EndStatus, Phase, Secs};
 use crate::quota::{hours, rfc3339};
 use crate::store::{IngestReject, SessionRow};
 use crate::tokens::Scope;
-
-/// Heartbeats one request may carry.
-pub const MAX_BATCH: usize = 1000;
-
-/// A host supervisor's batch: 1 to 1,000 heartbeats, committed all or none.
-#[derive(Deserialize, ToSchema)]
-pub struct Batch {
-    heartbeats: Vec<RawHeartbeat>,
-}
-
-#[derive(Deserialize, ToSchema)]
-pub struct RawHeartbeat {
-    #[schema(schema_with = super::openapi::strings::id)]
-    org_id: String,
-    #[schema(schema_with = super::openapi::strings::id)]
-    session_id: String,
-    #[schema(schema_with = super::openapi::strings::id)]
-    vm_id: String,
-    /// The supervisor's sequence number for this session, 0 or more; a repeat is a no-op.
-    #[schema(minimum = 0)]
-    seq: i64,
-    /// `running` or `parked`.
-    #[schema(schema_with = super::openapi::strings::vm_state)]
-    state: String,
-    /// RFC 3339, when the supervisor saw the state; default: when it arrives.
-    #[schema(schema_with = super::openapi::strings::time_or_null)]
-    sent_at: Option<String>,
-}
 
 #[derive(Serialize, ToSchema)]
 pub struct BatchResults {
@@ -64,66 +35,16 @@ pub struct HeartbeatResult {
     remaining_seconds: i64,
 }
 
-/// Validate a whole batch before anything is written; the error names the bad field.
-pub fn validate_batch(
-    batch: Vec<RawHeartbeat>,
-    bound_org: Option<&str>,
-    now: Secs,
-    rules: &crate::ledger::Rules,
-) -> ApiResult<Vec<Heartbeat>> {
-    if batch.is_empty() || batch.len() > MAX_BATCH {
-        return Err(ApiError::invalid(
-            "heartbeats",
-            format!(
-                "send 1 to {MAX_BATCH} heartbeats a request (got {})",
-                batch.len()
-            ),
-        ));
+impl From<BatchError> for ApiError {
+    fn from(e: BatchError) -> Self {
+        match e {
+            BatchError::Malformed(d) => d.into(),
+            BatchError::Invalid { field, message } => ApiError::invalid(field, message),
+            BatchError::OtherOrg { field, org_id } => {
+                ApiError::org_not_found(&org_id).with_field(field)
+            }
+        }
     }
-    batch
-        .into_iter()
-        .enumerate()
-        .map(|(i, raw)| {
-            let field = |name: &str| format!("heartbeats[{i}].{name}");
-            let id = |name: &str, v: &str| {
-                Id::parse(v).map_err(|m| ApiError::invalid(field(name), format!("{name} {m}")))
-            };
-            let org_id = id("org_id", &raw.org_id)?;
-            let session_id = id("session_id", &raw.session_id)?;
-            let vm_id = id("vm_id", &raw.vm_id)?;
-            if raw.seq < 0 {
-                return Err(ApiError::invalid(field("seq"), "seq must be 0 or more"));
-            }
-            let state = match raw.state.as_str() {
-                "running" => VmState::Running,
-                "parked" => VmState::Parked,
-                other => {
-                    return Err(ApiError::invalid(
-                        field("state"),
-                        format!("state must be `running` or `parked` (got `{other}`)"),
-                    ))
-                }
-            };
-            let sent_at = match &raw.sent_at {
-                Some(t) => rfc3339::parse(t).map_err(|m| ApiError::invalid(field("sent_at"), m))?,
-                None => now,
-            };
-            if bound_org.is_some_and(|o| o != org_id.as_str()) {
-                return Err(ApiError::org_not_found(org_id.as_str()).with_field(field("org_id")));
-            }
-            Ok(Heartbeat {
-                org_id,
-                session_id,
-                vm_id,
-                obs: Observation {
-                    seq: raw.seq,
-                    at: rules.clamp_sent_at(sent_at, now),
-                    state,
-                },
-                received_at: now,
-            })
-        })
-        .collect()
 }
 
 /// `POST /v1/heartbeats`: answered once every heartbeat of the batch is committed.
@@ -143,7 +64,7 @@ pub async fn post_heartbeats(
     principal.require_any(&[Scope::Ingest])?;
     let now = state.clock.now();
     let bound = bound_org(&principal);
-    let heartbeats = validate_batch(batch.heartbeats, bound, now, &state.rules)?;
+    let heartbeats = batch::validate(batch.heartbeats, bound, now, &state.rules)?;
     let (outcomes, advice) = state
         .ingestor
         .submit(heartbeats)
