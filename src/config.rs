@@ -52,6 +52,51 @@ pub enum Command {
     /// Billing periods (calendar months in UTC).
     #[command(subcommand)]
     Period(PeriodCommand),
+    /// Drive a synthetic fleet against a running server in real time, then print per org
+    /// what truly ran against what the meter billed, with the difference explained.
+    /// Fails if the meter's bill departs from the ledger's rules. Give it the server's
+    /// `--heartbeat-interval-secs` and `--lease-secs` (or their variables).
+    Simulate(SimulateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// The server to drive.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// A token with the admin, admission, ingest and console scopes (the bootstrap admin
+    /// token has them).
+    #[arg(long, env = "RUSH_METER_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Orgs to create, on `--plans` in turn.
+    #[arg(long, default_value_t = 20)]
+    pub orgs: usize,
+    /// Session slots: at most this many sessions live at once.
+    #[arg(long, default_value_t = 100)]
+    pub sessions: usize,
+    /// Host supervisors batching the heartbeats.
+    #[arg(long, default_value_t = 10)]
+    pub hosts: usize,
+    /// How long to drive the fleet.
+    #[arg(long, default_value_t = 120)]
+    pub duration_secs: u64,
+    /// How often each host flushes its batch.
+    #[arg(long, default_value_t = 1000)]
+    pub flush_ms: u64,
+    /// Chance that a turn ends in a silent crash.
+    #[arg(long, default_value_t = 0.05)]
+    pub crash: f64,
+    /// Chance that a session ends after a turn rather than parking.
+    #[arg(long, default_value_t = 0.2)]
+    pub end: f64,
+    /// Plans of the orgs, comma-separated.
+    #[arg(long, default_value = "free,pro,team", value_delimiter = ',')]
+    pub plans: Vec<String>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Prefix of the run's org and session ids (default `sim<unix time>`).
+    #[arg(long)]
+    pub run: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -24,6 +24,7 @@ pub mod quota;
 pub mod rate_limit;
 pub mod server;
 pub mod sim;
+pub mod simulate;
 pub mod standing;
 pub mod store;
 pub mod timeline;

@@ -55,11 +55,48 @@ fn main() -> ExitCode {
                 close_period(&config, &period).await
             }
             Command::Period(PeriodCommand::List) => list_periods(&config).await,
+            Command::Simulate(args) => simulate(&config, args).await,
         }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
+    }
+}
+
+async fn simulate(config: &Config, a: rush_meter::config::SimulateArgs) -> Result<(), String> {
+    use std::io::IsTerminal;
+    if !(0.0..=1.0).contains(&a.crash) || !(0.0..=1.0).contains(&(a.crash + a.end)) {
+        return Err("--crash and --end are chances: each 0 to 1, and together at most 1".into());
+    }
+    let run = a
+        .run
+        .unwrap_or_else(|| format!("sim{}", rush_meter::clock::Clock::System.now()));
+    Id::parse(&format!("{run}-org000")).map_err(|m| format!("--run: {m}"))?;
+    let outcome = rush_meter::simulate::run(rush_meter::simulate::Options {
+        url: a.url.trim_end_matches('/').to_owned(),
+        token: a.token,
+        orgs: a.orgs,
+        sessions: a.sessions,
+        hosts: a.hosts,
+        duration: std::time::Duration::from_secs(a.duration_secs),
+        rules: config.rules,
+        flush: std::time::Duration::from_millis(a.flush_ms.max(1)),
+        crash: a.crash,
+        end: a.end,
+        plans: a.plans,
+        seed: a.seed,
+        run,
+        progress: std::io::stderr().is_terminal(),
+    })
+    .await?;
+    println!("{}\n\n{}", outcome.table(), outcome.summary);
+    match outcome.unexplained() {
+        0 => Ok(()),
+        n => Err(format!(
+            "the meter's bill departs from the ledger's rules by {n} s (the `unexplained` column); \
+             check that --heartbeat-interval-secs and --lease-secs match the server's"
+        )),
     }
 }
 

@@ -296,3 +296,71 @@ async fn export_and_period_commands() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// `simulate` against a served meter: the bill matches the ledger's rules, crash tails and
+/// all; told the wrong interval, it finds the bill departs from them and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulate_reconciles_a_fleet_and_fails_on_a_wrong_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("m.db").display());
+    let token = "simulate-admin-token-0123456789";
+    let (_server, url) = common::spawn_service_with(
+        &db,
+        token,
+        &[
+            ("RUSH_METER_HEARTBEAT_INTERVAL_SECS", "1"),
+            ("RUSH_METER_LEASE_SECS", "3"),
+        ],
+    )
+    .await;
+    let simulate = |interval: &str, secs: &str, extra: &[&str]| {
+        let mut c = rush_meter();
+        c.args([
+            "--heartbeat-interval-secs",
+            interval,
+            "--lease-secs",
+            "3",
+            "simulate",
+        ])
+        .args([
+            "--url",
+            &url,
+            "--token",
+            token,
+            "--orgs",
+            "3",
+            "--sessions",
+            "12",
+        ])
+        .args(["--hosts", "2", "--duration-secs", secs, "--flush-ms", "300"])
+        .args(extra);
+        tokio::task::block_in_place(|| run(&mut c))
+    };
+
+    let (code, out, err) = simulate("1", "6", &["--crash", "0.3", "--run", "ok"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let total: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("total"))
+        .expect("a total line")
+        .split_whitespace()
+        .collect();
+    // total, sessions, crashed, ran, billed, diff, crash tail, late, unexplained
+    let n = |i: usize| total[i].parse::<i64>().unwrap();
+    assert!(n(1) > 0 && n(3) > 0, "{out}");
+    assert_eq!(n(4) - n(3), n(5), "{out}");
+    assert_eq!(
+        n(5),
+        n(6) + n(7) + n(8),
+        "the difference is taken apart: {out}"
+    );
+    assert_eq!(n(8), 0, "{out}");
+    assert!(out.contains("heartbeats sent"), "{out}");
+
+    // Beating every 2 s while the meter's interval is 1 s: every crashed session is
+    // billed 1 s less than 2 s-interval rules say. Every turn that ends before the run
+    // does (2 to 12 beats) crashes.
+    let (code, out, err) = simulate("2", "12", &["--crash", "1", "--end", "0", "--run", "wrong"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("departs from the ledger's rules"), "{err}");
+}
