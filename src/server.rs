@@ -126,6 +126,11 @@ impl App {
         let (stop_jobs, stop) = watch::channel(false);
         let mut jobs = vec![
             tokio::spawn(expiry_job(state.clone(), stop.clone())),
+            tokio::spawn(crate::http::breaker::watch(
+                state.db.clone(),
+                Arc::clone(&state.breaker),
+                stop.clone(),
+            )),
             tokio::spawn(stripe_event_job(state.clone(), stop.clone())),
         ];
         if let (Some(notify), Some(rx)) = (&config.notify, crossings) {

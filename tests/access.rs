@@ -246,3 +246,44 @@ async fn no_token_without_the_right_reaches_another_orgs_data() {
     );
     assert!(tried > 50, "{tried}");
 }
+
+/// The sweep is every protected operation the OpenAPI document names: a route added
+/// without a place here fails this test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_covers_every_protected_operation() {
+    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+        return;
+    };
+    let (status, doc) = srv.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(status, 200);
+    let matches = |template: &str, path: &str| {
+        let path = path.split('?').next().unwrap();
+        let (t, p): (Vec<&str>, Vec<&str>) =
+            (template.split('/').collect(), path.split('/').collect());
+        t.len() == p.len()
+            && t.iter()
+                .zip(&p)
+                .all(|(a, b)| a.starts_with('{') || b.starts_with('{') || a == b)
+    };
+    let mut protected = 0;
+    for (template, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if op.get("security").is_none() {
+                continue;
+            }
+            protected += 1;
+            let method = method.to_uppercase();
+            assert!(
+                ROUTES
+                    .iter()
+                    .any(|r| r.method == method && matches(template, r.path)),
+                "{method} {template} is documented as protected but the sweep does not try it"
+            );
+        }
+    }
+    assert_eq!(
+        protected,
+        ROUTES.len(),
+        "the sweep tries a route the document does not protect"
+    );
+}

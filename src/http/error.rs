@@ -141,7 +141,12 @@ impl IntoResponse for ApiError {
                 field: self.field,
             },
         };
+        let unreachable = self.code == "unavailable";
         let mut resp = (self.status, axum::Json(body)).into_response();
+        if unreachable {
+            resp.extensions_mut()
+                .insert(super::breaker::DatabaseUnreachable);
+        }
         if let Some(secs) = self.retry_after {
             resp.headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());

@@ -26,6 +26,7 @@ use crate::store::{Db, TokenRow};
 
 pub(crate) mod admissions;
 pub mod auth;
+pub mod breaker;
 pub mod error;
 mod export_routes;
 pub mod json;
@@ -56,6 +57,8 @@ pub struct Shared {
     /// Per-token request rates; `None`: unlimited.
     pub rate_limiter: Option<crate::rate_limit::RateLimiter>,
     pub metrics: Arc<Metrics>,
+    /// Open while the database is known to be down: requests get 503 at once.
+    pub breaker: Arc<breaker::Breaker>,
     /// Token hash to token, briefly: a token's scopes change rarely, and every request
     /// would otherwise pay a database read for them.
     pub tokens: moka::future::Cache<String, Arc<TokenRow>>,
@@ -105,6 +108,7 @@ impl AppState {
             stripe_wake: Arc::default(),
             rate_limiter: rate_limit.map(crate::rate_limit::RateLimiter::new),
             metrics,
+            breaker: Arc::default(),
             tokens: moka::future::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(TOKEN_CACHE_TTL)
@@ -177,6 +181,10 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            breaker::fail_fast,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             record_metrics,

@@ -211,6 +211,18 @@ impl Db {
     }
 
     /// One round trip to the database, for `/readyz`.
+    /// Open a connection outside the pools and close it: whether the database can be
+    /// reached at all, even while every pooled connection is busy.
+    pub async fn connect_fresh(&self) -> StoreResult<()> {
+        use sqlx::{ConnectOptions, Connection};
+        match self {
+            Db::Postgres(p) => p.connect_options().connect().await?.close().await?,
+            // A file: reachable while the process runs.
+            Db::Sqlite { .. } => {}
+        }
+        Ok(())
+    }
+
     pub async fn ping(&self) -> StoreResult<()> {
         on_backend!(self, read, ping())
     }

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A fleet against one release instance on the machine's PostgreSQL: `rush-meter simulate`
+# as the load generator, its reconciliation as the check. Writes reports/fleet.md.
+#
+#   benches/fleet.sh [SESSIONS] [SECONDS]    (defaults: 3000 session slots, 60 s)
+#
+# The server beats at a 2 s interval (lease 6 s) so that a minute's run carries a busy
+# fleet's load; the figures scale to the default 15 s interval as sessions x 7.5.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sessions="${1:-3000}"
+secs="${2:-60}"
+orgs=$((sessions / 20))
+hosts=$((sessions / 50))
+pg="${RUSH_METER_TEST_PG:-postgres://postgres@127.0.0.1:5432}"
+db="rm_bench_fleet"
+token="fleet-bench-token-0123456789"
+port=18095
+
+cargo build --release --quiet
+psql "$pg/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
+export RUSH_METER_HEARTBEAT_INTERVAL_SECS=2 RUSH_METER_LEASE_SECS=6
+RUST_LOG=warn target/release/rush-meter serve --database-url "$pg/$db" \
+  --listen "127.0.0.1:$port" --bootstrap-admin-token "$token" --rate-limit-per-sec 0 \
+  --period-settle-secs 0 &
+server=$!
+trap 'kill $server 2>/dev/null; psql "$pg/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true' EXIT
+until curl -fs "127.0.0.1:$port/readyz" >/dev/null; do sleep 0.2; done
+
+cmd="rush-meter simulate --orgs $orgs --sessions $sessions --hosts $hosts --duration-secs $secs --heartbeat-interval-secs 2 --lease-secs 6"
+out=$(/usr/bin/time -f "simulator peak RSS %M KiB, CPU %P" target/release/rush-meter simulate \
+  --url "http://127.0.0.1:$port" --token "$token" --orgs "$orgs" --sessions "$sessions" \
+  --hosts "$hosts" --duration-secs "$secs" --run fleet 2>&1)
+server_rss=$(ps -o rss= -p "$server" | tr -d ' ')
+echo "$out"
+
+{
+  echo "# A fleet against one instance"
+  echo
+  echo "- Command: \`benches/fleet.sh $sessions $secs\`, which runs \`$cmd\`"
+  echo "  against \`rush-meter serve\` (release, PostgreSQL $(psql "$pg/postgres" -Atc 'SHOW server_version' | cut -d' ' -f1), interval 2 s, lease 6 s, no rate limit)"
+  echo "- Machine: $(nproc) cores (server, PostgreSQL and simulator share them), $(date -u +%Y-%m-%d)"
+  echo "- Server RSS at the end: $((server_rss / 1024)) MiB"
+  echo
+  echo "What the fleet did, and the bill reconciled per org (\`unexplained\` must be 0):"
+  echo
+  echo '```'
+  echo "$out"
+  echo '```'
+} > reports/fleet.md
