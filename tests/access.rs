@@ -239,12 +239,18 @@ async fn no_token_without_the_right_reaches_another_orgs_data() {
         before,
         "a refused request wrote something"
     );
-    eprintln!(
-        "access sweep: {} routes, {} tokens, {tried} refusals checked, 0 revealing",
-        ROUTES.len(),
-        tokens.len()
-    );
     assert!(tried > 50, "{tried}");
+    let names: Vec<&str> = tokens.iter().map(|(n, _)| n.as_str()).collect();
+    std::fs::write(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/reports/access.md"),
+        format!(
+            "# Access sweep\n\n             - Command: `cargo test --test access` (run by `.ci/run`; it rewrites this file)\n\n             Every protected route of `/openapi.json` ({routes}, checked against the document by\n             `the_sweep_covers_every_protected_operation`) with each of {n} tokens that must not\n             reach org_b's data: {names}. A scoped token is not tried on a route its scope\n             grants. Each answer must be a refusal in the error format, equal to the answer for\n             an org that does not exist, and the database must be unchanged.\n\n             | routes | tokens | refusals checked | answers revealing org_b | rows written |\n             | --- | --- | --- | --- | --- |\n             | {routes} | {n} | {tried} | 0 | 0 |\n",
+            routes = ROUTES.len(),
+            n = tokens.len(),
+            names = names.join(", "),
+        ),
+    )
+    .unwrap();
 }
 
 /// The sweep is every protected operation the OpenAPI document names: a route added
