@@ -212,7 +212,7 @@ async fn no_token_without_the_right_reaches_another_orgs_data() {
     ];
     for scope in [Scope::Ingest, Scope::Admission, Scope::Finance] {
         tokens.push((
-            format!("a {scope:?} token"),
+            format!("a token of scope {}", format!("{scope:?}").to_lowercase()),
             Some(srv.token(&[scope], None).await),
         ));
     }
@@ -221,7 +221,11 @@ async fn no_token_without_the_right_reaches_another_orgs_data() {
     for r in ROUTES {
         for (name, token) in &tokens {
             let scoped = name.starts_with("a ");
-            if scoped && r.grants.iter().any(|g| name == &format!("a {g:?} token")) {
+            if scoped
+                && r.grants.iter().any(|g| {
+                    name == &format!("a token of scope {}", format!("{g:?}").to_lowercase())
+                })
+            {
                 continue;
             }
             let real = refusal(&srv, r, token.as_deref(), "org_b", "ses_org_b").await;
@@ -244,7 +248,16 @@ async fn no_token_without_the_right_reaches_another_orgs_data() {
     std::fs::write(
         concat!(env!("CARGO_MANIFEST_DIR"), "/reports/access.md"),
         format!(
-            "# Access sweep\n\n             - Command: `cargo test --test access` (run by `.ci/run`; it rewrites this file)\n\n             Every protected route of `/openapi.json` ({routes}, checked against the document by\n             `the_sweep_covers_every_protected_operation`) with each of {n} tokens that must not\n             reach org_b's data: {names}. A scoped token is not tried on a route its scope\n             grants. Each answer must be a refusal in the error format, equal to the answer for\n             an org that does not exist, and the database must be unchanged.\n\n             | routes | tokens | refusals checked | answers revealing org_b | rows written |\n             | --- | --- | --- | --- | --- |\n             | {routes} | {n} | {tried} | 0 | 0 |\n",
+            "# Access sweep\n\n\
+             - Command: `cargo test --test access` (run by `.ci/run`; it rewrites this file)\n\n\
+             Every protected route of `/openapi.json` ({routes}, checked against the document\n\
+             by `the_sweep_covers_every_protected_operation`) with each of {n} tokens that must\n\
+             not reach org_b's data: {names}. A token is not tried on a route its scope grants.\n\
+             Each answer must be a refusal in the error format, equal to the answer for an org\n\
+             that does not exist, and the database must be unchanged.\n\n\
+             | routes | tokens | refusals checked | answers revealing org_b | rows written |\n\
+             | --- | --- | --- | --- | --- |\n\
+             | {routes} | {n} | {tried} | 0 | 0 |\n",
             routes = ROUTES.len(),
             n = tokens.len(),
             names = names.join(", "),
