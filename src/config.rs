@@ -272,6 +272,15 @@ pub struct Settings {
         global = true
     )]
     pub period_settle_secs: i64,
+    /// Seconds an export may wait on a client that reads nothing before it is cut short
+    /// (its database connection freed); the client sees an incomplete body.
+    #[arg(
+        long,
+        env = "RUSH_METER_EXPORT_STALL_SECS",
+        default_value_t = 120,
+        global = true
+    )]
+    pub export_stall_secs: u64,
     /// Where usage-threshold notifications are POSTed (off when unset).
     #[arg(long, env = "RUSH_METER_NOTIFY_URL", global = true)]
     pub notify_url: Option<String>,
@@ -336,6 +345,8 @@ pub struct Config {
     pub period_settle: Option<Secs>,
     /// Usage-threshold notifications; `None`: off.
     pub notify: Option<NotifyConfig>,
+    /// How long an export waits on a client that reads nothing.
+    pub export_stall: std::time::Duration,
 }
 
 /// Where usage-threshold notifications go and the secret they are signed with.
@@ -502,7 +513,13 @@ impl Settings {
                 )
             }
         };
+        if self.export_stall_secs < 1 {
+            return Err(
+                "--export-stall-secs / RUSH_METER_EXPORT_STALL_SECS: must be at least 1".into(),
+            );
+        }
         Ok(Config {
+            export_stall: std::time::Duration::from_secs(self.export_stall_secs),
             period_settle: (self.period_settle_secs > 0).then_some(self.period_settle_secs),
             notify,
             rate_limit: (self.rate_limit_per_sec > 0).then(|| crate::rate_limit::Limit {

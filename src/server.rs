@@ -121,7 +121,10 @@ impl App {
             clock,
             workers,
             metrics,
-            config.rate_limit,
+            http::Limits {
+                rate_limit: config.rate_limit,
+                export_stall: config.export_stall,
+            },
         );
         let (stop_jobs, stop) = watch::channel(false);
         let mut jobs = vec![

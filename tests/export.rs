@@ -308,3 +308,103 @@ async fn serve_closes_a_month_after_the_settling_delay_sqlite() {
 async fn serve_closes_a_month_after_the_settling_delay_postgres() {
     closes_by_itself(Backend::Postgres).await;
 }
+
+/// An export whose client stops reading is cut short after `export_stall`: its database
+/// connection is freed and the body ends in an error, never as if it were complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_read_by_nobody_is_cut_short() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let opts = Options {
+        export_stall: std::time::Duration::from_secs(1),
+        ..Options::default()
+    };
+    let Some(srv) = TestServer::start_with(Backend::Sqlite, opts).await else {
+        return;
+    };
+    srv.create_org("org_1", "pro").await;
+    // 120,000 sessions (about 8 MB of lines): more than the sockets between the two hold
+    // (a loopback send buffer grows to 4 MB).
+    for batch in 0..240 {
+        let beats = (0..500)
+            .flat_map(|i| {
+                let s = format!("s{batch}x{i}");
+                [
+                    hb("org_1", &s, 1, "running", T0 - 40),
+                    hb("org_1", &s, 2, "parked", T0 - 10),
+                ]
+            })
+            .collect();
+        let (status, v) = srv.heartbeats(beats).await;
+        assert_eq!(status, 200, "{v}");
+    }
+    srv.clock.set(B + 60);
+    let addr: std::net::SocketAddr = srv.url.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut conn = socket.connect(addr).await.unwrap();
+    conn.write_all(
+        format!(
+            "GET /v1/exports/usage?period={NOV}&by=session HTTP/1.1\r\nHost: meter\r\n\
+             Authorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            common::ADMIN
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = vec![0; 1024];
+    let n = conn.read(&mut head).await.unwrap();
+    assert!(
+        head[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    // The client reads nothing for three times the limit: the stimulus, not a wait.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let mut rest = Vec::new();
+    let _ = conn.read_to_end(&mut rest).await;
+    let response = [&head[..n], &rest[..]].concat();
+    let (complete, body) = chunked_body(&response);
+    assert!(
+        !complete,
+        "the body ended as if complete after {body} bytes"
+    );
+    assert!(body > 0, "nothing of the body came");
+    // The meter goes on answering exports.
+    let (status, _) = srv
+        .call(
+            "GET",
+            &format!("/v1/exports/usage?period={NOV}"),
+            Some(common::ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+}
+
+/// Whether an HTTP/1.1 response's chunked body ends with its last (empty) chunk, and how
+/// many body bytes came.
+fn chunked_body(response: &[u8]) -> (bool, usize) {
+    let start = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("the headers end")
+        + 4;
+    let (mut at, mut bytes) = (start, 0);
+    loop {
+        let Some(eol) = response[at..].windows(2).position(|w| w == b"\r\n") else {
+            return (false, bytes);
+        };
+        let size = usize::from_str_radix(std::str::from_utf8(&response[at..at + eol]).unwrap(), 16)
+            .expect("a chunk size");
+        if size == 0 {
+            return (true, bytes);
+        }
+        at += eol + 2;
+        if response.len() < at + size + 2 {
+            return (false, bytes + response.len().saturating_sub(at));
+        }
+        bytes += size;
+        at += size + 2;
+    }
+}

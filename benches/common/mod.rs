@@ -108,6 +108,7 @@ impl Server {
             rate_limit: None,
             period_settle: None,
             notify: None,
+            export_stall: std::time::Duration::from_secs(120),
         };
         let app = App::start(&config, clock).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

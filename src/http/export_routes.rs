@@ -98,13 +98,26 @@ pub async fn get_usage_export(
         });
     };
     let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (stall, stall_flag) = (state.export_stall, stalled.clone());
     tokio::spawn(async move {
         let mut next = Some(first);
         while let Some(chunk) = next {
-            if body_tx.send(Ok(Bytes::from(chunk.bytes))).await.is_err() {
+            match tokio::time::timeout(stall, body_tx.send(Ok(Bytes::from(chunk.bytes)))).await {
+                Ok(Ok(())) => {}
                 // The client hung up: stop the export (and free its connection).
-                rx.close();
-                break;
+                Ok(Err(_)) => {
+                    rx.close();
+                    break;
+                }
+                // The client reads nothing: stop, and end its body with an error.
+                Err(_) => {
+                    tracing::warn!(period = %month_name(period), secs = stall.as_secs(),
+                        "export cut short: the client read nothing for RUSH_METER_EXPORT_STALL_SECS");
+                    stall_flag.store(true, std::sync::atomic::Ordering::Release);
+                    rx.close();
+                    break;
+                }
             }
             next = rx.recv().await;
         }
@@ -116,8 +129,22 @@ pub async fn get_usage_export(
                 .await;
         }
     });
-    let stream = futures_util::stream::unfold(body_rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
+    // After what was queued, a stalled export ends in an error, never as if complete.
+    let stream = futures_util::stream::unfold(Some(body_rx), move |rx| {
+        let stalled = stalled.clone();
+        async move {
+            let mut rx = rx?;
+            match rx.recv().await {
+                Some(item) => Some((item, Some(rx))),
+                None if stalled.load(std::sync::atomic::Ordering::Acquire) => Some((
+                    Err(std::io::Error::other(
+                        "the client read nothing for too long",
+                    )),
+                    None,
+                )),
+                None => None,
+            }
+        }
     });
     let file = format!(
         "attachment; filename=\"usage-{}-{}.{}\"",

@@ -57,6 +57,8 @@ pub struct Shared {
     /// Per-token request rates; `None`: unlimited.
     pub rate_limiter: Option<crate::rate_limit::RateLimiter>,
     pub metrics: Arc<Metrics>,
+    /// How long an export waits on a client that reads nothing.
+    pub export_stall: Duration,
     /// Open while the database is known to be down: requests get 503 at once.
     pub breaker: Arc<breaker::Breaker>,
     /// Token hash to token, briefly: a token's scopes change rarely, and every request
@@ -79,6 +81,14 @@ pub struct Workers {
     pub billing: Billing,
 }
 
+/// Bounds on what one caller may take.
+pub struct Limits {
+    /// Per-token request rates; `None`: unlimited.
+    pub rate_limit: Option<crate::rate_limit::Limit>,
+    /// How long an export waits on a client that reads nothing.
+    pub export_stall: Duration,
+}
+
 /// How long a token stays cached after it was read.
 pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(60);
 
@@ -90,8 +100,12 @@ impl AppState {
         clock: Clock,
         workers: Workers,
         metrics: Arc<Metrics>,
-        rate_limit: Option<crate::rate_limit::Limit>,
+        limits: Limits,
     ) -> AppState {
+        let Limits {
+            rate_limit,
+            export_stall,
+        } = limits;
         let Workers {
             ingestor,
             admitter,
@@ -109,6 +123,7 @@ impl AppState {
             rate_limiter: rate_limit.map(crate::rate_limit::RateLimiter::new),
             metrics,
             breaker: Arc::default(),
+            export_stall,
             tokens: moka::future::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(TOKEN_CACHE_TTL)

@@ -97,6 +97,7 @@ pub struct Options {
     /// Off unless a test sets it: tests close periods themselves.
     pub period_settle: Option<i64>,
     pub notify: Option<rush_meter::config::NotifyConfig>,
+    pub export_stall: Duration,
 }
 
 impl Default for Options {
@@ -113,6 +114,7 @@ impl Default for Options {
             rate_limit: None,
             period_settle: None,
             notify: None,
+            export_stall: Duration::from_secs(120),
         }
     }
 }
@@ -150,6 +152,7 @@ impl TestServer {
             rate_limit: opts.rate_limit,
             period_settle: opts.period_settle,
             notify: opts.notify.clone(),
+            export_stall: opts.export_stall,
         };
         let clock = Clock::manual(opts.clock_start);
         let app = App::start(&config, clock.clone())
