@@ -106,6 +106,9 @@ fn now_secs() -> Secs {
     crate::clock::Clock::System.now()
 }
 
+/// How long a request is retried (429, 503, cut off) before the run gives up.
+const GIVE_UP: Duration = Duration::from_secs(120);
+
 /// An answer the meter gave, or why there was none.
 struct Answer {
     status: u16,
@@ -139,10 +142,17 @@ impl Fleet {
 
     /// A call that must succeed, retried while the meter asks to (429, 503).
     async fn must(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
+        let started = Instant::now();
         loop {
             let a = self.call(method, path, body).await?;
             match a.status {
                 200..=299 => return Ok(a.body),
+                s @ (429 | 503) if started.elapsed() > GIVE_UP => {
+                    return Err(format!(
+                        "{method} {path} answered {s} for {} s; giving up",
+                        GIVE_UP.as_secs()
+                    ))
+                }
                 429 | 503 => {
                     self.counters.retries.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_secs(a.retry_after.unwrap_or(1))).await;
@@ -231,7 +241,14 @@ async fn send_batch(fleet: &Fleet, batch: Vec<Outgoing>) -> Result<(), String> {
                "state": match b.state { VmState::Running => "running", VmState::Parked => "parked" },
                "sent_at": crate::quota::format_rfc3339(b.sent_at)})
     }).collect::<Vec<_>>()});
+    let first_try = Instant::now();
     loop {
+        if first_try.elapsed() > GIVE_UP {
+            return Err(format!(
+                "a heartbeat batch was not taken for {} s; giving up",
+                GIVE_UP.as_secs()
+            ));
+        }
         let started = Instant::now();
         let a = fleet.call("POST", "/v1/heartbeats", Some(&body)).await;
         let a = match a {
