@@ -201,3 +201,62 @@ fn no_route_bypasses_the_document() {
         }
     }
 }
+
+/// Axum's own refusals (a path that is not UTF-8, a body over the limit, on every route
+/// that takes one) are answered in the error format, with a status the document lists.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_frameworks_refusals_are_in_the_error_format() {
+    let opts = common::Options {
+        max_body_bytes: 1024,
+        stripe: rush_meter::config::StripeConfig {
+            webhook_secrets: vec![rush_meter::config::Secret::new("whsec_test")],
+            ..Default::default()
+        },
+        ..common::Options::default()
+    };
+    let Some(srv) = TestServer::start_with(Backend::Sqlite, opts).await else {
+        return;
+    };
+    let doc = document(&srv).await;
+    let big = "x".repeat(4096);
+    let mut tried = 0;
+    for (method, path) in operations(&doc) {
+        let op = &doc["paths"][&path][method.to_lowercase()];
+        let mut cases = Vec::new();
+        if path.contains('{') {
+            cases.push((
+                path.replace("{org_id}", "%FF")
+                    .replace("{session_id}", "%FF")
+                    .replace("{key_id}", "%FF")
+                    .replace("{period}", "%FF")
+                    .replace("{event_id}", "%FF"),
+                None,
+            ));
+        }
+        if op.get("requestBody").is_some() {
+            cases.push((concrete(&path), Some(big.clone())));
+        }
+        for (url, body) in cases {
+            let mut req = srv
+                .client
+                .request(method.parse().unwrap(), format!("{}{url}", srv.url))
+                .bearer_auth(common::ADMIN)
+                .header("content-type", "application/json");
+            if let Some(b) = body {
+                req = req.body(b);
+            }
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let v: Value = resp.json().await.unwrap_or_else(|e| {
+                panic!("{method} {url} answered {status} outside the error format: {e}")
+            });
+            assert!(error_code(&v).is_some(), "{method} {url} {status}: {v}");
+            assert!(
+                op["responses"].get(status.to_string()).is_some(),
+                "{method} {url} answered {status}, which it does not describe: {v}"
+            );
+            tried += 1;
+        }
+    }
+    assert!(tried >= 20, "{tried}");
+}

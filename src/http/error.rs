@@ -155,6 +155,32 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Axum's own refusals (a path that is not UTF-8, a body over the limit) come as plain
+/// text; every error this service answers is in its format, so they are rewritten.
+pub async fn errors_as_json(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let text = axum::body::to_bytes(resp.into_body(), 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large(),
+        StatusCode::BAD_REQUEST => {
+            ApiError::malformed(format!("the request could not be read: {text}"))
+        }
+        s => ApiError::new(s, "refused", text),
+    }
+    .into_response()
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         (&e).into()

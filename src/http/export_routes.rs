@@ -9,7 +9,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{BadQuery, Guarded};
+use super::openapi::{BadPath, BadQuery, Guarded};
 
 use super::auth::Principal;
 use super::{ApiError, ApiResult, AppState};
@@ -237,7 +237,7 @@ pub async fn list_periods(
     responses((status = 200, description = "Closed", body = Closed),
         (status = 422, description = "`invalid_value`: not a month, or one not yet ended",
             body = super::error::ErrorBody),
-        Guarded))]
+        Guarded, BadPath))]
 pub async fn close_period(
     State(state): State<AppState>,
     principal: Principal,

@@ -195,6 +195,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     let api = routes
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(middleware::from_fn(error::errors_as_json))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -163,8 +163,8 @@ pub mod strings {
 fn description(status: u16) -> &'static str {
     match status {
         400 => {
-            "`malformed_body` (or `invalid_signature` on the webhook): the body or query \
-                could not be read; `field` names the bad part when known"
+            "`malformed_body` (or `invalid_signature` on the webhook): the body, query or \
+                path could not be read; `field` names the bad part when known"
         }
         401 => "`unauthorized`: no token, or not a valid one",
         403 => "`forbidden`: the token lacks the scope, or belongs to another org",
@@ -248,8 +248,12 @@ error_group!(
     BadQuery = [400, 422]
 );
 error_group!(
-    /// An id in the path: ill-formed, or nothing by that id.
-    BadId = [404, 422]
+    /// An id in the path: unreadable (not UTF-8), ill-formed, or nothing by that id.
+    BadId = [400, 404, 422]
+);
+error_group!(
+    /// A path that is not UTF-8 once decoded.
+    BadPath = [400]
 );
 error_group!(
     /// A change the current state forbids.

@@ -8,7 +8,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{BadBody, BadId, BadQuery, Guarded, StripeCalls, Unsigned};
+use super::openapi::{BadBody, BadId, BadPath, BadQuery, Guarded, StripeCalls, Unsigned};
 
 use super::auth::Principal;
 use super::json::JsonBody;
@@ -202,7 +202,7 @@ pub async fn list_events(
     responses((status = 200, description = "Queued again", body = Requeued),
         (status = 404, description = "`not_found`: no quarantined event by that id",
             body = super::error::ErrorBody),
-        Guarded))]
+        Guarded, BadPath))]
 pub async fn retry_event(
     State(state): State<AppState>,
     principal: Principal,
