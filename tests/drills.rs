@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,7 +72,7 @@ async fn kill_nine(backend: Backend) -> Option<KillFigures> {
     let (url, _dir) = fresh_database(backend).await?;
     let (mut child, base, client) = start_with_org(&url).await;
     let stop = Arc::new(AtomicBool::new(false));
-    let senders = start_senders(&client, &base, "drill", &stop);
+    let senders = start_senders(&client, &base, "drill", &stop, &Arc::default());
     tokio::time::sleep(LOAD).await;
     // SIGKILL: no graceful shutdown, no flush; whatever was committed is all there is.
     child.start_kill().unwrap();
@@ -112,15 +112,18 @@ type Sent = (i64, Vec<(u16, Duration)>, bool);
 /// Senders beating until `stop`, each for its own session: per sender, the beats
 /// answered 200, every other answer as (status, how long it took), and whether it stopped
 /// on a request that got no answer at all (the server gone, or a hang past 30 s).
+/// `acked_total` counts every 200 as it comes.
 fn start_senders(
     client: &reqwest::Client,
     base: &str,
     prefix: &'static str,
     stop: &Arc<AtomicBool>,
+    acked_total: &Arc<AtomicUsize>,
 ) -> Vec<tokio::task::JoinHandle<Sent>> {
     (0..SENDERS)
         .map(|w| {
             let (client, base, stop) = (client.clone(), base.to_owned(), Arc::clone(stop));
+            let acked_total = Arc::clone(acked_total);
             tokio::spawn(async move {
                 let (mut acked, mut failed) = (0, Vec::new());
                 let mut seq = 0;
@@ -135,7 +138,10 @@ fn start_senders(
                         .send()
                         .await;
                     match sent {
-                        Ok(r) if r.status() == 200 => acked += 1,
+                        Ok(r) if r.status() == 200 => {
+                            acked += 1;
+                            acked_total.fetch_add(1, Ordering::Relaxed);
+                        }
                         Ok(r) => {
                             failed.push((r.status().as_u16(), started.elapsed()));
                             // A supervisor backs off a little before it retries.
@@ -189,6 +195,7 @@ struct OutageFigures {
     readyz_down_after: Duration,
     down_for: Duration,
     ready_again_after: Duration,
+    beating_again_after: Duration,
 }
 
 async fn readyz(client: &reqwest::Client, base: &str) -> u16 {
@@ -224,7 +231,8 @@ async fn postgres_outage() -> Option<OutageFigures> {
     }
     let (_child, base, client) = start_with_org(&url).await;
     let stop = Arc::new(AtomicBool::new(false));
-    let senders = start_senders(&client, &base, "outage", &stop);
+    let acked_total = Arc::new(AtomicUsize::new(0));
+    let senders = start_senders(&client, &base, "outage", &stop, &acked_total);
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let guard = RestartOnDrop;
@@ -239,8 +247,19 @@ async fn postgres_outage() -> Option<OutageFigures> {
         .unwrap();
     std::mem::forget(guard);
     let down_for = down.elapsed();
+    let acked_at_start = acked_total.load(Ordering::Relaxed);
+    let started = Instant::now();
     let ready_again_after = wait_for_readyz(&client, &base, 200).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The request path itself must recover, not only `/readyz`: wait for the senders'
+    // heartbeats to be acknowledged again.
+    while acked_total.load(Ordering::Relaxed) < acked_at_start + SENDERS * 10 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no heartbeat was acknowledged in the minute after PostgreSQL started again"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let beating_again_after = started.elapsed();
     stop.store(true, Ordering::Relaxed);
 
     let (mut acknowledged, mut in_ledger, mut lost) = (0, 0, 0);
@@ -278,6 +297,7 @@ async fn postgres_outage() -> Option<OutageFigures> {
         readyz_down_after,
         down_for,
         ready_again_after,
+        beating_again_after,
     })
 }
 
@@ -471,6 +491,13 @@ async fn drills() {
             (
                 "`/readyz` 200 again after the start returned",
                 format!("{} ms", f.ready_again_after.as_millis()),
+            ),
+            (
+                &format!(
+                    "{} heartbeats answered 200 again after the start returned",
+                    SENDERS * 10
+                ),
+                format!("{} ms", f.beating_again_after.as_millis()),
             ),
         ] {
             md.push_str(&format!("| {k} | {v} |\n"));

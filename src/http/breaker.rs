@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{watch, Notify};
 
 use super::{ApiError, AppState};
-use crate::store::Db;
+use crate::store::{Db, StoreError};
 
 /// Set on every 503 that says the database is unreachable.
 #[derive(Clone, Copy, Debug)]
@@ -53,10 +53,15 @@ pub async fn fail_fast(State(state): State<AppState>, req: Request, next: Next) 
     resp
 }
 
+/// Whether the database server answers at all. A refusal it sends itself (too many
+/// clients, a bad password) means it is up: the breaker is for outages, and a saturated
+/// server must not turn into every request refused while pooled connections still work.
 async fn reachable(db: &Db) -> bool {
-    tokio::time::timeout(PROBE_TIMEOUT, db.connect_fresh())
-        .await
-        .is_ok_and(|r| r.is_ok())
+    match tokio::time::timeout(PROBE_TIMEOUT, db.connect_fresh()).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => !matches!(e, StoreError::Unavailable(_)),
+        Err(_) => false,
+    }
 }
 
 /// Confirms a suspected outage and closes the breaker once the database answers again.

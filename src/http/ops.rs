@@ -31,10 +31,14 @@ pub async fn healthz() -> Json<Health> {
     })
 }
 
-/// Readiness: 200 while the database answers within a second, else 503.
+/// Readiness: 200 while the database answers within a second and requests are not being
+/// refused for an outage (src/http/breaker.rs), else 503.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses((status = 200, description = "The database answers", body = Health), Unready))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if state.breaker.is_open() {
+        return ApiError::unavailable().into_response();
+    }
     match tokio::time::timeout(Duration::from_secs(1), state.db.ping()).await {
         Ok(Ok(())) => (
             StatusCode::OK,

@@ -210,7 +210,6 @@ impl Db {
         }
     }
 
-    /// One round trip to the database, for `/readyz`.
     /// Open a connection outside the pools and close it: whether the database can be
     /// reached at all, even while every pooled connection is busy.
     pub async fn connect_fresh(&self) -> StoreResult<()> {
@@ -223,6 +222,7 @@ impl Db {
         Ok(())
     }
 
+    /// One round trip to the database, for `/readyz`.
     pub async fn ping(&self) -> StoreResult<()> {
         on_backend!(self, read, ping())
     }
@@ -693,5 +693,69 @@ impl Db {
         limit: i64,
     ) -> StoreResult<Vec<NotificationRow>> {
         on_backend!(self, read, list_notifications(org_id, state, limit))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::StoreError;
+
+    /// A database's refusal with a SQLSTATE, as a server would send it.
+    #[derive(Debug)]
+    struct Refusal(&'static str);
+
+    impl std::fmt::Display for Refusal {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "SQLSTATE {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Refusal {}
+
+    impl sqlx::error::DatabaseError for Refusal {
+        fn message(&self) -> &str {
+            "refused"
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn from_code(code: &'static str) -> StoreError {
+        sqlx::Error::Database(Box::new(Refusal(code))).into()
+    }
+
+    /// What counts as an outage (503, and the breaker's reason to open): the connection
+    /// lost, the server shutting down or starting up, SQLite busy. A server that refuses
+    /// for its own reasons (too many clients, a bad password) is up.
+    #[test]
+    fn only_a_lost_or_stopping_database_is_unavailable() {
+        for code in ["08006", "08001", "57P01", "57P03", "5", "6"] {
+            assert!(
+                matches!(from_code(code), StoreError::Unavailable(_)),
+                "{code}"
+            );
+        }
+        for code in ["53300", "28P01", "42P01", "40001"] {
+            assert!(matches!(from_code(code), StoreError::Other(_)), "{code}");
+        }
+        assert!(matches!(
+            StoreError::from(sqlx::Error::PoolTimedOut),
+            StoreError::Unavailable(_)
+        ));
     }
 }
