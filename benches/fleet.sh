@@ -44,7 +44,7 @@ echo "$out"
   rate=$(echo "$out" | sed -n 's/.* batches (\([0-9]*\)\/s).*/\1/p')
   echo "- $rate heartbeats/s acknowledged: at the default 15 s interval, the load of about $((rate * 15)) running sessions"
   echo
-  echo "What the fleet did, and the bill reconciled per org (\`unexplained\` must be 0; the"
+  echo "What the fleet did, and the bill reconciled per org (\`unexplained\` and \`mismatched\` must be 0; the"
   echo "first 10 of $orgs orgs, then the total):"
   echo
   echo '```'

@@ -91,11 +91,11 @@ async fn simulate(config: &Config, a: rush_meter::config::SimulateArgs) -> Resul
     })
     .await?;
     println!("{}\n\n{}", outcome.table(), outcome.summary);
-    match outcome.unexplained() {
+    match outcome.mismatched() {
         0 => Ok(()),
         n => Err(format!(
-            "the meter's bill departs from the ledger's rules by {n} s (the `unexplained` column); \
-             check that --heartbeat-interval-secs and --lease-secs match the server's"
+            "the meter's bill departs from the ledger's rules for {n} sessions (the `mismatched` \
+             column); check that --heartbeat-interval-secs and --lease-secs match the server's"
         )),
     }
 }

@@ -13,8 +13,13 @@
 //! - late or lost heartbeats: a beat acknowledged more than a lease after it was sent is
 //!   counted at the meter's clock less a lease;
 //! - unexplained: what the meter billed against the ledger's rules applied to exactly the
-//!   heartbeats it acknowledged (`crate::sim::Reference`). It must be 0; the command fails
-//!   otherwise.
+//!   heartbeats it acknowledged (`crate::sim::Reference`), and against the simulator's own
+//!   truth where the rules bill exactly what ran.
+//!
+//! A session is mismatched when its unexplained part is not 0, when a crashed one is billed
+//! more than one interval past what ran (rule 3, checked against the truth, not the
+//! reference), or when the meter bills a session the fleet never ran. The command fails
+//! on any.
 //!
 //! The token needs the admin (to create orgs and keys), admission, ingest and console
 //! scopes; the bootstrap admin token has them all.
@@ -80,6 +85,16 @@ struct Counters {
     ends: AtomicU64,
 }
 
+/// A session's beats whose time the meter may have clamped (acknowledged more than a lease
+/// after they were sent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Late {
+    beats: u64,
+    /// Seconds by which the meter's clamp may differ from the reference's: the meter
+    /// clamped on arrival, somewhere between the batch's first try and its answer.
+    slack: i64,
+}
+
 /// One heartbeat on its way to a host supervisor; `acked` hears when the meter took it.
 struct Outgoing {
     beat: Beat,
@@ -94,8 +109,8 @@ struct Fleet {
     truth: Mutex<BTreeMap<String, Truth>>,
     reference: Mutex<Reference>,
     denials: Mutex<BTreeMap<String, u64>>,
-    /// Beats acknowledged more than a lease after they were sent, by session.
-    late: Mutex<BTreeMap<String, u64>>,
+    /// Sessions with beats acknowledged more than a lease after they were sent.
+    late: Mutex<BTreeMap<String, Late>>,
     beat_latency: Mutex<Vec<u32>>,
     gate_latency: Mutex<Vec<u32>>,
     org_plans: BTreeMap<String, String>,
@@ -140,11 +155,26 @@ impl Fleet {
         })
     }
 
-    /// A call that must succeed, retried while the meter asks to (429, 503).
+    /// A call that must succeed, retried while the meter asks to (429, 503) or does not
+    /// answer. Every call made through it is safe to repeat: a repeated admission of the
+    /// same session takes no second slot, a repeated end changes nothing.
     async fn must(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
         let started = Instant::now();
         loop {
-            let a = self.call(method, path, body).await?;
+            let a = match self.call(method, path, body).await {
+                Ok(a) => a,
+                Err(e) if started.elapsed() > GIVE_UP => {
+                    return Err(format!(
+                        "{e}; no answer for {} s, giving up",
+                        GIVE_UP.as_secs()
+                    ))
+                }
+                Err(_) => {
+                    self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
             match a.status {
                 200..=299 => return Ok(a.body),
                 s @ (429 | 503) if started.elapsed() > GIVE_UP => {
@@ -242,6 +272,7 @@ async fn send_batch(fleet: &Fleet, batch: Vec<Outgoing>) -> Result<(), String> {
                "sent_at": crate::quota::format_rfc3339(b.sent_at)})
     }).collect::<Vec<_>>()});
     let first_try = Instant::now();
+    let first_try_secs = now_secs();
     loop {
         if first_try.elapsed() > GIVE_UP {
             return Err(format!(
@@ -274,7 +305,10 @@ async fn send_batch(fleet: &Fleet, batch: Vec<Outgoing>) -> Result<(), String> {
                 let mut late = fleet.late.lock().unwrap();
                 for o in batch {
                     if now - o.beat.sent_at > rules.lease {
-                        *late.entry(o.beat.session.clone()).or_default() += 1;
+                        let l = late.entry(o.beat.session.clone()).or_default();
+                        l.beats += 1;
+                        l.slack += rules.clamp_sent_at(o.beat.sent_at, now)
+                            - rules.clamp_sent_at(o.beat.sent_at, first_try_secs);
                     }
                     reference.heartbeat(&o.beat, now, &rules);
                     if let Some(tx) = o.acked {
@@ -340,6 +374,7 @@ async fn slot(
             session,
             host,
             seq: 0,
+            last_sent: 0,
         };
         s.run(&mut rng, &mut stop, agent).await?;
     }
@@ -361,11 +396,14 @@ struct Live<'a> {
     session: String,
     host: usize,
     seq: i64,
+    /// `sent_at` of the last heartbeat handed to the host.
+    last_sent: Secs,
 }
 
 impl Live<'_> {
     async fn send(&mut self, state: VmState, at: Secs, wait: bool) {
         self.seq += 1;
+        self.last_sent = at;
         let beat = Beat {
             org: self.org.clone(),
             session: self.session.clone(),
@@ -420,9 +458,8 @@ impl Live<'_> {
                 AfterTurn::Park
             };
             if let AfterTurn::Crash = next {
-                // The VM dies some time before its next heartbeat; nothing more is sent.
-                let last = now_secs();
-                let died = last + rng.gen_range(1..o.rules.interval.max(2));
+                // The VM dies before its next heartbeat was due; nothing more is sent.
+                let died = self.last_sent + rng.gen_range(0..o.rules.interval.max(1));
                 self.ran(start, died, true);
                 c.crashes.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
@@ -491,6 +528,8 @@ pub struct OrgLine {
     pub crash_tails: i64,
     pub late: i64,
     pub unexplained: i64,
+    /// Sessions the meter bills against the rules (see the module's documentation).
+    pub mismatched: u64,
 }
 
 /// The run's outcome: one line an org, and the fleet's figures.
@@ -500,8 +539,9 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn unexplained(&self) -> i64 {
-        self.lines.iter().map(|l| l.unexplained.abs()).sum()
+    /// Sessions billed against the ledger's rules, in every org.
+    pub fn mismatched(&self) -> u64 {
+        self.lines.iter().map(|l| l.mismatched).sum()
     }
 
     /// The table the command prints, with a total line.
@@ -519,11 +559,12 @@ impl Outcome {
                 t.crash_tails += l.crash_tails;
                 t.late += l.late;
                 t.unexplained += l.unexplained;
+                t.mismatched += l.mismatched;
                 t
             },
         );
         let mut out = format!(
-            "{:<24} {:<6} {:>8} {:>7} {:>10} {:>10} {:>8} {:>10} {:>6} {:>11}\n",
+            "{:<24} {:<6} {:>8} {:>7} {:>10} {:>10} {:>8} {:>10} {:>6} {:>11} {:>10}\n",
             "org",
             "plan",
             "sessions",
@@ -533,11 +574,12 @@ impl Outcome {
             "diff_s",
             "crash_tail",
             "late",
-            "unexplained"
+            "unexplained",
+            "mismatched"
         );
         for l in self.lines.iter().chain([&total]) {
             out += &format!(
-                "{:<24} {:<6} {:>8} {:>7} {:>10} {:>10} {:>+8} {:>+10} {:>+6} {:>+11}\n",
+                "{:<24} {:<6} {:>8} {:>7} {:>10} {:>10} {:>+8} {:>+10} {:>+6} {:>+11} {:>10}\n",
                 l.org,
                 l.plan,
                 l.sessions,
@@ -547,7 +589,8 @@ impl Outcome {
                 l.billed - l.ran,
                 l.crash_tails,
                 l.late,
-                l.unexplained
+                l.unexplained,
+                l.mismatched
             );
         }
         out
@@ -556,13 +599,15 @@ impl Outcome {
 
 /// Take the bill apart, per org: `billed - ran = crash tails + late + unexplained`, where
 /// the first two are the ledger's rules at work on what the meter was told
-/// (`reference`), and `unexplained` is the meter against those rules.
+/// (`reference`), and `unexplained` is the meter against those rules. `billed` maps each
+/// session the meter knows of this run to its org and billed seconds.
 fn reconcile(
     truth: &BTreeMap<String, Truth>,
     reference: &BTreeMap<String, i64>,
-    billed: &BTreeMap<String, i64>,
+    billed: &BTreeMap<String, (String, i64)>,
     plans: &BTreeMap<String, String>,
-    late: &BTreeMap<String, u64>,
+    late: &BTreeMap<String, Late>,
+    rules: &Rules,
 ) -> Vec<OrgLine> {
     let mut lines: BTreeMap<String, OrgLine> = plans
         .iter()
@@ -583,20 +628,49 @@ fn reconcile(
         };
         let ran: i64 = t.running.iter().map(Interval::len).sum();
         let expected = reference.get(session).copied().unwrap_or(0);
-        let got = billed.get(session).copied().unwrap_or(0);
+        let got = billed.get(session).map_or(0, |b| b.1);
         l.sessions += 1;
         l.ran += ran;
         l.billed += got;
-        l.unexplained += got - expected;
-        if t.crashed {
+        let against_rules = got - expected;
+        let unexplained = if t.crashed {
             l.crashed += 1;
             l.crash_tails += expected - ran;
-        } else if late.contains_key(session) {
-            l.late += expected - ran;
+            // Rule 3 against the truth: at most one interval past the VM's last beat,
+            // which is before it died.
+            if got - ran > rules.interval {
+                l.mismatched += 1;
+            }
+            against_rules
+        } else if let Some(lt) = late.get(session) {
+            // The meter clamped late beats on arrival, the reference on the answer: a
+            // difference within that slack is the late beats', not the meter's.
+            if against_rules.abs() <= lt.slack.abs() {
+                l.late += got - ran;
+                0
+            } else {
+                l.late += expected - ran;
+                against_rules
+            }
         } else {
             // Neither crashed nor late: the rules bill exactly what ran; anything else
-            // shows as unexplained (a beat the meter acknowledged and did not count).
-            l.unexplained += expected - ran;
+            // is unexplained (a beat the meter acknowledged and did not count).
+            got - ran
+        };
+        l.unexplained += unexplained;
+        if unexplained != 0 {
+            l.mismatched += 1;
+        }
+    }
+    // A session the meter bills that the fleet never ran (a denied admission, a beat
+    // filed under the wrong session).
+    for (session, (org, got)) in billed {
+        if *got != 0 && !truth.contains_key(session) {
+            if let Some(l) = lines.get_mut(org) {
+                l.billed += got;
+                l.unexplained += got;
+                l.mismatched += 1;
+            }
         }
     }
     lines.into_values().collect()
@@ -611,8 +685,11 @@ fn percentile(v: &mut [u32], p: f64) -> f64 {
     f64::from(v[i]) / 1000.0
 }
 
-/// The meter's billed seconds for every session of `org` this run made.
-async fn billed_sessions(fleet: &Fleet, org: &str) -> Result<BTreeMap<String, i64>, String> {
+/// The meter's billed seconds for every session of `org` this run made, with the org.
+async fn billed_sessions(
+    fleet: &Fleet,
+    org: &str,
+) -> Result<BTreeMap<String, (String, i64)>, String> {
     let mut out = BTreeMap::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -624,7 +701,8 @@ async fn billed_sessions(fleet: &Fleet, org: &str) -> Result<BTreeMap<String, i6
         for s in page["sessions"].as_array().into_iter().flatten() {
             let id = s["session_id"].as_str().unwrap_or_default();
             if id.starts_with(&fleet.opts.run) {
-                out.insert(id.to_owned(), s["billed_seconds"].as_i64().unwrap_or(0));
+                let secs = s["billed_seconds"].as_i64().unwrap_or(0);
+                out.insert(id.to_owned(), (org.to_owned(), secs));
             }
         }
         match page["next_cursor"].as_str() {
@@ -783,7 +861,7 @@ async fn report(fleet: &Fleet, driven: Duration) -> Result<Outcome, String> {
     }
     let truth = fleet.truth.lock().unwrap().clone();
     let late = fleet.late.lock().unwrap().clone();
-    let lines = reconcile(&truth, &expected, &billed, &fleet.org_plans, &late);
+    let lines = reconcile(&truth, &expected, &billed, &fleet.org_plans, &late, &rules);
     let c = &fleet.counters;
     let acked = c.beats_acked.load(Ordering::Relaxed);
     let denials = fleet.denials.lock().unwrap().clone();
@@ -834,27 +912,135 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_difference_is_taken_apart() {
-        let truths = BTreeMap::from([
+    fn billed(of: &[(&str, &str, i64)]) -> BTreeMap<String, (String, i64)> {
+        of.iter()
+            .map(|&(s, org, secs)| (s.to_owned(), (org.to_owned(), secs)))
+            .collect()
+    }
+
+    const RULES: Rules = Rules {
+        interval: 15,
+        lease: 45,
+    };
+
+    fn plans() -> BTreeMap<String, String> {
+        BTreeMap::from([("a".into(), "pro".into()), ("b".into(), "free".into())])
+    }
+
+    fn truths() -> BTreeMap<String, Truth> {
+        BTreeMap::from([
             ("a1".to_owned(), truth("a", &[(0, 100), (200, 260)], false)),
             ("a2".to_owned(), truth("a", &[(0, 37)], true)),
             ("b1".to_owned(), truth("b", &[(0, 50)], false)),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn the_difference_is_taken_apart() {
         // a2 crashed 7 s after its last beat at 30: the rules bill to 45.
         let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 50)]);
-        let plans = BTreeMap::from([("a".into(), "pro".into()), ("b".into(), "free".into())]);
-        let billed_ok = reference.clone();
-        let lines = reconcile(&truths, &reference, &billed_ok, &plans, &BTreeMap::new());
+        let ok = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 50)]);
+        let lines = reconcile(
+            &truths(),
+            &reference,
+            &ok,
+            &plans(),
+            &BTreeMap::new(),
+            &RULES,
+        );
         assert_eq!(lines[0].ran, 197);
         assert_eq!(lines[0].billed, 205);
         assert_eq!(lines[0].crash_tails, 8);
-        assert_eq!(lines[0].unexplained, 0);
-        assert_eq!(lines[1].unexplained, 0);
+        assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 0));
+        assert_eq!((lines[1].unexplained, lines[1].mismatched), (0, 0));
         // The meter billing a second more than the rules allow is unexplained.
-        let mut billed_off = reference.clone();
-        billed_off.insert("b1".into(), 51);
-        let lines = reconcile(&truths, &reference, &billed_off, &plans, &BTreeMap::new());
-        assert_eq!(lines[1].unexplained, 1);
+        let off = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 51)]);
+        let lines = reconcile(
+            &truths(),
+            &reference,
+            &off,
+            &plans(),
+            &BTreeMap::new(),
+            &RULES,
+        );
+        assert_eq!((lines[1].unexplained, lines[1].mismatched), (1, 1));
+    }
+
+    #[test]
+    fn errors_of_opposite_sign_do_not_cancel() {
+        let truths = BTreeMap::from([
+            ("a1".to_owned(), truth("a", &[(0, 100)], false)),
+            ("a3".to_owned(), truth("a", &[(0, 100)], false)),
+        ]);
+        let reference = BTreeMap::from([("a1".into(), 100), ("a3".into(), 100)]);
+        let got = billed(&[("a1", "a", 105), ("a3", "a", 95)]);
+        let lines = reconcile(
+            &truths,
+            &reference,
+            &got,
+            &plans(),
+            &BTreeMap::new(),
+            &RULES,
+        );
+        assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 2));
+    }
+
+    #[test]
+    fn a_crash_tail_past_one_interval_is_mismatched_even_if_the_reference_agrees() {
+        // Ran to 37, last beat at 30: the meter may bill to 45 at most; 60 is two intervals.
+        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 60), ("b1".into(), 50)]);
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 60), ("b1", "b", 50)]);
+        let lines = reconcile(
+            &truths(),
+            &reference,
+            &got,
+            &plans(),
+            &BTreeMap::new(),
+            &RULES,
+        );
+        assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 1));
+    }
+
+    #[test]
+    fn a_session_the_fleet_never_ran_is_mismatched() {
+        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 50)]);
+        let got = billed(&[
+            ("a1", "a", 160),
+            ("a2", "a", 45),
+            ("b1", "b", 50),
+            ("b9", "b", 30),
+            ("b8", "b", 0),
+        ]);
+        let lines = reconcile(
+            &truths(),
+            &reference,
+            &got,
+            &plans(),
+            &BTreeMap::new(),
+            &RULES,
+        );
+        assert_eq!(
+            (lines[1].billed, lines[1].unexplained, lines[1].mismatched),
+            (80, 30, 1)
+        );
+    }
+
+    #[test]
+    fn late_beats_are_forgiven_their_slack_and_no_more() {
+        // b1's late beats were clamped by the meter 2 s earlier than the reference did.
+        let late = BTreeMap::from([("b1".to_owned(), Late { beats: 3, slack: 2 })]);
+        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 44)]);
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 42)]);
+        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        assert_eq!(
+            (lines[1].late, lines[1].unexplained, lines[1].mismatched),
+            (-8, 0, 0)
+        );
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 41)]);
+        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        assert_eq!(
+            (lines[1].late, lines[1].unexplained, lines[1].mismatched),
+            (-6, -3, 1)
+        );
     }
 }
