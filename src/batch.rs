@@ -22,11 +22,11 @@ pub struct Batch {
 
 #[derive(Deserialize, ToSchema)]
 pub struct RawHeartbeat {
-    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+    #[schema(schema_with = crate::ids::schema)]
     pub org_id: String,
-    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+    #[schema(schema_with = crate::ids::schema)]
     pub session_id: String,
-    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+    #[schema(schema_with = crate::ids::schema)]
     pub vm_id: String,
     /// The supervisor's sequence number for this session, 0 or more; a repeat is a no-op.
     #[schema(minimum = 0)]

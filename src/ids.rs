@@ -11,6 +11,8 @@ pub struct Id(String);
 
 impl Id {
     pub const MAX_LEN: usize = 64;
+    /// What `parse` accepts, as a JSON Schema pattern for the OpenAPI document.
+    pub const PATTERN: &'static str = "^[A-Za-z0-9_.-]{1,64}$";
 
     pub fn parse(s: &str) -> Result<Id, String> {
         if s.is_empty() || s.len() > Self::MAX_LEN {
@@ -38,6 +40,14 @@ impl Id {
     pub fn into_string(self) -> String {
         self.0
     }
+}
+
+/// The schema of an id in the OpenAPI document.
+pub fn schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .pattern(Some(Id::PATTERN))
+        .build()
 }
 
 impl fmt::Display for Id {

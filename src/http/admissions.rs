@@ -10,8 +10,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded};
 
 use super::auth::Principal;
+use super::error::parse_id;
 use super::json::JsonBody;
-use super::orgs::path_id;
 use super::{ApiError, ApiResult, AppState};
 use crate::ids::Id;
 use crate::ledger::{Interval, Secs};
@@ -112,10 +112,6 @@ impl From<DecisionRow> for DecisionView {
     }
 }
 
-fn id_field(name: &str, value: &str) -> ApiResult<Id> {
-    Id::parse(value).map_err(|m| ApiError::invalid(name, format!("{name} {m}")))
-}
-
 /// `POST /v1/admissions`: allow or deny, with the figures it was decided from. A denial is
 /// a 200 with a decision.
 #[utoipa::path(post, path = "/v1/admissions", tag = "gate", security(("bearer" = [])),
@@ -132,9 +128,9 @@ pub async fn post_admission(
     JsonBody(body): JsonBody<AdmissionBody>,
 ) -> ApiResult<Json<DecisionView>> {
     principal.require_any(&[Scope::Admission])?;
-    let org_id = id_field("org_id", &body.org_id)?;
-    let key_id = id_field("key_id", &body.key_id)?;
-    let session_id = id_field("session_id", &body.session_id)?;
+    let org_id = parse_id("org_id", &body.org_id)?;
+    let key_id = parse_id("key_id", &body.key_id)?;
+    let session_id = parse_id("session_id", &body.session_id)?;
     if !AGENTS.contains(&body.agent.as_str()) {
         return Err(ApiError::invalid(
             "agent",
@@ -147,12 +143,12 @@ pub async fn post_admission(
     let project_id = body
         .project_id
         .as_deref()
-        .map(|p| id_field("project_id", p))
+        .map(|p| parse_id("project_id", p))
         .transpose()?;
     let started_by = body
         .started_by
         .as_deref()
-        .map(|p| id_field("started_by", p))
+        .map(|p| parse_id("started_by", p))
         .transpose()?;
     principal.check_org(org_id.as_str())?;
     let req = AdmissionRequest {
@@ -239,8 +235,7 @@ pub struct DecisionPage {
 /// `from`/`to`, the last 30 days.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/decisions", tag = "gate",
     security(("bearer" = [])),
-    params(("org_id" = String, Path, description = "The org's id",
-        pattern = r"^[A-Za-z0-9_.-]{1,64}$"), DecisionsQuery),
+    params(super::openapi::OrgPath, DecisionsQuery),
     responses((status = 200, description = "A page of decisions, oldest first", body = DecisionPage),
         Guarded, BadQuery, BadId))]
 pub async fn list_decisions(
@@ -250,7 +245,7 @@ pub async fn list_decisions(
     query: Result<Query<DecisionsQuery>, QueryRejection>,
 ) -> ApiResult<Json<DecisionPage>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
-    let org_id = path_id("org_id", &org_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
     let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
     let time = |name: &str, v: &Option<String>| {

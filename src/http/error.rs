@@ -51,6 +51,12 @@ impl ApiError {
         self
     }
 
+    /// Tell the caller to retry after `secs` (`Retry-After`).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
     pub fn malformed(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "malformed_body", message)
     }
@@ -104,23 +110,21 @@ impl ApiError {
     }
 
     pub fn unavailable() -> Self {
-        let mut e = Self::new(
+        Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
             "the database is unreachable; retry shortly (nothing was written)",
-        );
-        e.retry_after = Some(1);
-        e
+        )
+        .retry_after(1)
     }
 
     pub fn rate_limited(wait: u64) -> Self {
-        let mut e = Self::new(
+        Self::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
             format!("this token is over its request rate (RUSH_METER_RATE_LIMIT_PER_SEC); retry in {wait} s"),
-        );
-        e.retry_after = Some(wait);
-        e
+        )
+        .retry_after(wait)
     }
 
     pub fn internal() -> Self {
@@ -176,6 +180,15 @@ pub async fn errors_as_json(req: axum::extract::Request, next: axum::middleware:
         StatusCode::BAD_REQUEST => {
             ApiError::malformed(format!("the request could not be read: {text}"))
         }
+        s if s.is_server_error() => {
+            tracing::error!(status = %s, body = %text, "the framework failed a request");
+            ApiError::internal()
+        }
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::new(
+            status,
+            "method_not_allowed",
+            "the path does not take this method; /openapi.json lists what it takes",
+        ),
         s => ApiError::new(s, "refused", text),
     }
     .into_response()
@@ -211,3 +224,8 @@ impl From<&StoreError> for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// An id from a path, query or body, or the 422 that names it.
+pub fn parse_id(name: &str, value: &str) -> ApiResult<crate::ids::Id> {
+    crate::ids::Id::parse(value).map_err(|m| ApiError::invalid(name, format!("{name} {m}")))
+}

@@ -22,8 +22,8 @@ use crate::tokens::Scope;
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ExportQuery {
-    /// The month, `YYYY-MM` (UTC); required.
-    #[param(schema_with = super::openapi::strings::month)]
+    /// The month, `YYYY-MM` (UTC). An `Option` so that its absence gets the error format.
+    #[param(schema_with = super::openapi::strings::month, required = true)]
     period: Option<String>,
     /// One line per org (default), or per session.
     #[param(schema_with = super::openapi::strings::export_by)]

@@ -9,8 +9,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded};
 
 use super::auth::Principal;
+use super::error::parse_id;
 use super::json::JsonBody;
-use super::orgs::path_id;
 use super::{ApiError, ApiResult, AppState};
 use crate::batch::{self, Batch, BatchError};
 use crate::ledger::{EndStatus, Phase, Secs};
@@ -190,7 +190,7 @@ pub fn session_view(row: SessionRow, now: Secs, rules: &crate::ledger::Rules) ->
 
 /// `POST /v1/sessions/{session_id}/end`: close a session; repeating it changes nothing.
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/end", tag = "ledger",
-    security(("bearer" = [])), params(("session_id" = String, Path, description = "The session's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")), request_body = EndBody,
+    security(("bearer" = [])), params(super::openapi::SessionPath), request_body = EndBody,
     responses((status = 200, description = "The session, ended", body = SessionView),
         Guarded, BadBody, BadId))]
 pub async fn end_session(
@@ -200,7 +200,7 @@ pub async fn end_session(
     JsonBody(body): JsonBody<EndBody>,
 ) -> ApiResult<Json<SessionView>> {
     principal.require_any(&[Scope::Ingest, Scope::Admission])?;
-    let session_id = path_id("session_id", &session_id)?;
+    let session_id = parse_id("session_id", &session_id)?;
     let status = EndStatus::parse(&body.status).ok_or_else(|| {
         ApiError::invalid(
             "status",
@@ -241,7 +241,7 @@ pub struct SessionDetail {
 /// `GET /v1/sessions/{session_id}`: one session's ledger and timeline (console for its
 /// org's sessions).
 #[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "ledger",
-    security(("bearer" = [])), params(("session_id" = String, Path, description = "The session's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    security(("bearer" = [])), params(super::openapi::SessionPath),
     responses((status = 200, description = "The session and its timeline", body = SessionDetail),
         Guarded, BadId))]
 pub async fn get_session(
@@ -255,7 +255,7 @@ pub async fn get_session(
         Scope::Admission,
         Scope::Ingest,
     ])?;
-    let session_id = path_id("session_id", &session_id)?;
+    let session_id = parse_id("session_id", &session_id)?;
     let row = state
         .db
         .get_session(session_id.as_str())
@@ -306,8 +306,7 @@ pub(crate) const PHASES: [&str; 5] = ["admitted", "running", "parked", "silent",
 /// created in `[from, to)` (default: all), oldest first, 100 a page (at most 1,000).
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/sessions", tag = "ledger",
     security(("bearer" = [])),
-    params(("org_id" = String, Path, description = "The org's id",
-        pattern = r"^[A-Za-z0-9_.-]{1,64}$"), SessionsQuery),
+    params(super::openapi::OrgPath, SessionsQuery),
     responses((status = 200, description = "A page of sessions, oldest first", body = SessionPage),
         Guarded, BadQuery, BadId))]
 pub async fn list_sessions(
@@ -317,7 +316,7 @@ pub async fn list_sessions(
     query: Result<axum::extract::Query<SessionsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<SessionPage>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
-    let org_id = path_id("org_id", &org_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
     let axum::extract::Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
     if let Some(s) = q.state.as_deref().filter(|s| !PHASES.contains(s)) {

@@ -79,8 +79,7 @@ pub async fn list_notifications(
         ));
     }
     if let Some(org) = q.org_id.as_deref() {
-        crate::ids::Id::parse(org)
-            .map_err(|m| ApiError::invalid("org_id", format!("org_id {m}")))?;
+        super::error::parse_id("org_id", org)?;
     }
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {

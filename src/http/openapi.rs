@@ -15,9 +15,10 @@ use utoipa::openapi::{
     schema::SchemaType, KnownFormat, Object, ObjectBuilder, OpenApi as Document, Ref, RefOr,
     SchemaFormat, Type,
 };
-use utoipa::{IntoResponses, Modify, OpenApi};
+use utoipa::{IntoParams, IntoResponses, Modify, OpenApi};
 
 use super::error::ErrorBody;
+use crate::ids::Id;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -63,8 +64,37 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The pattern of every id (`crate::ids::Id`).
-pub const ID_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
+/// The path parameters routes share, each described once. Documentation only: the
+/// handlers take their ids as strings and check them with `crate::ids::Id`.
+#[allow(dead_code)]
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct OrgPath {
+    /// The org's id
+    #[param(schema_with = strings::id)]
+    org_id: String,
+}
+
+#[allow(dead_code)]
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct OrgKeyPath {
+    /// The org's id
+    #[param(schema_with = strings::id)]
+    org_id: String,
+    /// The API key's id
+    #[param(schema_with = strings::id)]
+    key_id: String,
+}
+
+#[allow(dead_code)]
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SessionPath {
+    /// The session's id
+    #[param(schema_with = strings::id)]
+    session_id: String,
+}
 
 /// Schemas for the strings the handlers check by hand (`schema_with = …`), so the
 /// document names the values a request may carry.
@@ -89,11 +119,11 @@ pub mod strings {
     }
 
     pub fn id() -> Object {
-        string(false).pattern(Some(ID_PATTERN)).build()
+        crate::ids::schema()
     }
 
     pub fn id_or_null() -> Object {
-        string(true).pattern(Some(ID_PATTERN)).build()
+        string(true).pattern(Some(Id::PATTERN)).build()
     }
 
     fn date_time(nullable: bool) -> Object {
@@ -106,10 +136,6 @@ pub mod strings {
         date_time(false)
     }
 
-    pub fn time_or_null() -> Object {
-        date_time(true)
-    }
-
     pub fn month() -> Object {
         ObjectBuilder::new()
             .schema_type(Type::String)
@@ -119,10 +145,6 @@ pub mod strings {
 
     pub fn agent() -> Object {
         one_of(&crate::http::admissions::AGENTS)
-    }
-
-    pub fn vm_state() -> Object {
-        one_of(&["running", "parked"])
     }
 
     pub fn end_status() -> Object {
@@ -167,10 +189,11 @@ fn description(status: u16) -> &'static str {
                 path could not be read; `field` names the bad part when known"
         }
         401 => "`unauthorized`: no token, or not a valid one",
-        403 => "`forbidden`: the token lacks the scope, or belongs to another org",
+        403 => "`forbidden`: the token lacks the scope",
         404 => {
             "`org_not_found`, `session_not_found`, `key_not_found` or `not_found`: \
-                nothing by that id"
+                nothing by that id, or an org a console token is not bound to (answered as \
+                if it did not exist)"
         }
         409 => {
             "`session_conflict` (the session is another org's), `session_ended`, \
@@ -183,8 +206,9 @@ fn description(status: u16) -> &'static str {
         500 => "`internal`: an unexpected error, logged with the request id",
         502 => "`stripe_refused`: Stripe refused the change; nothing changed here",
         503 => {
-            "`unavailable` (the database) or `stripe_off`/`stripe_unavailable`: \
-                nothing was written; retry after `Retry-After` seconds"
+            "`unavailable` (the database) or `stripe_unavailable`: nothing was written; \
+                retry after `Retry-After` seconds. `stripe_off`: Stripe is not configured on \
+                this instance, and a retry will not help"
         }
         _ => "an error",
     }

@@ -8,19 +8,14 @@ use utoipa::ToSchema;
 use super::openapi::{BadBody, BadId, Guarded};
 
 use super::auth::Principal;
+use super::error::parse_id;
 use super::json::JsonBody;
 use super::{ApiError, ApiResult, AppState};
-use crate::ids::Id;
 use crate::ledger::Secs;
 use crate::quota::{effective_concurrency_limit, rfc3339};
 use crate::standing::{effective_plan, subscribed_plan};
 use crate::store::{KeyRow, OrgRow, OrgUpsert};
 use crate::tokens::Scope;
-
-/// A path segment that must be an id; a bad one is a 422 naming the segment.
-pub fn path_id(name: &str, value: &str) -> ApiResult<Id> {
-    Id::parse(value).map_err(|m| ApiError::invalid(name, format!("{name} {m}")))
-}
 
 #[derive(Deserialize, ToSchema)]
 pub struct PutOrg {
@@ -90,7 +85,7 @@ impl From<OrgRow> for OrgView {
 
 /// Create or update an org; its plan applies at once (admin).
 #[utoipa::path(put, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = [])),
-    params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")), request_body(content = Option<PutOrg>, description = "May be empty: fields left out stay as they are"),
+    params(super::openapi::OrgPath), request_body(content = Option<PutOrg>, description = "May be empty: fields left out stay as they are"),
     responses((status = 200, description = "The org as stored", body = OrgView),
         Guarded, BadBody, BadId))]
 pub async fn put_org(
@@ -100,7 +95,7 @@ pub async fn put_org(
     JsonBody(body): JsonBody<PutOrg>,
 ) -> ApiResult<Json<OrgView>> {
     principal.require_any(&[Scope::Admin])?;
-    let org_id = path_id("org_id", &org_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
     if let Some(name) = &body.name {
         if name.trim().is_empty() || name.chars().count() > 200 {
             return Err(ApiError::invalid(
@@ -135,7 +130,7 @@ pub async fn put_org(
 
 /// An org with its plan and subscription (console for its own org, finance, admin).
 #[utoipa::path(get, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = [])),
-    params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::openapi::OrgPath),
     responses((status = 200, description = "The org", body = OrgView), Guarded, BadId))]
 pub async fn get_org(
     State(state): State<AppState>,
@@ -143,7 +138,7 @@ pub async fn get_org(
     Path(org_id): Path<String>,
 ) -> ApiResult<Json<OrgView>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
-    let org_id = path_id("org_id", &org_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
     let row = state.org(org_id.as_str()).await?;
     Ok(Json(row.into()))
@@ -184,7 +179,7 @@ fn key_view(key: KeyRow, org: &OrgRow, state: &AppState) -> KeyView {
 
 /// Register a key and its concurrency limit (admin).
 #[utoipa::path(put, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
-    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("key_id" = String, Path, description = "The API key's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")), request_body(content = Option<PutKey>, description = "May be empty: fields left out stay as they are"),
+    security(("bearer" = [])), params(super::openapi::OrgKeyPath), request_body(content = Option<PutKey>, description = "May be empty: fields left out stay as they are"),
     responses((status = 200, description = "The key as stored", body = KeyView),
         Guarded, BadBody, BadId))]
 pub async fn put_key(
@@ -194,8 +189,8 @@ pub async fn put_key(
     JsonBody(body): JsonBody<PutKey>,
 ) -> ApiResult<Json<KeyView>> {
     principal.require_any(&[Scope::Admin])?;
-    let org_id = path_id("org_id", &org_id)?;
-    let key_id = path_id("key_id", &key_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
+    let key_id = parse_id("key_id", &key_id)?;
     let org = state.org(org_id.as_str()).await?;
     let plan = subscribed_plan(&org, &state.plans);
     if let Some(limit) = body.concurrency_limit {
@@ -223,7 +218,7 @@ pub async fn put_key(
 
 /// A key and the concurrency limit in force (admin, admission).
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
-    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), ("key_id" = String, Path, description = "The API key's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    security(("bearer" = [])), params(super::openapi::OrgKeyPath),
     responses((status = 200, description = "The key", body = KeyView), Guarded, BadId))]
 pub async fn get_key(
     State(state): State<AppState>,
@@ -231,8 +226,8 @@ pub async fn get_key(
     Path((org_id, key_id)): Path<(String, String)>,
 ) -> ApiResult<Json<KeyView>> {
     principal.require_any(&[Scope::Admin, Scope::Admission])?;
-    let org_id = path_id("org_id", &org_id)?;
-    let key_id = path_id("key_id", &key_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
+    let key_id = parse_id("key_id", &key_id)?;
     principal.check_org(org_id.as_str())?;
     let org = state.org(org_id.as_str()).await?;
     let key = state

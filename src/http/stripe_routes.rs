@@ -11,8 +11,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::openapi::{BadBody, BadId, BadPath, BadQuery, Guarded, StripeCalls, Unsigned};
 
 use super::auth::Principal;
+use super::error::parse_id;
 use super::json::JsonBody;
-use super::orgs::path_id;
 use super::{ApiError, ApiResult, AppState};
 use crate::billing::api::StripeFailure;
 use crate::billing::checkout::{self, Change, ChangeError};
@@ -285,7 +285,8 @@ fn change_error(e: ChangeError) -> ApiError {
             StatusCode::SERVICE_UNAVAILABLE,
             "stripe_unavailable",
             format!("Stripe did not answer ({m}); nothing changed, retry shortly"),
-        ),
+        )
+        .retry_after(5),
         ChangeError::Stripe(f) => {
             // Stripe's own words name its objects: logged for operators, not shown.
             tracing::warn!(error = %f, "Stripe refused a plan change");
@@ -303,7 +304,7 @@ fn change_error(e: ChangeError) -> ApiError {
 /// Checkout Session to pay in (`url`); with one, an upgrade made at once (prorated) or a
 /// downgrade made when the period ends.
 #[utoipa::path(post, path = "/v1/orgs/{org_id}/checkout", tag = "billing",
-    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")), request_body = CheckoutBody,
+    security(("bearer" = [])), params(super::openapi::OrgPath), request_body = CheckoutBody,
     responses((status = 200, description = "What was done, by `action`", body = CheckoutOutcome),
         Guarded, BadBody, BadId, StripeCalls))]
 pub async fn checkout(
@@ -313,7 +314,7 @@ pub async fn checkout(
     JsonBody(body): JsonBody<CheckoutBody>,
 ) -> ApiResult<Json<CheckoutOutcome>> {
     principal.require_any(&[Scope::Console])?;
-    let org_id = path_id("org_id", &org_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
     principal.check_org(org_id.as_str())?;
     let target = state.plans.get(&body.plan).ok_or_else(|| {
         let names: Vec<&str> = state.plans.iter().map(|p| p.id.as_str()).collect();
@@ -346,7 +347,7 @@ pub async fn checkout(
 
 /// `POST /v1/orgs/{org_id}/billing-portal`: a link to Stripe's customer portal.
 #[utoipa::path(post, path = "/v1/orgs/{org_id}/billing-portal", tag = "billing",
-    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    security(("bearer" = [])), params(super::openapi::OrgPath),
     responses((status = 200, description = "The portal link", body = PortalLink),
         Guarded, BadId, StripeCalls))]
 pub async fn billing_portal(
@@ -355,7 +356,7 @@ pub async fn billing_portal(
     Path(org_id): Path<String>,
 ) -> ApiResult<Json<PortalLink>> {
     principal.require_any(&[Scope::Console])?;
-    let org_id = path_id("org_id", &org_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
     principal.check_org(org_id.as_str())?;
     let org = state.org(org_id.as_str()).await?;
     let url = checkout::portal(&state.billing, &org)

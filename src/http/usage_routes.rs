@@ -9,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::openapi::{BadId, BadQuery, Guarded};
 
 use super::auth::Principal;
-use super::orgs::path_id;
+use super::error::parse_id;
 use super::{ApiError, ApiResult, AppState};
 use crate::breakdown::{
     check_range, group, provisional_pieces, windows_touched, GroupBy, Key, Piece, HOUR,
@@ -34,7 +34,7 @@ pub struct UsageView {
 
 /// `GET /v1/orgs/{org_id}/usage`: both windows, running sessions counted up to now.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/usage", tag = "usage", security(("bearer" = [])),
-    params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    params(super::openapi::OrgPath),
     responses((status = 200, description = "The month and week windows", body = UsageView),
         Guarded, BadId))]
 pub async fn get_usage(
@@ -43,7 +43,7 @@ pub async fn get_usage(
     Path(org_id): Path<String>,
 ) -> ApiResult<Json<UsageView>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
-    let org_id = path_id("org_id", &org_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
     let now = state.clock.now();
     // Independent reads, on two connections at once.
@@ -178,7 +178,7 @@ const MAX_BREAKDOWN_DAYS: i64 = 400;
 /// by hour, day, session, project, user or agent, with the total and the plan's ceilings
 /// for every month and week window the range touches.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/usage/breakdown", tag = "usage",
-    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$"), BreakdownQuery),
+    security(("bearer" = [])), params(super::openapi::OrgPath, BreakdownQuery),
     responses((status = 200, description = "Agent time grouped, with the total and ceilings",
         body = Breakdown), Guarded, BadQuery, BadId))]
 pub async fn get_breakdown(
@@ -188,7 +188,7 @@ pub async fn get_breakdown(
     query: Result<Query<BreakdownQuery>, QueryRejection>,
 ) -> ApiResult<Json<Breakdown>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
-    let org_id = path_id("org_id", &org_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
     let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
     let by = match q.group_by.as_deref() {
@@ -285,7 +285,7 @@ pub async fn get_breakdown(
 /// plan), both windows projected to their end at the pace so far, the cheapest plan that
 /// holds them, and how to check out to it.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/upgrade-prompt", tag = "usage",
-    security(("bearer" = [])), params(("org_id" = String, Path, description = "The org's id", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
+    security(("bearer" = [])), params(super::openapi::OrgPath),
     responses((status = 200, description = "Whether to prompt, why, and to which plan",
         body = UpgradePrompt), Guarded, BadId))]
 pub async fn get_upgrade_prompt(
@@ -295,7 +295,7 @@ pub async fn get_upgrade_prompt(
 ) -> ApiResult<Json<UpgradePrompt>> {
     use crate::prompt::{project, reasons, suggest, PromptReason};
     principal.require_any(&[Scope::Console, Scope::Finance])?;
-    let org_id = path_id("org_id", &org_id)?;
+    let org_id = parse_id("org_id", &org_id)?;
     principal.check_org_read(org_id.as_str())?;
     let now = state.clock.now();
     let s = standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules)
