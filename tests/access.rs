@@ -180,11 +180,8 @@ async fn refusal(
     (status, code.to_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_token_without_the_right_reaches_another_orgs_data() {
-    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
-        return;
-    };
+/// Two orgs, each with a key and a running session.
+async fn seed(srv: &TestServer) {
     for org in ["org_a", "org_b"] {
         srv.create_org(org, "pro").await;
         srv.admin("PUT", &format!("/v1/orgs/{org}/keys/k1"), Some(json!({})))
@@ -201,6 +198,14 @@ async fn no_token_without_the_right_reaches_another_orgs_data() {
             .await;
         assert_eq!(status, 200);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_without_the_right_reaches_another_orgs_data() {
+    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+        return;
+    };
+    seed(&srv).await;
     let console_a = srv.token(&[Scope::Console], Some("org_a")).await;
     // (name, secret, the scope of an org-wide token): a route that grants the scope is
     // not the sweep's business.
@@ -274,15 +279,6 @@ async fn the_sweep_covers_every_protected_operation() {
     };
     let (status, doc) = srv.call("GET", "/openapi.json", None, None).await;
     assert_eq!(status, 200);
-    let matches = |template: &str, path: &str| {
-        let path = path.split('?').next().unwrap();
-        let (t, p): (Vec<&str>, Vec<&str>) =
-            (template.split('/').collect(), path.split('/').collect());
-        t.len() == p.len()
-            && t.iter()
-                .zip(&p)
-                .all(|(a, b)| a.starts_with('{') || b.starts_with('{') || a == b)
-    };
     let mut protected = 0;
     for (template, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
@@ -304,4 +300,98 @@ async fn the_sweep_covers_every_protected_operation() {
         ROUTES.len(),
         "the sweep tries a route the document does not protect"
     );
+}
+
+/// Whether the sweep's `path` is an instance of the document's `template`.
+fn matches(template: &str, path: &str) -> bool {
+    let path = path.split('?').next().unwrap();
+    let (t, p): (Vec<&str>, Vec<&str>) = (template.split('/').collect(), path.split('/').collect());
+    t.len() == p.len()
+        && t.iter()
+            .zip(&p)
+            .all(|(a, b)| a.starts_with('{') || b.starts_with('{') || a == b)
+}
+
+/// The scopes the document says `r` takes (its `security` requirement).
+fn documented_scopes(doc: &Value, r: &Route) -> Vec<String> {
+    let (_, item) = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(template, item)| {
+            matches(template, r.path) && item.get(r.method.to_lowercase()).is_some()
+        })
+        .unwrap_or_else(|| panic!("{} {} is not in the document", r.method, r.path));
+    item[r.method.to_lowercase()]["security"][0]["bearer"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{} {} documents no scopes", r.method, r.path))
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The document's scopes are the contract: a token of each scope an operation lists gets
+/// past authorisation on its own org's data, a token of any other scope gets 403, and the
+/// sweep's own table of grants says the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_operation_takes_exactly_the_scopes_it_documents() {
+    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+        return;
+    };
+    seed(&srv).await;
+    let (status, doc) = srv.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(status, 200);
+    let mut tokens = Vec::new();
+    for scope in Scope::ALL {
+        let bound = (scope == Scope::Console).then_some("org_a");
+        tokens.push((scope, srv.token(&[scope], bound).await));
+    }
+    let mut checked = 0;
+    for r in ROUTES {
+        let listed = documented_scopes(&doc, r);
+        assert!(
+            listed.iter().any(|s| s == "admin"),
+            "{}: {listed:?}",
+            r.path
+        );
+        let mut unbound: Vec<&str> = listed
+            .iter()
+            .map(String::as_str)
+            .filter(|s| !matches!(*s, "admin" | "console"))
+            .collect();
+        let mut grants: Vec<&str> = r.grants.iter().map(|g| g.as_str()).collect();
+        unbound.sort_unstable();
+        grants.sort_unstable();
+        assert_eq!(
+            unbound, grants,
+            "{} {}: document against the sweep",
+            r.method, r.path
+        );
+        let path = r
+            .path
+            .replace("{org}", "org_a")
+            .replace("{session}", "ses_org_a");
+        for (scope, token) in &tokens {
+            let body = (r.body)("org_a", "ses_org_a");
+            let (status, v) = srv.call(r.method, &path, Some(token), body.as_ref()).await;
+            if listed.iter().any(|s| s == scope.as_str()) {
+                assert!(
+                    !matches!(status, 401 | 403),
+                    "{} {path} lists `{}` but refused it: {status} {v}",
+                    r.method,
+                    scope.as_str()
+                );
+            } else {
+                assert_eq!(
+                    status,
+                    403,
+                    "{} {path} does not list `{}`: {v}",
+                    r.method,
+                    scope.as_str()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, ROUTES.len() * Scope::ALL.len());
 }

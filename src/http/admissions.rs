@@ -114,7 +114,7 @@ impl From<DecisionRow> for DecisionView {
 
 /// `POST /v1/admissions`: allow or deny, with the figures it was decided from. A denial is
 /// a 200 with a decision.
-#[utoipa::path(post, path = "/v1/admissions", tag = "gate", security(("bearer" = [])),
+#[utoipa::path(post, path = "/v1/admissions", tag = "gate", security(("bearer" = ["admission", "admin"])),
     request_body = AdmissionBody,
     responses(
         (status = 200, description = "The decision, allow or deny, and what it was decided from",
@@ -234,7 +234,7 @@ pub struct DecisionPage {
 /// decisions for an org, oldest first, 100 a page by default (at most 1,000). Without
 /// `from`/`to`, the last 30 days.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/decisions", tag = "gate",
-    security(("bearer" = [])),
+    security(("bearer" = ["console", "finance", "admin"])),
     params(super::openapi::OrgPath, DecisionsQuery),
     responses((status = 200, description = "A page of decisions, oldest first", body = DecisionPage),
         Guarded, BadQuery, BadId))]

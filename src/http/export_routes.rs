@@ -44,7 +44,7 @@ impl From<ExportError> for ApiError {
 
 /// `GET /v1/exports/usage?period=YYYY-MM&by=org|session&format=csv|jsonl`, streamed.
 /// Columns and rounding: docs/exports.md.
-#[utoipa::path(get, path = "/v1/exports/usage", tag = "finance", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/exports/usage", tag = "finance", security(("bearer" = ["finance", "admin"])),
     params(ExportQuery),
     responses(
         (status = 200, description = "The month's lines, by `org_id` then `session_id`; \
@@ -198,7 +198,7 @@ pub struct Closed {
 }
 
 /// `GET /v1/periods`: the closed billing periods, newest first, with their totals.
-#[utoipa::path(get, path = "/v1/periods", tag = "finance", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/periods", tag = "finance", security(("bearer" = ["finance", "admin"])),
     responses((status = 200, description = "The closed periods", body = PeriodList), Guarded))]
 pub async fn list_periods(
     State(state): State<AppState>,
@@ -231,7 +231,7 @@ pub async fn list_periods(
 /// `POST /v1/periods/{period}/close` (admin): close the month and any open month before
 /// it, as `rush-meter period close` does. Closing a closed month changes nothing.
 #[utoipa::path(post, path = "/v1/periods/{period}/close", tag = "finance",
-    security(("bearer" = [])),
+    security(("bearer" = ["admin"])),
     params(("period" = String, Path, description = "The month, `YYYY-MM`; it must have ended",
         example = "2026-11")),
     responses((status = 200, description = "Closed", body = Closed),

@@ -48,7 +48,7 @@ impl From<BatchError> for ApiError {
 }
 
 /// `POST /v1/heartbeats`: answered once every heartbeat of the batch is committed.
-#[utoipa::path(post, path = "/v1/heartbeats", tag = "ledger", security(("bearer" = [])),
+#[utoipa::path(post, path = "/v1/heartbeats", tag = "ledger", security(("bearer" = ["ingest", "admin"])),
     request_body = Batch,
     responses(
         (status = 200, description = "Every heartbeat committed; one result each, in order",
@@ -190,7 +190,7 @@ pub fn session_view(row: SessionRow, now: Secs, rules: &crate::ledger::Rules) ->
 
 /// `POST /v1/sessions/{session_id}/end`: close a session; repeating it changes nothing.
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/end", tag = "ledger",
-    security(("bearer" = [])), params(super::openapi::SessionPath), request_body = EndBody,
+    security(("bearer" = ["ingest", "admission", "admin"])), params(super::openapi::SessionPath), request_body = EndBody,
     responses((status = 200, description = "The session, ended", body = SessionView),
         Guarded, BadBody, BadId))]
 pub async fn end_session(
@@ -241,7 +241,7 @@ pub struct SessionDetail {
 /// `GET /v1/sessions/{session_id}`: one session's ledger and timeline (console for its
 /// org's sessions).
 #[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "ledger",
-    security(("bearer" = [])), params(super::openapi::SessionPath),
+    security(("bearer" = ["console", "finance", "admission", "ingest", "admin"])), params(super::openapi::SessionPath),
     responses((status = 200, description = "The session and its timeline", body = SessionDetail),
         Guarded, BadId))]
 pub async fn get_session(
@@ -305,7 +305,7 @@ pub(crate) const PHASES: [&str; 5] = ["admitted", "running", "parked", "silent",
 /// `GET /v1/orgs/{org_id}/sessions?state=&from=&to=&cursor=&limit=`: an org's sessions
 /// created in `[from, to)` (default: all), oldest first, 100 a page (at most 1,000).
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/sessions", tag = "ledger",
-    security(("bearer" = [])),
+    security(("bearer" = ["console", "finance", "admin"])),
     params(super::openapi::OrgPath, SessionsQuery),
     responses((status = 200, description = "A page of sessions, oldest first", body = SessionPage),
         Guarded, BadQuery, BadId))]

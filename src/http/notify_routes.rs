@@ -61,7 +61,7 @@ pub struct NotificationView {
 pub(crate) const STATES: [&str; 3] = ["pending", "sent", "failed"];
 
 /// `GET /v1/admin/notifications?org_id=&state=pending|sent|failed&limit=`: newest first.
-#[utoipa::path(get, path = "/v1/admin/notifications", tag = "admin", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/admin/notifications", tag = "admin", security(("bearer" = ["admin"])),
     params(ListQuery),
     responses((status = 200, description = "Threshold notifications and their delivery",
         body = NotificationList), Guarded, BadQuery))]

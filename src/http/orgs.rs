@@ -84,7 +84,7 @@ impl From<OrgRow> for OrgView {
 }
 
 /// Create or update an org; its plan applies at once (admin).
-#[utoipa::path(put, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = [])),
+#[utoipa::path(put, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = ["admin"])),
     params(super::openapi::OrgPath), request_body(content = Option<PutOrg>, description = "May be empty: fields left out stay as they are"),
     responses((status = 200, description = "The org as stored", body = OrgView),
         Guarded, BadBody, BadId))]
@@ -129,7 +129,7 @@ pub async fn put_org(
 }
 
 /// An org with its plan and subscription (console for its own org, finance, admin).
-#[utoipa::path(get, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = ["console", "finance", "admin"])),
     params(super::openapi::OrgPath),
     responses((status = 200, description = "The org", body = OrgView), Guarded, BadId))]
 pub async fn get_org(
@@ -179,7 +179,7 @@ fn key_view(key: KeyRow, org: &OrgRow, state: &AppState) -> KeyView {
 
 /// Register a key and its concurrency limit (admin).
 #[utoipa::path(put, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
-    security(("bearer" = [])), params(super::openapi::OrgKeyPath), request_body(content = Option<PutKey>, description = "May be empty: fields left out stay as they are"),
+    security(("bearer" = ["admin"])), params(super::openapi::OrgKeyPath), request_body(content = Option<PutKey>, description = "May be empty: fields left out stay as they are"),
     responses((status = 200, description = "The key as stored", body = KeyView),
         Guarded, BadBody, BadId))]
 pub async fn put_key(
@@ -218,7 +218,7 @@ pub async fn put_key(
 
 /// A key and the concurrency limit in force (admin, admission).
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
-    security(("bearer" = [])), params(super::openapi::OrgKeyPath),
+    security(("bearer" = ["admin", "admission"])), params(super::openapi::OrgKeyPath),
     responses((status = 200, description = "The key", body = KeyView), Guarded, BadId))]
 pub async fn get_key(
     State(state): State<AppState>,

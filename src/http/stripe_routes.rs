@@ -151,7 +151,7 @@ impl From<StripeEventRow> for EventView {
 pub(crate) const EVENT_STATES: [&str; 4] = ["pending", "processed", "ignored", "quarantined"];
 
 /// `GET /v1/admin/stripe/events?state=quarantined&cursor=&limit=`: newest first.
-#[utoipa::path(get, path = "/v1/admin/stripe/events", tag = "admin", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/admin/stripe/events", tag = "admin", security(("bearer" = ["admin"])),
     params(EventsQuery),
     responses((status = 200, description = "A page of Stripe events, newest first",
         body = EventPage), Guarded, BadQuery))]
@@ -197,7 +197,7 @@ pub async fn list_events(
 /// `POST /v1/admin/stripe/events/{event_id}/retry`: put a quarantined event back in the
 /// queue, once its cause is fixed.
 #[utoipa::path(post, path = "/v1/admin/stripe/events/{event_id}/retry", tag = "admin",
-    security(("bearer" = [])),
+    security(("bearer" = ["admin"])),
     params(("event_id" = String, Path, description = "Stripe's event id, `evt_…`")),
     responses((status = 200, description = "Queued again", body = Requeued),
         (status = 404, description = "`not_found`: no quarantined event by that id",
@@ -304,7 +304,7 @@ fn change_error(e: ChangeError) -> ApiError {
 /// Checkout Session to pay in (`url`); with one, an upgrade made at once (prorated) or a
 /// downgrade made when the period ends.
 #[utoipa::path(post, path = "/v1/orgs/{org_id}/checkout", tag = "billing",
-    security(("bearer" = [])), params(super::openapi::OrgPath), request_body = CheckoutBody,
+    security(("bearer" = ["console", "admin"])), params(super::openapi::OrgPath), request_body = CheckoutBody,
     responses((status = 200, description = "What was done, by `action`", body = CheckoutOutcome),
         Guarded, BadBody, BadId, StripeCalls))]
 pub async fn checkout(
@@ -347,7 +347,7 @@ pub async fn checkout(
 
 /// `POST /v1/orgs/{org_id}/billing-portal`: a link to Stripe's customer portal.
 #[utoipa::path(post, path = "/v1/orgs/{org_id}/billing-portal", tag = "billing",
-    security(("bearer" = [])), params(super::openapi::OrgPath),
+    security(("bearer" = ["console", "admin"])), params(super::openapi::OrgPath),
     responses((status = 200, description = "The portal link", body = PortalLink),
         Guarded, BadId, StripeCalls))]
 pub async fn billing_portal(

@@ -33,7 +33,7 @@ pub struct UsageView {
 }
 
 /// `GET /v1/orgs/{org_id}/usage`: both windows, running sessions counted up to now.
-#[utoipa::path(get, path = "/v1/orgs/{org_id}/usage", tag = "usage", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/usage", tag = "usage", security(("bearer" = ["console", "finance", "admin"])),
     params(super::openapi::OrgPath),
     responses((status = 200, description = "The month and week windows", body = UsageView),
         Guarded, BadId))]
@@ -178,7 +178,7 @@ const MAX_BREAKDOWN_DAYS: i64 = 400;
 /// by hour, day, session, project, user or agent, with the total and the plan's ceilings
 /// for every month and week window the range touches.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/usage/breakdown", tag = "usage",
-    security(("bearer" = [])), params(super::openapi::OrgPath, BreakdownQuery),
+    security(("bearer" = ["console", "finance", "admin"])), params(super::openapi::OrgPath, BreakdownQuery),
     responses((status = 200, description = "Agent time grouped, with the total and ceilings",
         body = Breakdown), Guarded, BadQuery, BadId))]
 pub async fn get_breakdown(
@@ -285,7 +285,7 @@ pub async fn get_breakdown(
 /// plan), both windows projected to their end at the pace so far, the cheapest plan that
 /// holds them, and how to check out to it.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/upgrade-prompt", tag = "usage",
-    security(("bearer" = [])), params(super::openapi::OrgPath),
+    security(("bearer" = ["console", "finance", "admin"])), params(super::openapi::OrgPath),
     responses((status = 200, description = "Whether to prompt, why, and to which plan",
         body = UpgradePrompt), Guarded, BadId))]
 pub async fn get_upgrade_prompt(
