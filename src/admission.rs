@@ -81,11 +81,18 @@ fn shard(r: &AdmissionRequest, writers: usize) -> usize {
 async fn writer(g: Gatekeeper, mut rx: mpsc::Receiver<Job>) {
     let mut jobs = Vec::with_capacity(MAX_GROUP);
     while rx.recv_many(&mut jobs, MAX_GROUP).await > 0 {
-        commit_group(&g, std::mem::take(&mut jobs)).await;
+        if let Some(e) = commit_group(&g, std::mem::take(&mut jobs)).await {
+            // As for heartbeats (crate::ingest): what queued behind a group that found the
+            // database unreachable is answered now, not after another acquire timeout.
+            while let Ok(job) = rx.try_recv() {
+                let _ = job.reply.send(Err(Arc::clone(&e)));
+            }
+        }
     }
 }
 
-async fn commit_group(g: &Gatekeeper, jobs: Vec<Job>) {
+/// Decide one group and answer it; the error, if the database was unreachable.
+async fn commit_group(g: &Gatekeeper, jobs: Vec<Job>) -> Option<Arc<StoreError>> {
     let (requests, replies): (Vec<_>, Vec<_>) =
         jobs.into_iter().map(|j| (j.request, j.reply)).unzip();
     let now = g.clock.now();
@@ -109,10 +116,14 @@ async fn commit_group(g: &Gatekeeper, jobs: Vec<Job>) {
         Err(e) => {
             tracing::error!(error = %e, requests = requests.len(), "admission group failed");
             let e = Arc::new(e);
-            requests.iter().map(|_| Err(Arc::clone(&e))).collect()
+            for reply in replies {
+                let _ = reply.send(Err(Arc::clone(&e)));
+            }
+            return matches!(*e, StoreError::Unavailable(_)).then_some(e);
         }
     };
     for (reply, answer) in replies.into_iter().zip(answers) {
         let _ = reply.send(answer);
     }
+    None
 }

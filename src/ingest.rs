@@ -140,11 +140,20 @@ async fn writer(w: Writer, rx: Arc<Mutex<mpsc::Receiver<Job>>>, shard: i64) {
             }
             jobs
         };
-        commit_group(&w, jobs, shard).await;
+        if let Some(e) = commit_group(&w, jobs, shard).await {
+            // The jobs queued behind a group that found the database unreachable have
+            // waited out most of an acquire timeout already: answer them now rather than
+            // make them wait out another (a request fails within one timeout, not two).
+            let mut rx = rx.lock().await;
+            while let Ok(job) = rx.try_recv() {
+                let _ = job.reply.send(Err(Arc::clone(&e)));
+            }
+        }
     }
 }
 
-async fn commit_group(w: &Writer, jobs: Vec<Job>, shard: i64) {
+/// Commit one group and answer its requests; the error, if the database was unreachable.
+async fn commit_group(w: &Writer, jobs: Vec<Job>, shard: i64) -> Option<Arc<StoreError>> {
     let (requests, replies): (Vec<Vec<Heartbeat>>, Vec<_>) =
         jobs.into_iter().map(|j| (j.heartbeats, j.reply)).unzip();
     let started = std::time::Instant::now();
@@ -173,7 +182,7 @@ async fn commit_group(w: &Writer, jobs: Vec<Job>, shard: i64) {
             for reply in replies {
                 let _ = reply.send(Err(Arc::clone(&e)));
             }
-            return;
+            return matches!(*e, StoreError::Unavailable(_)).then_some(e);
         }
     };
     let results: Vec<Result<RequestOutcome, Arc<StoreError>>> = match results {
@@ -188,12 +197,13 @@ async fn commit_group(w: &Writer, jobs: Vec<Job>, shard: i64) {
             for reply in replies {
                 let _ = reply.send(Err(Arc::clone(&e)));
             }
-            return;
+            return matches!(*e, StoreError::Unavailable(_)).then_some(e);
         }
     };
     for (reply, result) in replies.into_iter().zip(results) {
         let _ = reply.send(result.map(|r| (r, Arc::clone(&advice))));
     }
+    None
 }
 
 async fn advise(
