@@ -263,7 +263,8 @@ both_backends! {
             assert_eq!(v["error"]["code"], "invalid_value", "{path}: {v}");
             assert_eq!(v["error"]["field"], field, "{path}: {v}");
         }
-        for path in ["/v1/periods/2026-12/close", "/v1/periods/2027-02/close", "/v1/periods/12-2026/close"] {
+        for path in ["/v1/periods/2026-12/close", "/v1/periods/2027-02/close", "/v1/periods/12-2026/close",
+                     "/v1/periods/2026-10/close", "/v1/periods/1026-11/close"] {
             let (status, v) = srv.call("POST", path, Some(common::ADMIN), None).await;
             assert_eq!(status, 422, "{path}: {v}");
             assert!(v["error"]["message"].as_str().unwrap().contains("period"), "{v}");

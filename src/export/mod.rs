@@ -27,6 +27,9 @@ pub enum By {
 }
 
 impl By {
+    /// Every value `parse` takes, for the OpenAPI document.
+    pub const NAMES: [&'static str; 2] = ["org", "session"];
+
     pub fn parse(s: &str) -> Option<By> {
         match s {
             "org" => Some(By::Org),
@@ -262,7 +265,10 @@ fn frozen_totals(r: FrozenOrgRow) -> Result<OrgTotals, ExportError> {
 
 /// Close every open month up to and including `through`, oldest first, each in its own
 /// transaction; months another instance closed meanwhile are skipped. Returns the
-/// periods this call closed.
+/// periods this call closed. The first month there is to close is the first org's: an
+/// earlier one is refused, since closing it would leave every month since to be closed
+/// (a typo of `1026-11` would mean twelve thousand), and with no org at all there is
+/// nothing to close.
 pub async fn close_through(
     db: &Db,
     plans: &Plans,
@@ -276,11 +282,19 @@ pub async fn close_through(
             format_rfc3339(through.end)
         )));
     }
+    let first = db.first_org_created().await?.map(calendar_month);
+    if let Some(first) = first.filter(|f| through.start < f.start) {
+        return Err(ExportError::Invalid(format!(
+            "period: {} is before the first org's month, {}; there is nothing to close",
+            month_name(through),
+            month_name(first)
+        )));
+    }
     let last = db.list_periods().await?.into_iter().next();
-    let from = match (&last, db.first_org_created().await?) {
+    let from = match (&last, first) {
         (Some(l), _) => l.period_end,
-        (None, Some(first)) => calendar_month(first).start.min(through.start),
-        (None, None) => through.start,
+        (None, Some(first)) => first.start,
+        (None, None) => return Ok(Vec::new()),
     };
     let mut adjusts = last
         .filter(|l| l.period_end == from)
