@@ -227,6 +227,12 @@ both_backends! {
         assert_eq!(team["name"], "big");
         let k = srv.admin("PUT", "/v1/orgs/big/keys/k", Some(json!({"concurrency_limit": 100}))).await;
         assert_eq!(k["concurrency_limit"], 100);
+        // No body and a JSON `null` are both `{}`, as the document allows: an org keeps what
+        // is left out, a key's limit left out is the plan's default.
+        let (s, v) = srv.call("PUT", "/v1/orgs/big", Some(ADMIN), Some(&Value::Null)).await;
+        assert_eq!((s, v["plan"].as_str(), v["name"].as_str()), (200, Some("team"), Some("big")), "{v}");
+        let (s, v) = srv.call("PUT", "/v1/orgs/big/keys/k", Some(ADMIN), None).await;
+        assert_eq!((s, v["concurrency_limit"].as_i64(), v["concurrency_limit_set"].as_i64()), (200, Some(10), None), "{v}");
     }
 
     async fn console_tokens_see_their_org_only(srv) {

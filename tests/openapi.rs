@@ -275,3 +275,63 @@ async fn the_frameworks_refusals_are_in_the_error_format() {
     }
     assert!(tried >= 20, "{tried}");
 }
+
+/// Every parameter is named once per operation; each `{name}` of a path is exactly one
+/// required path parameter with a description; and ids carry the id pattern, so a client
+/// generator gets them right.
+#[tokio::test(flavor = "multi_thread")]
+async fn path_parameters_are_each_declared_once_required_and_described() {
+    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+        return;
+    };
+    let doc = document(&srv).await;
+    let mut path_params = 0;
+    for (method, path) in operations(&doc) {
+        let op = &doc["paths"][&path][method.to_lowercase()];
+        let params: Vec<&Value> = op["parameters"]
+            .as_array()
+            .map(|a| a.iter().collect())
+            .unwrap_or_default();
+        let mut seen = BTreeSet::new();
+        for p in &params {
+            let key = (p["name"].as_str().unwrap(), p["in"].as_str().unwrap());
+            assert!(seen.insert(key), "{method} {path} declares {key:?} twice");
+        }
+        let names: Vec<&str> = path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+            .collect();
+        let in_path: Vec<&&Value> = params.iter().filter(|p| p["in"] == "path").collect();
+        assert_eq!(
+            in_path.len(),
+            names.len(),
+            "{method} {path}: path parameters {in_path:?}"
+        );
+        for name in names {
+            let p = in_path
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap_or_else(|| panic!("{method} {path}: no parameter for {{{name}}}"));
+            assert_eq!(p["required"], true, "{method} {path}: {p}");
+            assert!(p["description"].is_string(), "{method} {path}: {p}");
+            if name.ends_with("_id") && name != "event_id" {
+                assert_eq!(
+                    p["schema"]["pattern"],
+                    rush_meter::ids::Id::PATTERN,
+                    "{method} {path}: {p}"
+                );
+            }
+            path_params += 1;
+        }
+    }
+    assert!(path_params >= 17, "{path_params}");
+    // The one required query parameter.
+    let export = &doc["paths"]["/v1/exports/usage"]["get"]["parameters"];
+    let period = export
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "period")
+        .expect("period");
+    assert_eq!(period["required"], true, "{period}");
+}

@@ -185,6 +185,9 @@ pub enum Format {
 }
 
 impl Format {
+    /// Every value `parse` takes, for the OpenAPI document.
+    pub const NAMES: [&'static str; 2] = ["csv", "jsonl"];
+
     pub fn parse(s: &str) -> Option<Format> {
         match s {
             "csv" => Some(Format::Csv),

@@ -7,7 +7,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded};
+use super::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded, OrgPath};
 
 use super::auth::Principal;
 use super::error::parse_id;
@@ -208,10 +208,10 @@ fn reject_error(r: AdmitReject, req: &AdmissionRequest) -> ApiError {
 #[into_params(parameter_in = Query)]
 pub struct DecisionsQuery {
     /// Default `to` less 30 days.
-    #[param(schema_with = super::openapi::strings::time)]
+    #[param(format = DateTime)]
     from: Option<String>,
     /// Exclusive; default now.
-    #[param(schema_with = super::openapi::strings::time)]
+    #[param(format = DateTime)]
     to: Option<String>,
     /// Default both.
     #[param(schema_with = super::openapi::strings::decision)]
@@ -235,13 +235,13 @@ pub struct DecisionPage {
 /// `from`/`to`, the last 30 days.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/decisions", tag = "gate",
     security(("bearer" = ["console", "finance", "admin"])),
-    params(super::openapi::OrgPath, DecisionsQuery),
+    params(OrgPath, DecisionsQuery),
     responses((status = 200, description = "A page of decisions, oldest first", body = DecisionPage),
         Guarded, BadQuery, BadId))]
 pub async fn list_decisions(
     State(state): State<AppState>,
     principal: Principal,
-    Path(org_id): Path<String>,
+    Path(OrgPath { org_id }): Path<OrgPath>,
     query: Result<Query<DecisionsQuery>, QueryRejection>,
 ) -> ApiResult<Json<DecisionPage>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;

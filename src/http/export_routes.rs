@@ -23,7 +23,7 @@ use crate::tokens::Scope;
 #[into_params(parameter_in = Query)]
 pub struct ExportQuery {
     /// The month, `YYYY-MM` (UTC). An `Option` so that its absence gets the error format.
-    #[param(schema_with = super::openapi::strings::month, required = true)]
+    #[param(required = true, pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$")]
     period: Option<String>,
     /// One line per org (default), or per session.
     #[param(schema_with = super::openapi::strings::export_by)]
@@ -233,9 +233,9 @@ pub async fn list_periods(
 #[utoipa::path(post, path = "/v1/periods/{period}/close", tag = "finance",
     security(("bearer" = ["admin"])),
     params(("period" = String, Path, description = "The month, `YYYY-MM`; it must have ended",
-        example = "2026-11")),
+        pattern = r"^[0-9]{4}-(0[1-9]|1[0-2])$", example = "2026-11")),
     responses((status = 200, description = "Closed", body = Closed),
-        (status = 422, description = "`invalid_value`: not a month, or one not yet ended",
+        (status = 422, description = "`invalid_value`: not a month, one not yet ended, or one before the first org's",
             body = super::error::ErrorBody),
         Guarded, BadPath))]
 pub async fn close_period(

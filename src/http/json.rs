@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use super::error::ApiError;
 
 /// Like `axum::Json`, with errors in the API's format (400 with the field's path, 413).
-/// An empty body reads as `{}`.
+/// An empty body, or `null`, reads as `{}`.
 pub struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
@@ -22,11 +22,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ApiError::malformed(format!("the body could not be read: {}", r.body_text()))
             }
         })?;
-        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-            b"{}"
-        } else {
-            &bytes
-        };
+        let bytes: &[u8] =
+            if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
+                b"{}"
+            } else {
+                &bytes
+            };
         parse_json(bytes).map(JsonBody)
     }
 }

@@ -6,7 +6,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded};
+use super::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded, OrgPath, SessionPath};
 
 use super::auth::Principal;
 use super::error::parse_id;
@@ -190,13 +190,13 @@ pub fn session_view(row: SessionRow, now: Secs, rules: &crate::ledger::Rules) ->
 
 /// `POST /v1/sessions/{session_id}/end`: close a session; repeating it changes nothing.
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/end", tag = "ledger",
-    security(("bearer" = ["ingest", "admission", "admin"])), params(super::openapi::SessionPath), request_body = EndBody,
+    params(SessionPath), security(("bearer" = ["ingest", "admission", "admin"])), request_body = EndBody,
     responses((status = 200, description = "The session, ended", body = SessionView),
         Guarded, BadBody, BadId))]
 pub async fn end_session(
     State(state): State<AppState>,
     principal: Principal,
-    Path(session_id): Path<String>,
+    Path(SessionPath { session_id }): Path<SessionPath>,
     JsonBody(body): JsonBody<EndBody>,
 ) -> ApiResult<Json<SessionView>> {
     principal.require_any(&[Scope::Ingest, Scope::Admission])?;
@@ -241,13 +241,13 @@ pub struct SessionDetail {
 /// `GET /v1/sessions/{session_id}`: one session's ledger and timeline (console for its
 /// org's sessions).
 #[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "ledger",
-    security(("bearer" = ["console", "finance", "admission", "ingest", "admin"])), params(super::openapi::SessionPath),
+    params(SessionPath), security(("bearer" = ["console", "finance", "admission", "ingest", "admin"])),
     responses((status = 200, description = "The session and its timeline", body = SessionDetail),
         Guarded, BadId))]
 pub async fn get_session(
     State(state): State<AppState>,
     principal: Principal,
-    Path(session_id): Path<String>,
+    Path(SessionPath { session_id }): Path<SessionPath>,
 ) -> ApiResult<Json<SessionDetail>> {
     principal.require_any(&[
         Scope::Console,
@@ -280,10 +280,10 @@ pub struct SessionsQuery {
     #[param(schema_with = super::openapi::strings::phase)]
     state: Option<String>,
     /// Sessions created at or after; default all.
-    #[param(schema_with = super::openapi::strings::time)]
+    #[param(format = DateTime)]
     from: Option<String>,
     /// Exclusive; default now.
-    #[param(schema_with = super::openapi::strings::time)]
+    #[param(format = DateTime)]
     to: Option<String>,
     /// `next_cursor` of the page before.
     cursor: Option<String>,
@@ -306,13 +306,13 @@ pub(crate) const PHASES: [&str; 5] = ["admitted", "running", "parked", "silent",
 /// created in `[from, to)` (default: all), oldest first, 100 a page (at most 1,000).
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/sessions", tag = "ledger",
     security(("bearer" = ["console", "finance", "admin"])),
-    params(super::openapi::OrgPath, SessionsQuery),
+    params(OrgPath, SessionsQuery),
     responses((status = 200, description = "A page of sessions, oldest first", body = SessionPage),
         Guarded, BadQuery, BadId))]
 pub async fn list_sessions(
     State(state): State<AppState>,
     principal: Principal,
-    Path(org_id): Path<String>,
+    Path(OrgPath { org_id }): Path<OrgPath>,
     query: Result<axum::extract::Query<SessionsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<SessionPage>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;

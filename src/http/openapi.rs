@@ -12,13 +12,15 @@ use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
-    schema::SchemaType, KnownFormat, Object, ObjectBuilder, OpenApi as Document, Ref, RefOr,
-    SchemaFormat, Type,
+    schema::SchemaType, Object, ObjectBuilder, OpenApi as Document, Ref, RefOr, Type,
 };
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi};
 
 use super::error::ErrorBody;
 use crate::ids::Id;
+use serde::Deserialize;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::Required;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -64,36 +66,57 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The path parameters routes share, each described once. Documentation only: the
-/// handlers take their ids as strings and check them with `crate::ids::Id`.
-#[allow(dead_code)]
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
+/// The ids in a route's path, each described once: a handler takes one of these as its
+/// `Path` and names it in `params(…)`. `IntoParams` is written by hand: the derived one
+/// drops `required` and the description from a parameter with a custom schema.
+#[derive(Deserialize)]
 pub struct OrgPath {
-    /// The org's id
-    #[param(schema_with = strings::id)]
-    org_id: String,
+    pub org_id: String,
 }
 
-#[allow(dead_code)]
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
+#[derive(Deserialize)]
 pub struct OrgKeyPath {
-    /// The org's id
-    #[param(schema_with = strings::id)]
-    org_id: String,
-    /// The API key's id
-    #[param(schema_with = strings::id)]
-    key_id: String,
+    pub org_id: String,
+    pub key_id: String,
 }
 
-#[allow(dead_code)]
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
+#[derive(Deserialize)]
 pub struct SessionPath {
-    /// The session's id
-    #[param(schema_with = strings::id)]
-    session_id: String,
+    pub session_id: String,
+}
+
+/// A path id: required, described, with the id pattern.
+fn id_param(name: &str, description: &str) -> Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .description(Some(description))
+        .schema(Some(crate::ids::schema()))
+        .build()
+}
+
+const ORG_ID: (&str, &str) = ("org_id", "The org's id");
+
+impl IntoParams for OrgPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![id_param(ORG_ID.0, ORG_ID.1)]
+    }
+}
+
+impl IntoParams for OrgKeyPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            id_param(ORG_ID.0, ORG_ID.1),
+            id_param("key_id", "The API key's id"),
+        ]
+    }
+}
+
+impl IntoParams for SessionPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![id_param("session_id", "The session's id")]
+    }
 }
 
 /// Schemas for the strings the handlers check by hand (`schema_with = …`), so the
@@ -126,23 +149,6 @@ pub mod strings {
         string(true).pattern(Some(Id::PATTERN)).build()
     }
 
-    fn date_time(nullable: bool) -> Object {
-        string(nullable)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
-            .build()
-    }
-
-    pub fn time() -> Object {
-        date_time(false)
-    }
-
-    pub fn month() -> Object {
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .pattern(Some("^[0-9]{4}-[0-9]{2}$"))
-            .build()
-    }
-
     pub fn agent() -> Object {
         one_of(&crate::http::admissions::AGENTS)
     }
@@ -152,32 +158,53 @@ pub mod strings {
         one_of(&names)
     }
 
+    // The query filters below carry their parameter's description: utoipa drops a doc
+    // comment from a parameter whose schema is given with `schema_with`.
+
+    fn described(values: &[&str], description: &str) -> Object {
+        let mut o = one_of(values);
+        o.description = Some(description.to_owned());
+        o
+    }
+
     pub fn decision() -> Object {
-        one_of(&["allow", "deny"])
+        described(&["allow", "deny"], "Only this decision; default both")
     }
 
     pub fn phase() -> Object {
-        one_of(&crate::http::ledger_routes::PHASES)
+        described(
+            &crate::http::ledger_routes::PHASES,
+            "Only sessions in this phase; default all",
+        )
     }
 
     pub fn group_by() -> Object {
-        one_of(&crate::breakdown::GroupBy::NAMES)
+        described(&crate::breakdown::GroupBy::NAMES, "Default `day`")
     }
 
     pub fn export_by() -> Object {
-        one_of(&["org", "session"])
+        described(
+            &crate::export::By::NAMES,
+            "One line per org (default), or per session",
+        )
     }
 
     pub fn export_format() -> Object {
-        one_of(&["csv", "jsonl"])
+        described(&crate::export::lines::Format::NAMES, "Default `csv`")
     }
 
     pub fn event_state() -> Object {
-        one_of(&crate::http::stripe_routes::EVENT_STATES)
+        described(
+            &crate::http::stripe_routes::EVENT_STATES,
+            "Only events in this state; default all",
+        )
     }
 
     pub fn notification_state() -> Object {
-        one_of(&crate::http::notify_routes::STATES)
+        described(
+            &crate::http::notify_routes::STATES,
+            "Only notifications in this state; default all",
+        )
     }
 }
 

@@ -5,7 +5,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::{BadBody, BadId, Guarded};
+use super::openapi::{BadBody, BadId, Guarded, OrgKeyPath, OrgPath};
 
 use super::auth::Principal;
 use super::error::parse_id;
@@ -19,7 +19,10 @@ use crate::tokens::Scope;
 
 #[derive(Deserialize, ToSchema)]
 pub struct PutOrg {
+    /// Default: the org's id.
+    #[schema(min_length = 1, max_length = 200)]
     name: Option<String>,
+    /// A plan id of `plans/`; default `free`.
     plan: Option<String>,
     suspended: Option<bool>,
 }
@@ -84,14 +87,14 @@ impl From<OrgRow> for OrgView {
 }
 
 /// Create or update an org; its plan applies at once (admin).
-#[utoipa::path(put, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = ["admin"])),
-    params(super::openapi::OrgPath), request_body(content = Option<PutOrg>, description = "May be empty: fields left out stay as they are"),
+#[utoipa::path(put, path = "/v1/orgs/{org_id}", tag = "orgs", params(OrgPath), security(("bearer" = ["admin"])),
+     request_body(content = Option<PutOrg>, description = "May be empty: fields left out stay as they are"),
     responses((status = 200, description = "The org as stored", body = OrgView),
         Guarded, BadBody, BadId))]
 pub async fn put_org(
     State(state): State<AppState>,
     principal: Principal,
-    Path(org_id): Path<String>,
+    Path(OrgPath { org_id }): Path<OrgPath>,
     JsonBody(body): JsonBody<PutOrg>,
 ) -> ApiResult<Json<OrgView>> {
     principal.require_any(&[Scope::Admin])?;
@@ -129,13 +132,12 @@ pub async fn put_org(
 }
 
 /// An org with its plan and subscription (console for its own org, finance, admin).
-#[utoipa::path(get, path = "/v1/orgs/{org_id}", tag = "orgs", security(("bearer" = ["console", "finance", "admin"])),
-    params(super::openapi::OrgPath),
+#[utoipa::path(get, path = "/v1/orgs/{org_id}", tag = "orgs", params(OrgPath), security(("bearer" = ["console", "finance", "admin"])),
     responses((status = 200, description = "The org", body = OrgView), Guarded, BadId))]
 pub async fn get_org(
     State(state): State<AppState>,
     principal: Principal,
-    Path(org_id): Path<String>,
+    Path(OrgPath { org_id }): Path<OrgPath>,
 ) -> ApiResult<Json<OrgView>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
     let org_id = parse_id("org_id", &org_id)?;
@@ -146,6 +148,9 @@ pub async fn get_org(
 
 #[derive(Deserialize, ToSchema)]
 pub struct PutKey {
+    /// At most the plan's `concurrency_max` (100 at most on any plan); default the plan's
+    /// `concurrency_default`.
+    #[schema(minimum = 1, maximum = 100)]
     concurrency_limit: Option<i64>,
 }
 
@@ -179,13 +184,13 @@ fn key_view(key: KeyRow, org: &OrgRow, state: &AppState) -> KeyView {
 
 /// Register a key and its concurrency limit (admin).
 #[utoipa::path(put, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
-    security(("bearer" = ["admin"])), params(super::openapi::OrgKeyPath), request_body(content = Option<PutKey>, description = "May be empty: fields left out stay as they are"),
+    params(OrgKeyPath), security(("bearer" = ["admin"])), request_body(content = Option<PutKey>, description = "May be empty: a limit left out or `null` is the plan's `concurrency_default`"),
     responses((status = 200, description = "The key as stored", body = KeyView),
         Guarded, BadBody, BadId))]
 pub async fn put_key(
     State(state): State<AppState>,
     principal: Principal,
-    Path((org_id, key_id)): Path<(String, String)>,
+    Path(OrgKeyPath { org_id, key_id }): Path<OrgKeyPath>,
     JsonBody(body): JsonBody<PutKey>,
 ) -> ApiResult<Json<KeyView>> {
     principal.require_any(&[Scope::Admin])?;
@@ -218,12 +223,12 @@ pub async fn put_key(
 
 /// A key and the concurrency limit in force (admin, admission).
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
-    security(("bearer" = ["admin", "admission"])), params(super::openapi::OrgKeyPath),
+    params(OrgKeyPath), security(("bearer" = ["admin", "admission"])),
     responses((status = 200, description = "The key", body = KeyView), Guarded, BadId))]
 pub async fn get_key(
     State(state): State<AppState>,
     principal: Principal,
-    Path((org_id, key_id)): Path<(String, String)>,
+    Path(OrgKeyPath { org_id, key_id }): Path<OrgKeyPath>,
 ) -> ApiResult<Json<KeyView>> {
     principal.require_any(&[Scope::Admin, Scope::Admission])?;
     let org_id = parse_id("org_id", &org_id)?;

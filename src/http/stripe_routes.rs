@@ -8,7 +8,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{BadBody, BadId, BadPath, BadQuery, Guarded, StripeCalls, Unsigned};
+use super::openapi::{BadBody, BadId, BadPath, BadQuery, Guarded, OrgPath, StripeCalls, Unsigned};
 
 use super::auth::Principal;
 use super::error::parse_id;
@@ -304,13 +304,13 @@ fn change_error(e: ChangeError) -> ApiError {
 /// Checkout Session to pay in (`url`); with one, an upgrade made at once (prorated) or a
 /// downgrade made when the period ends.
 #[utoipa::path(post, path = "/v1/orgs/{org_id}/checkout", tag = "billing",
-    security(("bearer" = ["console", "admin"])), params(super::openapi::OrgPath), request_body = CheckoutBody,
+    params(OrgPath), security(("bearer" = ["console", "admin"])), request_body = CheckoutBody,
     responses((status = 200, description = "What was done, by `action`", body = CheckoutOutcome),
         Guarded, BadBody, BadId, StripeCalls))]
 pub async fn checkout(
     State(state): State<AppState>,
     principal: Principal,
-    Path(org_id): Path<String>,
+    Path(OrgPath { org_id }): Path<OrgPath>,
     JsonBody(body): JsonBody<CheckoutBody>,
 ) -> ApiResult<Json<CheckoutOutcome>> {
     principal.require_any(&[Scope::Console])?;
@@ -347,13 +347,13 @@ pub async fn checkout(
 
 /// `POST /v1/orgs/{org_id}/billing-portal`: a link to Stripe's customer portal.
 #[utoipa::path(post, path = "/v1/orgs/{org_id}/billing-portal", tag = "billing",
-    security(("bearer" = ["console", "admin"])), params(super::openapi::OrgPath),
+    params(OrgPath), security(("bearer" = ["console", "admin"])),
     responses((status = 200, description = "The portal link", body = PortalLink),
         Guarded, BadId, StripeCalls))]
 pub async fn billing_portal(
     State(state): State<AppState>,
     principal: Principal,
-    Path(org_id): Path<String>,
+    Path(OrgPath { org_id }): Path<OrgPath>,
 ) -> ApiResult<Json<PortalLink>> {
     principal.require_any(&[Scope::Console])?;
     let org_id = parse_id("org_id", &org_id)?;

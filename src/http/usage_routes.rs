@@ -6,7 +6,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::openapi::{BadId, BadQuery, Guarded};
+use super::openapi::{BadId, BadQuery, Guarded, OrgPath};
 
 use super::auth::Principal;
 use super::error::parse_id;
@@ -33,14 +33,13 @@ pub struct UsageView {
 }
 
 /// `GET /v1/orgs/{org_id}/usage`: both windows, running sessions counted up to now.
-#[utoipa::path(get, path = "/v1/orgs/{org_id}/usage", tag = "usage", security(("bearer" = ["console", "finance", "admin"])),
-    params(super::openapi::OrgPath),
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/usage", tag = "usage", params(OrgPath), security(("bearer" = ["console", "finance", "admin"])),
     responses((status = 200, description = "The month and week windows", body = UsageView),
         Guarded, BadId))]
 pub async fn get_usage(
     State(state): State<AppState>,
     principal: Principal,
-    Path(org_id): Path<String>,
+    Path(OrgPath { org_id }): Path<OrgPath>,
 ) -> ApiResult<Json<UsageView>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
     let org_id = parse_id("org_id", &org_id)?;
@@ -68,10 +67,10 @@ pub async fn get_usage(
 #[into_params(parameter_in = Query)]
 pub struct BreakdownQuery {
     /// A whole hour; default the current month window's start.
-    #[param(schema_with = super::openapi::strings::time)]
+    #[param(format = DateTime)]
     from: Option<String>,
     /// A whole hour, exclusive; at most 400 days after `from`.
-    #[param(schema_with = super::openapi::strings::time)]
+    #[param(format = DateTime)]
     to: Option<String>,
     /// Default `day`.
     #[param(schema_with = super::openapi::strings::group_by)]
@@ -178,13 +177,13 @@ const MAX_BREAKDOWN_DAYS: i64 = 400;
 /// by hour, day, session, project, user or agent, with the total and the plan's ceilings
 /// for every month and week window the range touches.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/usage/breakdown", tag = "usage",
-    security(("bearer" = ["console", "finance", "admin"])), params(super::openapi::OrgPath, BreakdownQuery),
+    security(("bearer" = ["console", "finance", "admin"])), params(OrgPath, BreakdownQuery),
     responses((status = 200, description = "Agent time grouped, with the total and ceilings",
         body = Breakdown), Guarded, BadQuery, BadId))]
 pub async fn get_breakdown(
     State(state): State<AppState>,
     principal: Principal,
-    Path(org_id): Path<String>,
+    Path(OrgPath { org_id }): Path<OrgPath>,
     query: Result<Query<BreakdownQuery>, QueryRejection>,
 ) -> ApiResult<Json<Breakdown>> {
     principal.require_any(&[Scope::Console, Scope::Finance])?;
@@ -285,13 +284,13 @@ pub async fn get_breakdown(
 /// plan), both windows projected to their end at the pace so far, the cheapest plan that
 /// holds them, and how to check out to it.
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/upgrade-prompt", tag = "usage",
-    security(("bearer" = ["console", "finance", "admin"])), params(super::openapi::OrgPath),
+    params(OrgPath), security(("bearer" = ["console", "finance", "admin"])),
     responses((status = 200, description = "Whether to prompt, why, and to which plan",
         body = UpgradePrompt), Guarded, BadId))]
 pub async fn get_upgrade_prompt(
     State(state): State<AppState>,
     principal: Principal,
-    Path(org_id): Path<String>,
+    Path(OrgPath { org_id }): Path<OrgPath>,
 ) -> ApiResult<Json<UpgradePrompt>> {
     use crate::prompt::{project, reasons, suggest, PromptReason};
     principal.require_any(&[Scope::Console, Scope::Finance])?;
