@@ -935,19 +935,21 @@ mod tests {
         ])
     }
 
+    /// Reconciled with no late beats, on the orgs of `plans()`.
+    fn on_time(
+        truths: &BTreeMap<String, Truth>,
+        reference: &BTreeMap<String, i64>,
+        got: &BTreeMap<String, (String, i64)>,
+    ) -> Vec<OrgLine> {
+        reconcile(truths, reference, got, &plans(), &BTreeMap::new(), &RULES)
+    }
+
     #[test]
     fn the_difference_is_taken_apart() {
         // a2 crashed 7 s after its last beat at 30: the rules bill to 45.
         let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 50)]);
         let ok = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 50)]);
-        let lines = reconcile(
-            &truths(),
-            &reference,
-            &ok,
-            &plans(),
-            &BTreeMap::new(),
-            &RULES,
-        );
+        let lines = on_time(&truths(), &reference, &ok);
         assert_eq!(lines[0].ran, 197);
         assert_eq!(lines[0].billed, 205);
         assert_eq!(lines[0].crash_tails, 8);
@@ -955,14 +957,7 @@ mod tests {
         assert_eq!((lines[1].unexplained, lines[1].mismatched), (0, 0));
         // The meter billing a second more than the rules allow is unexplained.
         let off = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 51)]);
-        let lines = reconcile(
-            &truths(),
-            &reference,
-            &off,
-            &plans(),
-            &BTreeMap::new(),
-            &RULES,
-        );
+        let lines = on_time(&truths(), &reference, &off);
         assert_eq!((lines[1].unexplained, lines[1].mismatched), (1, 1));
     }
 
@@ -974,14 +969,7 @@ mod tests {
         ]);
         let reference = BTreeMap::from([("a1".into(), 100), ("a3".into(), 100)]);
         let got = billed(&[("a1", "a", 105), ("a3", "a", 95)]);
-        let lines = reconcile(
-            &truths,
-            &reference,
-            &got,
-            &plans(),
-            &BTreeMap::new(),
-            &RULES,
-        );
+        let lines = on_time(&truths, &reference, &got);
         assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 2));
     }
 
@@ -990,14 +978,7 @@ mod tests {
         // Ran to 37, last beat at 30: the meter may bill to 45 at most; 60 is two intervals.
         let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 60), ("b1".into(), 50)]);
         let got = billed(&[("a1", "a", 160), ("a2", "a", 60), ("b1", "b", 50)]);
-        let lines = reconcile(
-            &truths(),
-            &reference,
-            &got,
-            &plans(),
-            &BTreeMap::new(),
-            &RULES,
-        );
+        let lines = on_time(&truths(), &reference, &got);
         assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 1));
     }
 
@@ -1011,14 +992,7 @@ mod tests {
             ("b9", "b", 30),
             ("b8", "b", 0),
         ]);
-        let lines = reconcile(
-            &truths(),
-            &reference,
-            &got,
-            &plans(),
-            &BTreeMap::new(),
-            &RULES,
-        );
+        let lines = on_time(&truths(), &reference, &got);
         assert_eq!(
             (lines[1].billed, lines[1].unexplained, lines[1].mismatched),
             (80, 30, 1)
