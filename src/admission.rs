@@ -81,9 +81,12 @@ fn shard(r: &AdmissionRequest, writers: usize) -> usize {
 async fn writer(g: Gatekeeper, mut rx: mpsc::Receiver<Job>) {
     let mut jobs = Vec::with_capacity(MAX_GROUP);
     while rx.recv_many(&mut jobs, MAX_GROUP).await > 0 {
-        if let Some(e) = commit_group(&g, std::mem::take(&mut jobs)).await {
-            // As for heartbeats (crate::ingest): what queued behind a group that found the
-            // database unreachable is answered now, not after another acquire timeout.
+        let Some(e) = commit_group(&g, std::mem::take(&mut jobs)).await else {
+            continue;
+        };
+        // As for heartbeats (crate::ingest): if the database is down, not merely busy,
+        // what queued behind the failed group is answered now, not after another timeout.
+        if !g.db.reachable().await {
             while let Ok(job) = rx.try_recv() {
                 let _ = job.reply.send(Err(Arc::clone(&e)));
             }

@@ -140,11 +140,17 @@ async fn writer(w: Writer, rx: Arc<Mutex<mpsc::Receiver<Job>>>, shard: i64) {
             }
             jobs
         };
-        if let Some(e) = commit_group(&w, jobs, shard).await {
-            // The jobs queued behind a group that found the database unreachable have
-            // waited out most of an acquire timeout already: answer them now rather than
-            // make them wait out another (a request fails within one timeout, not two).
-            let mut rx = rx.lock().await;
+        let Some(e) = commit_group(&w, jobs, shard).await else {
+            continue;
+        };
+        // The jobs queued behind a group that waited out the acquire timeout have waited
+        // most of one already: if the database is down (not merely busy), answer them now
+        // rather than after another, so a request fails within one timeout, not two. A
+        // writer holding the queue is already taking them.
+        if w.db.reachable().await {
+            continue;
+        }
+        if let Ok(mut rx) = rx.try_lock() {
             while let Ok(job) = rx.try_recv() {
                 let _ = job.reply.send(Err(Arc::clone(&e)));
             }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{watch, Notify};
 
 use super::{ApiError, AppState};
-use crate::store::{Db, StoreError};
+use crate::store::Db;
 
 /// Set on every 503 that says the database is unreachable.
 #[derive(Clone, Copy, Debug)]
@@ -25,9 +25,8 @@ pub struct Breaker {
     suspect: Notify,
 }
 
-/// How often an open breaker tries the database again, and how long one try may take.
+/// How often an open breaker tries the database again (`Db::reachable`).
 const PROBE_EVERY: Duration = Duration::from_millis(250);
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Breaker {
     /// Requests are answered 503 at once.
@@ -53,17 +52,6 @@ pub async fn fail_fast(State(state): State<AppState>, req: Request, next: Next) 
     resp
 }
 
-/// Whether the database server answers at all. A refusal it sends itself (too many
-/// clients, a bad password) means it is up: the breaker is for outages, and a saturated
-/// server must not turn into every request refused while pooled connections still work.
-async fn reachable(db: &Db) -> bool {
-    match tokio::time::timeout(PROBE_TIMEOUT, db.connect_fresh()).await {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => !matches!(e, StoreError::Unavailable(_)),
-        Err(_) => false,
-    }
-}
-
 /// Confirms a suspected outage and closes the breaker once the database answers again.
 pub async fn watch(db: Db, breaker: std::sync::Arc<Breaker>, mut stop: watch::Receiver<bool>) {
     loop {
@@ -71,7 +59,7 @@ pub async fn watch(db: Db, breaker: std::sync::Arc<Breaker>, mut stop: watch::Re
             _ = breaker.suspect.notified() => {}
             _ = stop.changed() => return,
         }
-        if reachable(&db).await {
+        if db.reachable().await {
             continue;
         }
         breaker.open.store(true, Ordering::Release);
@@ -81,7 +69,7 @@ pub async fn watch(db: Db, breaker: std::sync::Arc<Breaker>, mut stop: watch::Re
                 _ = tokio::time::sleep(PROBE_EVERY) => {}
                 _ = stop.changed() => return,
             }
-            if reachable(&db).await {
+            if db.reachable().await {
                 break;
             }
         }

@@ -222,6 +222,17 @@ impl Db {
         Ok(())
     }
 
+    /// Whether the database server answers at all, within a second. A refusal it sends
+    /// itself (too many clients, a bad password) means it is up: an outage is a server
+    /// that cannot be reached, not a busy one.
+    pub async fn reachable(&self) -> bool {
+        match tokio::time::timeout(Duration::from_secs(1), self.connect_fresh()).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => !matches!(e, StoreError::Unavailable(_)),
+            Err(_) => false,
+        }
+    }
+
     /// One round trip to the database, for `/readyz`.
     pub async fn ping(&self) -> StoreResult<()> {
         on_backend!(self, read, ping())
