@@ -269,8 +269,10 @@ async fn period_close_job(state: AppState, settle: Secs, mut stop: watch::Receiv
             }
         };
         if !done {
-            if let Err(e) = crate::export::close_through(&state.db, &state.plans, due, now).await {
-                tracing::warn!(error = %e, "closing billing periods failed; will retry");
+            match crate::export::close_through(&state.db, &state.plans, due, now).await {
+                // The first org came after the due month (or none yet): nothing is due.
+                Ok(_) | Err(crate::export::ExportError::NothingToClose(_)) => {}
+                Err(e) => tracing::warn!(error = %e, "closing billing periods failed; will retry"),
             }
         }
         tokio::select! {

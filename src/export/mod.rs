@@ -51,6 +51,10 @@ pub enum ExportError {
     /// The request cannot be served as asked (the message says why).
     #[error("{0}")]
     Invalid(String),
+    /// No month up to the one asked for has anything to close: it is before the first
+    /// org's, or there is no org yet.
+    #[error("{0}")]
+    NothingToClose(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -267,8 +271,7 @@ fn frozen_totals(r: FrozenOrgRow) -> Result<OrgTotals, ExportError> {
 /// transaction; months another instance closed meanwhile are skipped. Returns the
 /// periods this call closed. The first month there is to close is the first org's: an
 /// earlier one is refused, since closing it would leave every month since to be closed
-/// (a typo of `1026-11` would mean twelve thousand), and with no org at all there is
-/// nothing to close.
+/// (a typo of `1026-11` would mean twelve thousand).
 pub async fn close_through(
     db: &Db,
     plans: &Plans,
@@ -282,20 +285,20 @@ pub async fn close_through(
             format_rfc3339(through.end)
         )));
     }
-    let first = db.first_org_created().await?.map(calendar_month);
-    if let Some(first) = first.filter(|f| through.start < f.start) {
-        return Err(ExportError::Invalid(format!(
+    let Some(first) = db.first_org_created().await?.map(calendar_month) else {
+        return Err(ExportError::NothingToClose(
+            "period: there is no org yet, so nothing to close".into(),
+        ));
+    };
+    if through.start < first.start {
+        return Err(ExportError::NothingToClose(format!(
             "period: {} is before the first org's month, {}; there is nothing to close",
             month_name(through),
             month_name(first)
         )));
     }
     let last = db.list_periods().await?.into_iter().next();
-    let from = match (&last, first) {
-        (Some(l), _) => l.period_end,
-        (None, Some(first)) => first.start,
-        (None, None) => return Ok(Vec::new()),
-    };
+    let from = last.as_ref().map_or(first.start, |l| l.period_end);
     let mut adjusts = last
         .filter(|l| l.period_end == from)
         .and_then(|l| Interval::new(l.period_start, l.period_end));

@@ -36,7 +36,9 @@ pub struct ExportQuery {
 impl From<ExportError> for ApiError {
     fn from(e: ExportError) -> Self {
         match e {
-            ExportError::Invalid(m) => ApiError::invalid("period", m),
+            ExportError::Invalid(m) | ExportError::NothingToClose(m) => {
+                ApiError::invalid("period", m)
+            }
             ExportError::Store(s) => s.into(),
         }
     }
