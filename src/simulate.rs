@@ -632,33 +632,31 @@ fn reconcile(
         l.sessions += 1;
         l.ran += ran;
         l.billed += got;
-        let against_rules = got - expected;
-        let unexplained = if t.crashed {
+        // The meter clamped late beats on arrival, the reference on the answer: a
+        // difference within that slack is the late beats', not the meter's.
+        let lt = late.get(session);
+        let against_rules = match lt {
+            Some(lt) if (got - expected).abs() <= lt.slack => 0,
+            _ => got - expected,
+        };
+        // What the rules add to what ran: a crash's tail, late beats' clamps.
+        let rules_add = got - ran - against_rules;
+        let (unexplained, broke_rule_3) = if t.crashed {
             l.crashed += 1;
-            l.crash_tails += expected - ran;
+            l.crash_tails += rules_add;
             // Rule 3 against the truth: at most one interval past the VM's last beat,
-            // which is before it died.
-            if got - ran > rules.interval {
-                l.mismatched += 1;
-            }
-            against_rules
-        } else if let Some(lt) = late.get(session) {
-            // The meter clamped late beats on arrival, the reference on the answer: a
-            // difference within that slack is the late beats', not the meter's.
-            if against_rules.abs() <= lt.slack.abs() {
-                l.late += got - ran;
-                0
-            } else {
-                l.late += expected - ran;
-                against_rules
-            }
+            // which is before it died (a late last beat is clamped later: not checked).
+            (against_rules, lt.is_none() && got - ran > rules.interval)
+        } else if lt.is_some() {
+            l.late += rules_add;
+            (against_rules, false)
         } else {
             // Neither crashed nor late: the rules bill exactly what ran; anything else
             // is unexplained (a beat the meter acknowledged and did not count).
-            got - ran
+            (got - ran, false)
         };
         l.unexplained += unexplained;
-        if unexplained != 0 {
+        if unexplained != 0 || broke_rule_3 {
             l.mismatched += 1;
         }
     }
@@ -793,6 +791,11 @@ pub async fn run(opts: Options) -> Result<Outcome, String> {
         org_plans,
         opts,
     });
+    // A wrong --url fails now, not after the two minutes a call is retried.
+    fleet
+        .call("GET", "/healthz", None)
+        .await
+        .map_err(|e| format!("cannot reach the meter: {e}"))?;
     setup(&fleet).await?;
     let hosts: Vec<_> = host_rxs
         .into_iter()
@@ -996,6 +999,35 @@ mod tests {
         assert_eq!(
             (lines[1].billed, lines[1].unexplained, lines[1].mismatched),
             (80, 30, 1)
+        );
+    }
+
+    #[test]
+    fn a_crash_whose_last_beat_came_late_is_held_to_the_rules_not_the_bound() {
+        // a2's last beat was clamped to arrival less the lease, later than it was sent: the
+        // meter bills past one interval after what ran, within 3 s of the reference.
+        let late = BTreeMap::from([("a2".to_owned(), Late { beats: 1, slack: 3 })]);
+        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 62), ("b1".into(), 50)]);
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 60), ("b1", "b", 50)]);
+        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        assert_eq!(
+            (
+                lines[0].crash_tails,
+                lines[0].unexplained,
+                lines[0].mismatched
+            ),
+            (23, 0, 0)
+        );
+        // Past the slack it is the meter's, counted once for the session.
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 80), ("b1", "b", 50)]);
+        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        assert_eq!(
+            (
+                lines[0].crash_tails,
+                lines[0].unexplained,
+                lines[0].mismatched
+            ),
+            (25, 18, 1)
         );
     }
 

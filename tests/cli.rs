@@ -355,10 +355,11 @@ async fn simulate_reconciles_a_fleet_and_fails_on_a_wrong_interval() {
         "the difference is taken apart: {out}"
     );
     // A crashed VM dies within an interval of its last beat, and is billed to one interval
-    // past that beat: each crash adds 1 s here (interval 1 s), and nothing else does.
+    // past that beat: each crash adds 1 s here (interval 1 s), more only if its last beat
+    // came late and was clamped later.
     assert!(n(2) > 0, "with --crash 0.3 something crashed: {out}");
-    assert_eq!(n(6), n(2), "one interval's tail a crash: {out}");
-    assert_eq!((n(7), n(8), n(9)), (0, 0, 0), "{out}");
+    assert!(n(6) >= n(2), "at least one interval's tail a crash: {out}");
+    assert_eq!((n(8), n(9)), (0, 0), "{out}");
     assert!(out.contains("heartbeats sent"), "{out}");
 
     // Beating every 2 s while the meter's interval is 1 s: every crashed session is
