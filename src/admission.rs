@@ -122,7 +122,7 @@ async fn commit_group(g: &Gatekeeper, jobs: Vec<Job>) -> Option<Arc<StoreError>>
             for reply in replies {
                 let _ = reply.send(Err(Arc::clone(&e)));
             }
-            return matches!(*e, StoreError::Unavailable(_)).then_some(e);
+            return e.is_unavailable().then_some(e);
         }
     };
     for (reply, answer) in replies.into_iter().zip(answers) {

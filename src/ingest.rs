@@ -188,7 +188,7 @@ async fn commit_group(w: &Writer, jobs: Vec<Job>, shard: i64) -> Option<Arc<Stor
             for reply in replies {
                 let _ = reply.send(Err(Arc::clone(&e)));
             }
-            return matches!(*e, StoreError::Unavailable(_)).then_some(e);
+            return e.is_unavailable().then_some(e);
         }
     };
     let results: Vec<Result<RequestOutcome, Arc<StoreError>>> = match results {
@@ -203,7 +203,7 @@ async fn commit_group(w: &Writer, jobs: Vec<Job>, shard: i64) -> Option<Arc<Stor
             for reply in replies {
                 let _ = reply.send(Err(Arc::clone(&e)));
             }
-            return matches!(*e, StoreError::Unavailable(_)).then_some(e);
+            return e.is_unavailable().then_some(e);
         }
     };
     for (reply, result) in replies.into_iter().zip(results) {

@@ -99,6 +99,13 @@ pub enum StoreError {
     Other(#[source] sqlx::Error),
 }
 
+impl StoreError {
+    /// The database could not be reached or did not answer in time (a 503).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
@@ -228,7 +235,7 @@ impl Db {
     pub async fn reachable(&self) -> bool {
         match tokio::time::timeout(Duration::from_secs(1), self.connect_fresh()).await {
             Ok(Ok(())) => true,
-            Ok(Err(e)) => !matches!(e, StoreError::Unavailable(_)),
+            Ok(Err(e)) => !e.is_unavailable(),
             Err(_) => false,
         }
     }
