@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wrk, Backend, Server, ADMIN};
+use common::{wrk, Backend, ADMIN};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -30,24 +30,26 @@ struct Row {
 }
 
 async fn run(backend: Backend) -> Vec<Row> {
-    let server = Server::start(backend).await;
+    let server = common::start(backend).await;
     for o in 0..ORGS {
         server
-            .put(
+            .admin(
+                "PUT",
                 &format!("/v1/orgs/org_{o}"),
-                serde_json::json!({"plan": "team"}),
+                Some(serde_json::json!({"plan": "team"})),
             )
             .await;
     }
     for k in 0..KEYS {
         server
-            .put(
+            .admin(
+                "PUT",
                 &format!("/v1/orgs/org_{}/keys/k{k}", k % ORGS),
-                serde_json::json!({"concurrency_limit": 100}),
+                Some(serde_json::json!({"concurrency_limit": 100})),
             )
             .await;
     }
-    let url = format!("{}/v1/admissions", server.base);
+    let url = format!("{}/v1/admissions", server.url);
     let args = || vec![KEYS.to_string(), ORGS.to_string(), ADMIN.to_string()];
     let mut rows = Vec::new();
     for callers in [1, 8, 32] {
@@ -82,7 +84,7 @@ async fn run(backend: Backend) -> Vec<Row> {
             w.errors
         );
     }
-    server.stop().await;
+    server.finish().await;
     rows
 }
 

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wrk, Backend, Server, ADMIN};
+use common::{wrk, Backend, ADMIN};
 
 // The allocator of the `rush-meter` binary, so the server measured here is the one shipped.
 #[global_allocator]
@@ -36,16 +36,17 @@ struct Outcome {
 }
 
 async fn run(backend: Backend, batch: usize, clients: usize) -> Outcome {
-    let server = Server::start(backend).await;
+    let server = common::start(backend).await;
     for o in 0..ORGS {
         server
-            .put(
+            .admin(
+                "PUT",
                 &format!("/v1/orgs/org_{o}"),
-                serde_json::json!({"plan": "team"}),
+                Some(serde_json::json!({"plan": "team"})),
             )
             .await;
     }
-    let url = format!("{}/v1/heartbeats", server.base);
+    let url = format!("{}/v1/heartbeats", server.url);
     let args = || {
         vec![
             batch.to_string(),
@@ -69,7 +70,7 @@ async fn run(backend: Backend, batch: usize, clients: usize) -> Outcome {
     let before = (server.metric(sum).await, server.metric(count).await);
     let w = wrk(url, "heartbeats.lua", 2, clients, MEASURE.as_secs(), args()).await;
     let after = (server.metric(sum).await, server.metric(count).await);
-    server.stop().await;
+    server.finish().await;
     Outcome {
         backend,
         batch,

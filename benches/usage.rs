@@ -10,11 +10,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Backend, Server, ADMIN};
-use rush_meter::clock::Clock;
-use rush_meter::ids::Id;
-use rush_meter::ingest::Heartbeat;
-use rush_meter::ledger::{Observation, Rules, Secs, VmState};
-use rush_meter::store::Db;
+use rush_meter::store::{Db, Pools};
+use rush_meter_core::heartbeats::Heartbeat;
+use rush_meter_core::ids::Id;
+use rush_meter_core::ledger::{Observation, Rules, VmState};
+use rush_meter_core::time::Secs;
 
 /// 2026-11-01T00:00:00Z and 2026-10-01T00:00:00Z.
 const NOV: Secs = 1_793_491_200;
@@ -102,7 +102,7 @@ async fn time_get(server: &Server, path: &str) -> Vec<Duration> {
         let started = Instant::now();
         let r = server
             .client
-            .get(format!("{}{path}", server.base))
+            .get(format!("{}{path}", server.url))
             .bearer_auth(ADMIN)
             .send()
             .await
@@ -117,12 +117,20 @@ async fn time_get(server: &Server, path: &str) -> Vec<Duration> {
 /// The usage page and the breakdowns of November for the org, and PostgreSQL's own read
 /// of the org-month's hourly rollup.
 async fn console(backend: Backend) -> (u64, Vec<Latency>) {
-    let clock = Clock::manual(NOV);
-    let server = Server::start_with_clock(backend, clock.clone()).await;
+    let server = common::start_with(
+        backend,
+        common::Options {
+            clock_start: NOV,
+            ..common::bench_options()
+        },
+    )
+    .await;
+    let clock = server.clock.clone();
     server
-        .put(
+        .admin(
+            "PUT",
             "/v1/orgs/bench",
-            serde_json::json!({"name": "bench", "plan": "team"}),
+            Some(serde_json::json!({"name": "bench", "plan": "team"})),
         )
         .await;
     let db = Db::connect(&server.database_url, Default::default())
@@ -134,7 +142,7 @@ async fn console(backend: Backend) -> (u64, Vec<Latency>) {
         "{backend:?}: {sent} heartbeats of history in {:?}",
         started.elapsed()
     );
-    if let Db::Postgres(p) = &db {
+    if let Pools::Postgres(p) = db.pools() {
         sqlx::query("VACUUM ANALYZE").execute(p).await.unwrap();
     }
     clock.set(NOV + 30 * DAY - 3600);
@@ -164,7 +172,7 @@ async fn console(backend: Backend) -> (u64, Vec<Latency>) {
         time_get(&server, &path).await; // warm
         rows.push(latency(what.into(), time_get(&server, &path).await));
     }
-    if let Db::Postgres(p) = &db {
+    if let Pools::Postgres(p) = db.pools() {
         let mut samples = Vec::new();
         for _ in 0..REQUESTS {
             let started = Instant::now();
@@ -187,7 +195,7 @@ async fn console(backend: Backend) -> (u64, Vec<Latency>) {
         ));
     }
     db.close().await;
-    server.stop().await;
+    server.finish().await;
     (sent, rows)
 }
 
@@ -226,16 +234,16 @@ async fn seed_sessions(db: &Db) {
             .to_owned(),
     ];
     for sql in statements {
-        match db {
-            Db::Postgres(p) => {
+        match db.pools() {
+            Pools::Postgres(p) => {
                 sqlx::query(&sql).execute(p).await.unwrap();
             }
-            Db::Sqlite { write, .. } => {
+            Pools::Sqlite { write, .. } => {
                 sqlx::query(&sql).execute(write).await.unwrap();
             }
         }
     }
-    if let Db::Postgres(p) = db {
+    if let Pools::Postgres(p) = db.pools() {
         sqlx::query("VACUUM ANALYZE").execute(p).await.unwrap();
     }
 }
@@ -253,7 +261,7 @@ async fn http_export(server: &Server, query: &str) -> (u64, u64, Duration) {
     let started = Instant::now();
     let mut r = server
         .client
-        .get(format!("{}/v1/exports/usage?{query}", server.base))
+        .get(format!("{}/v1/exports/usage?{query}", server.url))
         .bearer_auth(ADMIN)
         .send()
         .await
@@ -309,7 +317,14 @@ async fn cli_export(database_url: &str, args: &[&str]) -> (u64, Duration, f64) {
 }
 
 async fn exports(backend: Backend) -> (Vec<Export>, Duration, Option<(u64, Duration)>) {
-    let server = Server::start_with_clock(backend, Clock::manual(NOV + 4 * DAY)).await;
+    let server = common::start_with(
+        backend,
+        common::Options {
+            clock_start: NOV + 4 * DAY,
+            ..common::bench_options()
+        },
+    )
+    .await;
     let db = Db::connect(&server.database_url, Default::default())
         .await
         .unwrap();
@@ -345,7 +360,7 @@ async fn exports(backend: Backend) -> (Vec<Export>, Duration, Option<(u64, Durat
     let started = Instant::now();
     let r = server
         .client
-        .post(format!("{}/v1/periods/2026-10/close", server.base))
+        .post(format!("{}/v1/periods/2026-10/close", server.url))
         .bearer_auth(ADMIN)
         .send()
         .await
@@ -386,8 +401,8 @@ async fn exports(backend: Backend) -> (Vec<Export>, Duration, Option<(u64, Durat
             peak_rss_mib: Some(rss),
         });
     }
-    let copy = match &db {
-        Db::Postgres(p) => {
+    let copy = match db.pools() {
+        Pools::Postgres(p) => {
             use futures_util::TryStreamExt;
             let mut conn = p.acquire().await.unwrap();
             let started = Instant::now();
@@ -404,10 +419,10 @@ async fn exports(backend: Backend) -> (Vec<Export>, Duration, Option<(u64, Durat
             }
             Some((lines, started.elapsed()))
         }
-        Db::Sqlite { .. } => None,
+        Pools::Sqlite { .. } => None,
     };
     db.close().await;
-    server.stop().await;
+    server.finish().await;
     (out, close, copy)
 }
 

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use crate::ledger::Secs;
+use rush_meter_core::time::Secs;
 
 #[derive(Clone, Debug, Default)]
 pub enum Clock {

@@ -1,33 +1,24 @@
 //! rush-meter: the agent-hour ledger, quota gate and billing service behind Rush.
 //!
-//! A pure core (`ledger`, `quota`, `usage`, `plans`) under thin shells (`store`, `http`,
-//! `ingest`, `server`). See DESIGN.md for the rules and docs/ for the contract.
+//! A house of layers, each depending only on those below it (tests/architecture.rs checks):
+//!
+//! - `rush_meter_core` (its own crate, `core/`): the pure rules, no I/O and no clock.
+//! - `clock`, `failpoint`, `config`, `metrics`: the meter's time, crash points for drills,
+//!   settings, Prometheus metrics.
+//! - `store`: PostgreSQL and SQLite, one SQL for both; `tokens` on it.
+//! - `billing`: Stripe.
+//! - `app`: the services on the core: group commit, the gate's and the ledger's writers,
+//!   notifications, periods, background jobs.
+//! - `http`, `cli`: the shells; `sim`: fleets simulated against the core and a live server.
 
-pub mod admission;
-pub mod batch;
+pub mod app;
 pub mod billing;
-pub mod breakdown;
+pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod export;
 pub mod failpoint;
-pub mod gate;
 pub mod http;
-pub mod ids;
-pub mod ingest;
-pub mod ledger;
 pub mod metrics;
-pub mod notify;
-pub mod plans;
-pub mod prompt;
-pub mod quota;
-pub mod rate_limit;
-pub mod server;
 pub mod sim;
-pub mod simulate;
-pub mod standing;
 pub mod store;
-pub mod timeline;
 pub mod tokens;
-pub mod usage;
-pub mod wire;

@@ -5,8 +5,8 @@ use std::fmt;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::ledger::Secs;
 use crate::store::TokenRow;
+use rush_meter_core::time::Secs;
 
 /// What a token may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

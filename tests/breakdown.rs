@@ -3,11 +3,11 @@
 
 mod common;
 
-use common::{hb, Backend, TestServer, T0};
+use common::{hb, TestServer, T0};
 use serde_json::{json, Value};
 
-both_backends! {
-    async fn every_grouping_adds_up_to_the_usage_page(srv) {
+every_backend! {
+    async fn every_grouping_adds_up_to_the_usage_page(srv: TestServer) {
         srv.create_org("org_1", "pro").await;
         srv.admin("PUT", "/v1/orgs/org_1/keys/k1", Some(json!({}))).await;
         for (session, agent, project, user) in [("s1", "codex", Some("web"), "u1"), ("s2", "claude", None, "u2")] {

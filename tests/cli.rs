@@ -229,7 +229,7 @@ async fn export_and_period_commands() {
     let url = format!("sqlite://{}", dir.path().join("e.db").display());
     let db = Db::connect(&url, Default::default()).await.unwrap();
     db.migrate().await.unwrap();
-    let nov = rush_meter::export::parse_month("2026-11").unwrap();
+    let nov = rush_meter_core::export::parse_month("2026-11").unwrap();
     db.upsert_org(
         &rush_meter::store::OrgUpsert {
             org_id: "acme".into(),

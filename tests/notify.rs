@@ -33,7 +33,7 @@ async fn receiver(fail: usize) -> (String, Arc<Mutex<Vec<Received>>>) {
                 let header = headers
                     .get("rush-signature")
                     .map(|v| v.to_str().unwrap().to_owned());
-                let signed_at = rush_meter::billing::signature::verify(
+                let signed_at = rush_meter_core::signature::verify(
                     header.as_deref(),
                     &body,
                     &[SECRET.to_owned()],
@@ -67,7 +67,7 @@ fn options(url: &str) -> Options {
     Options {
         notify: Some(NotifyConfig {
             url: url.to_owned(),
-            secret: common::secret(SECRET),
+            secret: secrecy::SecretString::from(SECRET),
         }),
         ..Options::default()
     }

@@ -231,7 +231,7 @@ async fn the_frameworks_refusals_are_in_the_error_format() {
     let opts = common::Options {
         max_body_bytes: 1024,
         stripe: rush_meter::config::StripeConfig {
-            webhook_secrets: vec![rush_meter::config::Secret::new("whsec_test")],
+            webhook_secrets: vec![secrecy::SecretString::from("whsec_test")],
             ..Default::default()
         },
         ..common::Options::default()
@@ -317,7 +317,7 @@ async fn path_parameters_are_each_declared_once_required_and_described() {
             if name.ends_with("_id") && name != "event_id" {
                 assert_eq!(
                     p["schema"]["pattern"],
-                    rush_meter::ids::Id::PATTERN,
+                    rush_meter_core::ids::Id::PATTERN,
                     "{method} {path}: {p}"
                 );
             }

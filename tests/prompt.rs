@@ -2,11 +2,11 @@
 
 mod common;
 
-use common::{hb, Backend, TestServer, T0};
+use common::{hb, TestServer, T0};
 use serde_json::json;
 
-both_backends! {
-    async fn the_prompt_shows_past_a_threshold_with_a_plan_that_fits(srv) {
+every_backend! {
+    async fn the_prompt_shows_past_a_threshold_with_a_plan_that_fits(srv: TestServer) {
         srv.create_org("org_1", "free").await;
         srv.admin("PUT", "/v1/orgs/org_1/keys/k1", Some(json!({"concurrency_limit": 1}))).await;
         let quiet = srv.admin("GET", "/v1/orgs/org_1/upgrade-prompt", None).await;

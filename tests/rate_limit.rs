@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Backend, Options, TestServer};
-use rush_meter::rate_limit::Limit;
+use rush_meter::config::RateLimit as Limit;
 use rush_meter::tokens::Scope;
 use serde_json::json;
 

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::{hb, Backend, Options, TestServer, ADMIN};
-use rush_meter::config::{Secret, StripeConfig};
+use rush_meter::config::StripeConfig;
+use secrecy::SecretString;
 use serde_json::json;
 
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
@@ -148,8 +149,8 @@ async fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
     let (stripe_url, stripe_calls) = stripe_stub().await;
     let opts = Options {
         stripe: StripeConfig {
-            secret_key: Some(Secret::new("sk_test_stub")),
-            webhook_secrets: vec![Secret::new("whsec_schemathesis")],
+            secret_key: Some(SecretString::from("sk_test_stub")),
+            webhook_secrets: vec![SecretString::from("whsec_schemathesis")],
             api_base: stripe_url,
             ..StripeConfig::default()
         },

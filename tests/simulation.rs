@@ -8,10 +8,10 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{fresh_database, Backend};
-use rush_meter::ingest::Heartbeat;
-use rush_meter::ledger::{Interval, Secs};
 use rush_meter::sim::{self, Delivery, Fleet, Params, Reference};
 use rush_meter::store::{Db, OrgUpsert};
+use rush_meter_core::heartbeats::Heartbeat;
+use rush_meter_core::ledger::{Interval, Secs};
 
 /// The expiry job's period in simulated time.
 const EXPIRE_EVERY: Secs = 300;
@@ -160,9 +160,9 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
                     beats
                         .iter()
                         .map(|b| Heartbeat {
-                            org_id: rush_meter::ids::Id::parse(&b.org).unwrap(),
-                            session_id: rush_meter::ids::Id::parse(&b.session).unwrap(),
-                            vm_id: rush_meter::ids::Id::parse(&b.vm).unwrap(),
+                            org_id: rush_meter_core::ids::Id::parse(&b.org).unwrap(),
+                            session_id: rush_meter_core::ids::Id::parse(&b.session).unwrap(),
+                            vm_id: rush_meter_core::ids::Id::parse(&b.vm).unwrap(),
                             obs: sim::observation(b, at, &rules),
                             received_at: at,
                         })
@@ -225,7 +225,7 @@ async fn check_store(seed: u64, db: &Db, fleet: &Fleet, reference: &Reference) {
             .collect();
         let got: BTreeMap<String, i64> = stored
             .iter()
-            .map(|s| (s.session_id.clone(), s.billed_seconds))
+            .map(|s| (s.session_id.clone(), s.ledger.billed_seconds))
             .collect();
         assert_eq!(
             got, want,
@@ -268,12 +268,12 @@ async fn check_store(seed: u64, db: &Db, fleet: &Fleet, reference: &Reference) {
             assert_eq!(got, merged(s.billed.clone()), "{hint}: spans of {sid}");
         }
         // The org's window totals (week of 30 Nov, month of December) read the same.
-        let week = rush_meter::quota::iso_week(1_796_040_000);
-        let month = rush_meter::quota::calendar_month(1_796_169_600);
+        let week = rush_meter_core::time::iso_week(1_796_040_000);
+        let month = rush_meter_core::time::calendar_month(1_796_169_600);
         let used = db
             .window_usage(
                 &[&org],
-                &rush_meter::quota::Windows { month, week },
+                &rush_meter_core::time::Windows { month, week },
                 final_time(fleet),
                 &fleet.params.rules,
             )
@@ -316,11 +316,12 @@ async fn check_readers(
 ) -> Vec<String> {
     let hint = replay_hint(seed);
     let mut bodies = Vec::new();
-    let months = ["2026-11", "2026-12"].map(|m| (m, rush_meter::export::parse_month(m).unwrap()));
+    let months =
+        ["2026-11", "2026-12"].map(|m| (m, rush_meter_core::export::parse_month(m).unwrap()));
     for (name, month) in months {
         let (from, to) = (
-            rush_meter::quota::format_rfc3339(month.start),
-            rush_meter::quota::format_rfc3339(month.end),
+            rush_meter_core::time::format_rfc3339(month.start),
+            rush_meter_core::time::format_rfc3339(month.end),
         );
         for o in 0..fleet.params.orgs {
             let org = sim::org_name(o);
@@ -363,8 +364,8 @@ async fn check_readers(
                 }
                 if g == "hour" {
                     for r in rows {
-                        let h =
-                            rush_meter::quota::rfc3339::parse(r["key"].as_str().unwrap()).unwrap();
+                        let h = rush_meter_core::time::rfc3339::parse(r["key"].as_str().unwrap())
+                            .unwrap();
                         let hour = Interval::new(h, h + 3600).unwrap();
                         let want: i64 =
                             sessions.iter().map(|(_, s)| clipped(&s.billed, hour)).sum();

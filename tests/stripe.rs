@@ -7,9 +7,10 @@ use common::localstripe::{LocalStripe, KEY};
 use common::{eventually, Backend, Options, TestServer, ADMIN};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use rush_meter::billing::signature::sign;
-use rush_meter::config::{Secret, StripeConfig};
-use rush_meter::ledger::Secs;
+use rush_meter::config::StripeConfig;
+use rush_meter_core::ledger::Secs;
+use rush_meter_core::signature::sign;
+use secrecy::SecretString;
 use serde_json::{json, Value};
 
 const SECRET: &str = "whsec_rush_meter_test";
@@ -17,7 +18,7 @@ const OLD_SECRET: &str = "whsec_rush_meter_old";
 
 fn webhooks_only() -> StripeConfig {
     StripeConfig {
-        webhook_secrets: vec![Secret::new(SECRET), Secret::new(OLD_SECRET)],
+        webhook_secrets: vec![SecretString::from(SECRET), SecretString::from(OLD_SECRET)],
         ..StripeConfig::default()
     }
 }
@@ -334,7 +335,7 @@ async fn events_in_any_order_leave_stripes_state(backend: Backend) {
 
 fn with_stripe(ls: &LocalStripe) -> StripeConfig {
     StripeConfig {
-        secret_key: Some(Secret::new(KEY)),
+        secret_key: Some(SecretString::from(KEY)),
         api_base: ls.url.clone(),
         ..webhooks_only()
     }
@@ -804,8 +805,7 @@ async fn the_invoice_report_sets_the_ledger_against_stripes_invoices() {
         assert_eq!(status, 200, "{v}");
     }
 
-    let plans =
-        std::sync::Arc::new(rush_meter::plans::Plans::load_dir(&common::repo_plans()).unwrap());
+    let plans = std::sync::Arc::new(rush_meter::config::load_plans(&common::repo_plans()).unwrap());
     let billing = rush_meter::billing::Billing::new(
         srv.db.clone(),
         plans,
@@ -815,7 +815,7 @@ async fn the_invoice_report_sets_the_ledger_against_stripes_invoices() {
     );
     // localstripe has no clock: its invoices fall in the current month, so the report is
     // asked for that month directly (the command accepts closed months only).
-    let month = rush_meter::quota::calendar_month(now);
+    let month = rush_meter_core::time::calendar_month(now);
     let lines = rush_meter::billing::invoice_report::invoice_report(&billing, month, |_| {})
         .await
         .unwrap();

@@ -1,20 +1,13 @@
-//! What the benchmarks share: a real server on a fresh database, wrk, and the machine.
+//! What the benchmarks share: the tests' harness (tests/common, included here, so a
+//! benchmark's server is started exactly as a test's), wrk, and the machine.
 #![allow(dead_code)]
 
 use std::time::Duration;
 
-use rush_meter::clock::Clock;
-use rush_meter::config::Config;
-use rush_meter::ledger::Rules;
-use rush_meter::server::App;
+#[path = "../../tests/common/mod.rs"]
+pub mod harness;
 
-pub const ADMIN: &str = "bench-admin-token-0123456789";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Postgres,
-    Sqlite,
-}
+pub use harness::{Backend, Options, TestServer as Server, ADMIN};
 
 /// The runtime every benchmark drives its server and load from.
 pub fn runtime() -> tokio::runtime::Runtime {
@@ -33,144 +26,32 @@ pub fn provenance(bench: &str, load: &str) -> String {
     )
 }
 
-/// PostgreSQL's base URL (without a database).
-fn pg_base() -> String {
-    std::env::var("RUSH_METER_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+/// The service on the system clock over a fresh database whose commits are fsynced, as
+/// in production.
+pub async fn start(backend: Backend) -> Server {
+    start_with(
+        backend,
+        Options {
+            system_clock: true,
+            ..bench_options()
+        },
+    )
+    .await
 }
 
-/// A fresh database: a new one on the machine's PostgreSQL (default settings, so commits
-/// are fsynced), or a SQLite file in a temporary directory.
-pub async fn database(backend: Backend) -> (String, Option<tempfile::TempDir>) {
-    match backend {
-        Backend::Sqlite => {
-            let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-            (url, Some(dir))
-        }
-        Backend::Postgres => {
-            let base = pg_base();
-            let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
-                .await
-                .expect("PostgreSQL for the benchmark");
-            let name = format!("rm_bench_{:08x}", rand::random::<u32>());
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&admin)
-                .await
-                .unwrap();
-            (format!("{base}/{name}"), None)
-        }
+/// What every benchmark's server runs with: durable commits, no rate limit (the load
+/// generator is one caller: measure the service, not its limit).
+pub fn bench_options() -> Options {
+    Options {
+        durable: true,
+        ..Options::default()
     }
 }
 
-/// The service, in this process, on the system clock.
-pub struct Server {
-    pub base: String,
-    pub client: reqwest::Client,
-    stop: tokio::sync::oneshot::Sender<()>,
-    handle: tokio::task::JoinHandle<std::io::Result<()>>,
-    pub database_url: String,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Server {
-    pub async fn start(backend: Backend) -> Server {
-        Self::start_with_clock(backend, Clock::System).await
-    }
-
-    /// The service on `clock` (a manual one lets a benchmark place history in the past).
-    pub async fn start_with_clock(backend: Backend, clock: Clock) -> Server {
-        let (url, dir) = database(backend).await;
-        let config = Config {
-            database_url: url.clone(),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            plans_dir: concat!(env!("CARGO_MANIFEST_DIR"), "/plans").into(),
-            rules: Rules {
-                interval: 15,
-                lease: 45,
-            },
-            bootstrap_admin_token: Some(
-                <rush_meter::config::Cli as clap::Parser>::try_parse_from([
-                    "rush-meter",
-                    "--bootstrap-admin-token",
-                    ADMIN,
-                ])
-                .unwrap()
-                .settings
-                .validate()
-                .unwrap()
-                .bootstrap_admin_token
-                .unwrap(),
-            ),
-            max_body_bytes: 1 << 20,
-            stripe: Default::default(),
-            // The load generator is one caller: measure the service, not its limit.
-            rate_limit: None,
-            period_settle: None,
-            notify: None,
-            export_stall: std::time::Duration::from_secs(120),
-        };
-        let app = App::start(&config, clock).await.unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let handle = tokio::spawn(app.serve(listener, async {
-            let _ = stop_rx.await;
-        }));
-        Server {
-            base,
-            client: reqwest::Client::new(),
-            stop,
-            handle,
-            database_url: url,
-            _dir: dir,
-        }
-    }
-
-    pub async fn put(&self, path: &str, body: serde_json::Value) {
-        let r = self
-            .client
-            .put(format!("{}{path}", self.base))
-            .bearer_auth(ADMIN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "PUT {path}: {}", r.status());
-    }
-
-    /// A value of `/metrics` (0 when absent).
-    pub async fn metric(&self, name: &str) -> f64 {
-        let text = self
-            .client
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    }
-
-    /// Stop the server and drop its PostgreSQL database (SQLite's goes with its directory).
-    pub async fn stop(self) {
-        let _ = self.stop.send(());
-        self.handle.await.unwrap().unwrap();
-        if let Some(name) = self.database_url.strip_prefix(&format!("{}/", pg_base())) {
-            let admin = sqlx::PgPool::connect(&format!("{}/postgres", pg_base()))
-                .await
-                .unwrap();
-            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .execute(&admin)
-                .await
-                .unwrap();
-        }
-    }
+pub async fn start_with(backend: Backend, opts: Options) -> Server {
+    Server::start_with(backend, opts)
+        .await
+        .expect("PostgreSQL for the benchmark")
 }
 
 /// Run wrk against `url` with a Lua `script` from benches/wrk and its arguments.

@@ -4,11 +4,12 @@
 //! before it is sent, so a retry after a crash reuses the key and Stripe makes no second
 //! object.
 
-use crate::plans::Plan;
-use crate::store::{OrgRow, StoreError, StripeRequestRow};
+use rush_meter_core::org::Org;
+use rush_meter_core::plans::Plan;
 
 use super::api::{StripeApi, StripeFailure};
-use super::Billing;
+use super::{Billing, BillingError, BillingResult};
+use crate::store::StripeRequestRow;
 
 /// What a plan change came to.
 #[derive(Debug)]
@@ -16,42 +17,15 @@ pub enum Change {
     /// Pay in Stripe Checkout, at `url`.
     Checkout { url: String, session_id: String },
     /// Changed now (an upgrade); the org as it stands.
-    Changed(Box<OrgRow>),
+    Changed(Box<Org>),
     /// Made in Stripe when the period ends, at `at`.
     Scheduled { plan: String, at: i64 },
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ChangeError {
-    #[error("Stripe is off: set RUSH_METER_STRIPE_SECRET_KEY")]
-    Off,
-    #[error("the org is on the {0} plan already")]
-    SamePlan(String),
-    #[error("plan {0} has no stripe_prices to subscribe with")]
-    NoPrice(String),
-    #[error("the subscription has no item to change")]
-    NoItem,
-    #[error("{0}")]
-    Conflict(String),
-    #[error(transparent)]
-    Stripe(#[from] StripeFailure),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-fn api(b: &Billing) -> Result<&StripeApi, ChangeError> {
-    b.api.as_ref().ok_or(ChangeError::Off)
 }
 
 /// Record an outbound write before it is sent, and its idempotency key: the key of an
 /// unfinished request for the same operation and target (a retry after a crash, which
 /// Stripe then replays), else a new one.
-async fn begin(
-    b: &Billing,
-    org_id: &str,
-    operation: &str,
-    target: &str,
-) -> Result<String, ChangeError> {
+async fn begin(b: &Billing, org_id: &str, operation: &str, target: &str) -> BillingResult<String> {
     if let Some(open) = b.db.open_stripe_request(org_id, operation, target).await? {
         return Ok(open.idempotency_key);
     }
@@ -74,7 +48,7 @@ async fn settle<T>(
     key: &str,
     result: Result<T, StripeFailure>,
     id: impl Fn(&T) -> &str,
-) -> Result<T, ChangeError> {
+) -> BillingResult<T> {
     match result {
         Ok(v) => {
             b.db.complete_stripe_request(org_id, key, id(&v), b.clock.now())
@@ -87,7 +61,7 @@ async fn settle<T>(
 
 /// A refusal closes the request, so the next attempt is a new request with a new key; one
 /// left unanswered stays open, for a retry with the same key.
-async fn failed(b: &Billing, org_id: &str, key: &str, e: StripeFailure) -> ChangeError {
+async fn failed(b: &Billing, org_id: &str, key: &str, e: StripeFailure) -> BillingError {
     if matches!(
         e,
         StripeFailure::Refused { .. } | StripeFailure::NotFound(_)
@@ -103,11 +77,11 @@ async fn failed(b: &Billing, org_id: &str, key: &str, e: StripeFailure) -> Chang
 }
 
 /// The org's Stripe customer, created (once) if it has none.
-pub async fn ensure_customer(b: &Billing, org: &OrgRow) -> Result<String, ChangeError> {
+pub async fn ensure_customer(b: &Billing, org: &Org) -> BillingResult<String> {
     if let Some(c) = &org.stripe_customer_id {
         return Ok(c.clone());
     }
-    let api = api(b)?;
+    let api = b.api()?;
     let earlier =
         b.db.open_stripe_request(&org.org_id, "create_customer", &org.org_id)
             .await?;
@@ -131,7 +105,7 @@ pub async fn ensure_customer(b: &Billing, org: &OrgRow) -> Result<String, Change
         .link_stripe_customer(&org.org_id, &customer.id, b.clock.now())
         .await?
     {
-        return Err(ChangeError::Conflict(format!(
+        return Err(BillingError::Conflict(format!(
             "org {} was linked to another Stripe customer meanwhile",
             org.org_id
         )));
@@ -142,8 +116,8 @@ pub async fn ensure_customer(b: &Billing, org: &OrgRow) -> Result<String, Change
 }
 
 /// Move an org to `target`.
-pub async fn change_plan(b: &Billing, org: &OrgRow, target: &Plan) -> Result<Change, ChangeError> {
-    let api = api(b)?;
+pub async fn change_plan(b: &Billing, org: &Org, target: &Plan) -> BillingResult<Change> {
+    let api = b.api()?;
     let subscribed = org.stripe_subscription_id.as_deref().filter(|_| {
         !matches!(
             org.subscription_status.as_deref(),
@@ -154,7 +128,7 @@ pub async fn change_plan(b: &Billing, org: &OrgRow, target: &Plan) -> Result<Cha
         let price = target
             .stripe_prices
             .first()
-            .ok_or_else(|| ChangeError::NoPrice(target.id.clone()))?;
+            .ok_or_else(|| BillingError::NoPrice(target.id.clone()))?;
         let customer = ensure_customer(b, org).await?;
         let key = begin(b, &org.org_id, "checkout", &target.id).await?;
         let sent = api
@@ -174,10 +148,9 @@ pub async fn change_plan(b: &Billing, org: &OrgRow, target: &Plan) -> Result<Cha
             let sent = api.resume(sub_id, &key).await;
             let sub = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
             b.apply(&sub, Some(&org.org_id), read_at, "checkout")
-                .await
-                .map_err(ChangeError::Conflict)?;
+                .await?;
         } else if org.scheduled_plan_id.is_none() {
-            return Err(ChangeError::SamePlan(target.id.clone()));
+            return Err(BillingError::SamePlan(target.id.clone()));
         }
         b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
         let now =
@@ -198,8 +171,7 @@ pub async fn change_plan(b: &Billing, org: &OrgRow, target: &Plan) -> Result<Cha
         let sent = api.cancel_at_period_end(sub_id, &key).await;
         let sub = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
         b.apply(&sub, Some(&org.org_id), read_at, "checkout")
-            .await
-            .map_err(ChangeError::Conflict)?;
+            .await?;
         let at = sub.period().map_or_else(|| b.clock.now(), |p| p.end);
         return Ok(Change::Scheduled {
             plan: target.id.clone(),
@@ -223,17 +195,17 @@ pub async fn change_plan(b: &Billing, org: &OrgRow, target: &Plan) -> Result<Cha
 async fn move_item(
     b: &Billing,
     api: &StripeApi,
-    org: &OrgRow,
+    org: &Org,
     sub_id: &str,
     target: &Plan,
     prorate: bool,
-) -> Result<OrgRow, ChangeError> {
+) -> BillingResult<Org> {
     let price = target
         .stripe_prices
         .first()
-        .ok_or_else(|| ChangeError::NoPrice(target.id.clone()))?;
+        .ok_or_else(|| BillingError::NoPrice(target.id.clone()))?;
     let sub = api.subscription(sub_id).await?;
-    let item = sub.items.data.first().ok_or(ChangeError::NoItem)?;
+    let item = sub.items.data.first().ok_or(BillingError::NoItem)?;
     // Subscriptions on legacy plans (older accounts, and the local fake) change plans.
     let legacy = item.price.is_none();
     // Keyed by what is sent: an upgrade and a downgrade to one plan are different requests.
@@ -250,8 +222,7 @@ async fn move_item(
     let changed = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
     let applied = b
         .apply(&changed, Some(&org.org_id), read_at, "checkout")
-        .await
-        .map_err(ChangeError::Conflict)?;
+        .await?;
     if org.scheduled_plan_id.is_some() {
         b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
     }
@@ -266,8 +237,8 @@ async fn move_item(
 }
 
 /// Make the downgrades whose period has ended; returns how many were made.
-pub async fn apply_due_downgrades(b: &Billing) -> Result<usize, ChangeError> {
-    let api = api(b)?;
+pub async fn apply_due_downgrades(b: &Billing) -> BillingResult<usize> {
+    let api = b.api()?;
     let mut done = 0;
     for org in b.db.due_downgrades(b.clock.now(), 100).await? {
         let (Some(target), Some(sub_id)) = (
@@ -290,9 +261,9 @@ pub async fn apply_due_downgrades(b: &Billing) -> Result<usize, ChangeError> {
 }
 
 /// A link to Stripe's customer portal for the org's billing details.
-pub async fn portal(b: &Billing, org: &OrgRow) -> Result<String, ChangeError> {
+pub async fn portal(b: &Billing, org: &Org) -> BillingResult<String> {
     let customer = ensure_customer(b, org).await?;
-    Ok(api(b)?
+    Ok(b.api()?
         .create_portal_session(&customer, &b.config.return_url)
         .await?
         .url)

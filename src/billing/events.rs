@@ -4,20 +4,25 @@
 //! not trusted for their content: the subscription is read again from Stripe and applied
 //! only if that read is newer than what is stored, so the order of arrival never matters.
 
+use rush_meter_core::retry::{backoff, MAX_ATTEMPTS};
+use rush_meter_core::time::Secs;
 use serde::Deserialize;
 
-use crate::ledger::Secs;
+use super::subscription::Subscription;
+use super::{Billing, BillingError, BillingResult};
 use crate::store::{StoreResult, StripeEventRow};
 
-use super::subscription::Subscription;
-use super::Billing;
-
-/// Tries before an event is quarantined: with the backoff below, about 22 hours.
-pub const MAX_ATTEMPTS: i64 = 16;
-
-/// Seconds before the next try after `attempts` tries: 10 s doubling, at most 4 hours.
-pub fn backoff(attempts: i64) -> Secs {
-    (10_i64 << attempts.clamp(1, 16).saturating_sub(1)).min(4 * 3600)
+rush_meter_core::named! {
+    /// Where a stored Stripe event stands.
+    pub enum EventState {
+        /// Waiting for its (next) try.
+        Pending = "pending",
+        Processed = "processed",
+        /// A type or object this service does not act on.
+        Ignored = "ignored",
+        /// Failed every try: waits for an admin (`POST …/retry`).
+        Quarantined = "quarantined",
+    }
 }
 
 /// How long an instance holds the events it took before another may take them: well
@@ -96,8 +101,10 @@ pub async fn process_due(b: &Billing) -> StoreResult<usize> {
                 Ok(Outcome::Applied(org)) => org.as_deref(),
                 _ => None,
             };
+            let failure = result.as_ref().err().map(ToString::to_string);
             let error = match &result {
-                Ok(Outcome::Ignored(why)) | Err(why) => Some(why.as_str()),
+                Ok(Outcome::Ignored(why)) => Some(why.as_str()),
+                Err(_) => failure.as_deref(),
                 _ => None,
             };
             let result_label = if state == "pending" { "retry" } else { state };
@@ -127,7 +134,7 @@ pub async fn process_due(b: &Billing) -> StoreResult<usize> {
 /// Where an event goes after a try: done, or due again after the backoff, or, after
 /// `MAX_ATTEMPTS` tries, quarantined.
 pub fn next_state(
-    result: &Result<Outcome, String>,
+    result: &BillingResult<Outcome>,
     attempts: i64,
     now: Secs,
 ) -> (&'static str, Secs) {
@@ -139,9 +146,9 @@ pub fn next_state(
     }
 }
 
-async fn process(b: &Billing, ev: &StripeEventRow) -> Result<Outcome, String> {
+async fn process(b: &Billing, ev: &StripeEventRow) -> BillingResult<Outcome> {
     let env: Envelope = serde_json::from_str(&ev.payload)
-        .map_err(|e| format!("stored event does not parse: {e}"))?;
+        .map_err(|e| BillingError::Unmatched(format!("stored event does not parse: {e}")))?;
     let object = &env.data.object;
     let kind = env.kind.as_str();
     let about_subscription = kind.starts_with("customer.subscription.")
@@ -162,9 +169,7 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> Result<Outcome, String> {
                     Err(e) if e.is_not_found() && kind == "customer.subscription.deleted" => {
                         (parse_subscription(object)?, read_at)
                     }
-                    Err(e) => {
-                        return Err(format!("reading subscription {sub_id} from Stripe: {e}"))
-                    }
+                    Err(e) => return Err(e.into()),
                 }
             }
             // Without a secret key nothing can be read back: trust the event, by its time.
@@ -188,21 +193,23 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> Result<Outcome, String> {
         else {
             return Ok(Outcome::Ignored("customer without metadata.org_id".into()));
         };
-        // A customer naming an org linked to another one changes nothing: logged, not retried.
-        return Ok(match b.link_customer(&org, customer).await {
-            Ok(()) => Outcome::Applied(Some(org)),
-            Err(why) => {
+        // A customer naming an org linked to another one changes nothing: logged, not
+        // retried. A store failure is retried with the event's backoff.
+        return match b.link_customer(&org, customer).await {
+            Ok(()) => Ok(Outcome::Applied(Some(org))),
+            Err(BillingError::Unmatched(why)) => {
                 tracing::warn!(%why, "customer event not applied");
-                Outcome::Ignored(why)
+                Ok(Outcome::Ignored(why))
             }
-        });
+            Err(e) => Err(e),
+        };
     }
     Ok(Outcome::Ignored(format!("type {kind} is not acted on")))
 }
 
-fn parse_subscription(object: &serde_json::Value) -> Result<Subscription, String> {
+fn parse_subscription(object: &serde_json::Value) -> BillingResult<Subscription> {
     Subscription::deserialize(object)
-        .map_err(|e| format!("event's subscription does not parse: {e}"))
+        .map_err(|e| BillingError::Unmatched(format!("event's subscription does not parse: {e}")))
 }
 
 #[cfg(test)]
@@ -212,7 +219,9 @@ mod tests {
 
     #[test]
     fn failures_retry_with_backoff_then_quarantine() {
-        let fail: Result<Outcome, String> = Err("Stripe unreachable".into());
+        let fail: BillingResult<Outcome> = Err(BillingError::Stripe(
+            super::super::api::StripeFailure::Unreachable("down".into()),
+        ));
         assert_eq!(next_state(&fail, 1, 100), ("pending", 110));
         assert_eq!(next_state(&fail, MAX_ATTEMPTS - 1, 100).0, "pending");
         assert_eq!(next_state(&fail, MAX_ATTEMPTS, 100), ("quarantined", 100));
@@ -224,16 +233,6 @@ mod tests {
             next_state(&Ok(Outcome::Ignored("x".into())), 1, 100),
             ("ignored", 100)
         );
-    }
-
-    #[test]
-    fn backoff_doubles_to_a_cap() {
-        assert_eq!(backoff(1), 10);
-        assert_eq!(backoff(2), 20);
-        assert_eq!(backoff(5), 160);
-        assert_eq!(backoff(12), 4 * 3600);
-        let total: Secs = (1..MAX_ATTEMPTS).map(backoff).sum();
-        assert!((12 * 3600..24 * 3600).contains(&total), "{total}");
     }
 
     #[test]

@@ -4,10 +4,9 @@
 
 use rust_decimal::Decimal;
 
-use crate::ledger::{Interval, Secs};
-use crate::quota::{calendar_month, hours};
+use rush_meter_core::time::{calendar_month, hours, Interval, Secs};
 
-use super::Billing;
+use super::{Billing, BillingResult};
 
 /// One org's line of the report. Amounts are in the plan's currency units (dollars).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -76,14 +75,11 @@ pub async fn invoice_report(
     b: &Billing,
     month: Interval,
     mut progress: impl FnMut(&str),
-) -> Result<Vec<Line>, String> {
+) -> BillingResult<Vec<Line>> {
     let api = b.api()?;
     let mut lines = Vec::new();
-    for org in b.db.list_orgs().await.map_err(|e| e.to_string())? {
-        let hourly =
-            b.db.hourly_totals(&org.org_id)
-                .await
-                .map_err(|e| e.to_string())?;
+    for org in b.db.list_orgs().await? {
+        let hourly = b.db.hourly_totals(&org.org_id).await?;
         let seconds = seconds_in(&hourly, month);
         let mut invoiced = 0_i64;
         let mut count = 0;
@@ -91,10 +87,7 @@ pub async fn invoice_report(
             let mut after: Option<String> = None;
             let mut seen = std::collections::HashSet::new();
             loop {
-                let page = api
-                    .invoices(customer, after.as_deref())
-                    .await
-                    .map_err(|e| format!("listing invoices of {customer}: {e}"))?;
+                let page = api.invoices(customer, after.as_deref()).await?;
                 let fresh: Vec<_> = page
                     .data
                     .into_iter()
@@ -113,7 +106,7 @@ pub async fn invoice_report(
                 }
             }
         }
-        let plan = crate::standing::subscribed_plan(&org, &b.plans);
+        let (plan, _) = org.subscribed_plan(&b.plans);
         let paid_through_stripe =
             org.stripe_subscription_id.is_some() && !plan.stripe_prices.is_empty();
         let owes = if paid_through_stripe {
@@ -147,11 +140,11 @@ mod tests {
         let now = 1_796_000_000; // 2026-11-30
         let oct = parse_period("2026-10", now).unwrap();
         assert_eq!(
-            crate::quota::format_rfc3339(oct.start),
+            rush_meter_core::time::format_rfc3339(oct.start),
             "2026-10-01T00:00:00Z"
         );
         assert_eq!(
-            crate::quota::format_rfc3339(oct.end),
+            rush_meter_core::time::format_rfc3339(oct.end),
             "2026-11-01T00:00:00Z"
         );
         assert!(parse_period("2026-11", now)

@@ -7,20 +7,50 @@ pub mod checkout;
 pub mod events;
 pub mod invoice_report;
 pub mod reconcile;
-pub mod signature;
 pub mod subscription;
 pub mod sync;
 
 use std::sync::Arc;
 
+use rush_meter_core::org::Org;
+use rush_meter_core::plans::Plans;
+use rush_meter_core::time::Secs;
+use secrecy::ExposeSecret;
+
 use crate::clock::Clock;
 use crate::config::StripeConfig;
-use crate::ledger::Secs;
-use crate::plans::Plans;
-use crate::store::{Db, OrgRow};
+use crate::store::{Db, StoreError};
 
-use api::StripeApi;
+use api::{StripeApi, StripeFailure};
 use subscription::Subscription;
+
+/// Why billing could not do what was asked, sorted by what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum BillingError {
+    #[error("Stripe is off: set RUSH_METER_STRIPE_SECRET_KEY")]
+    Off,
+    /// Stripe failed or refused (`StripeFailure` says which).
+    #[error(transparent)]
+    Stripe(#[from] StripeFailure),
+    /// The store failed: worth trying again.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Stripe's objects name no org here, or one linked to another customer: trying the
+    /// same again will not help until someone fixes the link.
+    #[error("{0}")]
+    Unmatched(String),
+    #[error("the org is on the {0} plan already")]
+    SamePlan(String),
+    #[error("plan {0} has no stripe_prices to subscribe with")]
+    NoPrice(String),
+    #[error("the subscription has no item to change")]
+    NoItem,
+    /// The org changed meanwhile (linked to another customer, say).
+    #[error("{0}")]
+    Conflict(String),
+}
+
+pub type BillingResult<T> = Result<T, BillingError>;
 
 /// What applying a subscription did.
 #[derive(Debug)]
@@ -29,7 +59,7 @@ pub struct Applied {
     /// What changed, when the org was out of step.
     pub change: Option<String>,
     /// The org as it now stands, when the state was applied.
-    pub org: Option<OrgRow>,
+    pub org: Option<Org>,
 }
 
 /// What the Stripe side of the service shares.
@@ -55,7 +85,7 @@ impl Billing {
         let api = config
             .secret_key
             .as_ref()
-            .map(|key| StripeApi::new(&config.api_base, key.expose()));
+            .map(|key| StripeApi::new(&config.api_base, key.expose_secret()));
         Billing {
             db,
             plans,
@@ -67,47 +97,46 @@ impl Billing {
     }
 
     /// The API, or the error that says how to turn it on.
-    pub fn api(&self) -> Result<&StripeApi, String> {
-        self.api
-            .as_ref()
-            .ok_or_else(|| "Stripe is off: set RUSH_METER_STRIPE_SECRET_KEY".to_owned())
+    pub fn api(&self) -> BillingResult<&StripeApi> {
+        self.api.as_ref().ok_or(BillingError::Off)
     }
 
     /// The org a subscription belongs to: the one linked to its customer, else the one its
     /// metadata (or the event's) names, else the one its customer's metadata names.
-    pub async fn org_for(&self, sub: &Subscription, hint: Option<&str>) -> Result<OrgRow, String> {
+    pub async fn org_for(&self, sub: &Subscription, hint: Option<&str>) -> BillingResult<Org> {
         let customer = sub.customer.id();
-        if let Some(org) = self
-            .db
-            .org_by_stripe_customer(customer)
-            .await
-            .map_err(|e| e.to_string())?
-        {
+        if let Some(org) = self.db.org_by_stripe_customer(customer).await? {
             return Ok(org);
         }
         let mut named = sub.org_id().or(hint).map(str::to_owned);
         if named.is_none() {
             if let Some(api) = &self.api {
-                let c = api
+                named = api
                     .customer(customer)
-                    .await
-                    .map_err(|e| format!("reading customer {customer} from Stripe: {e}"))?;
-                named = c.metadata.get("org_id").cloned();
+                    .await?
+                    .metadata
+                    .get("org_id")
+                    .cloned();
             }
         }
         let Some(org_id) = named else {
-            return Err(format!(
+            return Err(BillingError::Unmatched(format!(
                 "no org for Stripe customer {customer}: set metadata.org_id on the customer or subscription"
-            ));
+            )));
         };
-        match self.db.get_org(&org_id).await.map_err(|e| e.to_string())? {
-            Some(org) if org.stripe_customer_id.as_deref().is_some_and(|c| c != customer) => Err(format!(
-                "org {org_id} is linked to Stripe customer {}, but subscription {} belongs to {customer}",
-                org.stripe_customer_id.unwrap_or_default(),
-                sub.id
-            )),
+        match self.db.get_org(&org_id).await? {
+            Some(org) if org.stripe_customer_id.as_deref().is_some_and(|c| c != customer) => {
+                Err(BillingError::Unmatched(format!(
+                    "org {org_id} is linked to Stripe customer {}, but subscription {} belongs to {customer}",
+                    org.stripe_customer_id.unwrap_or_default(),
+                    sub.id
+                )))
+            }
             Some(org) => Ok(org),
-            None => Err(format!("subscription {} names org {org_id}, which does not exist", sub.id)),
+            None => Err(BillingError::Unmatched(format!(
+                "subscription {} names org {org_id}, which does not exist",
+                sub.id
+            ))),
         }
     }
 
@@ -118,24 +147,19 @@ impl Billing {
         hint: Option<&str>,
         read_at: Secs,
         source: &str,
-    ) -> Result<Applied, String> {
+    ) -> BillingResult<Applied> {
         let org = self.org_for(sub, hint).await?;
         let plans = &self.plans;
         // Decided again on the row as locked: another instance may have applied a newer
         // subscription since `org` was read.
+        let decide = |locked: &Org| sync::state_for(locked, sub, plans, read_at);
         let done = self
             .db
-            .apply_subscription_state(
-                &org.org_id,
-                |locked| sync::state_for(locked, sub, plans, read_at),
-                source,
-                self.clock.now(),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+            .apply_subscription_state(&org.org_id, &decide, source, self.clock.now())
+            .await?;
         let (change, after) = match done {
             Some((before, after)) => {
-                let c = sync::describe_changes(&before, &after);
+                let c = rush_meter_core::org::describe_changes(&before, &after);
                 ((!c.is_empty()).then_some(c), Some(after))
             }
             None => (None, None),
@@ -147,30 +171,24 @@ impl Billing {
         })
     }
 
-    /// Link an org to the Stripe customer that names it.
-    pub async fn link_customer(&self, org_id: &str, customer: &str) -> Result<(), String> {
+    /// Link an org to the Stripe customer that names it. A store failure is an error to
+    /// retry; an org that does not exist or has another customer is `Unmatched`.
+    pub async fn link_customer(&self, org_id: &str, customer: &str) -> BillingResult<()> {
+        if self.db.get_org(org_id).await?.is_none() {
+            return Err(BillingError::Unmatched(format!(
+                "customer {customer} names org {org_id}, which does not exist"
+            )));
+        }
         if self
             .db
-            .get_org(org_id)
-            .await
-            .map_err(|e| e.to_string())?
-            .is_none()
-        {
-            return Err(format!(
-                "customer {customer} names org {org_id}, which does not exist"
-            ));
-        }
-        let linked = self
-            .db
             .link_stripe_customer(org_id, customer, self.clock.now())
-            .await
-            .map_err(|e| e.to_string())?;
-        if linked {
+            .await?
+        {
             Ok(())
         } else {
-            Err(format!(
+            Err(BillingError::Unmatched(format!(
                 "org {org_id} is linked to another Stripe customer than {customer}"
-            ))
+            )))
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use super::subscription::{Expandable, List, Subscription};
-use super::Billing;
+use super::{Billing, BillingResult};
 
 /// What a run saw and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -19,7 +19,7 @@ pub struct Report {
 }
 
 /// Reconcile every subscription; `progress` is told after each one.
-pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> Result<Report, String> {
+pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingResult<Report> {
     let api = b.api()?;
     let mut report = Report::default();
     let mut seen = HashSet::new();
@@ -27,10 +27,7 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> Result<Re
     loop {
         // Stamped before the read: a webhook applied meanwhile is newer and wins.
         let read_at = b.clock.now();
-        let page = api
-            .subscriptions(after.as_deref())
-            .await
-            .map_err(|e| format!("listing subscriptions: {e}"))?;
+        let page = api.subscriptions(after.as_deref()).await?;
         // A cursor Stripe no longer knows may restart the list (the local fake does):
         // stop at the first subscription seen twice.
         let fresh: Vec<_> = page
@@ -53,7 +50,7 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> Result<Re
                 }
                 Err(e) => {
                     tracing::warn!(subscription = %sub.id, error = %e, "reconcile could not apply a subscription");
-                    report.failed.push((sub.id.clone(), e));
+                    report.failed.push((sub.id.clone(), e.to_string()));
                 }
             }
             progress(&sub.id);
@@ -64,7 +61,7 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> Result<Re
     }
     // Orgs whose subscription the list did not show: read it alone; gone for good means
     // it ended (the fake deletes cancelled subscriptions; a deletion webhook may be lost).
-    let orgs = b.db.list_orgs().await.map_err(|e| e.to_string())?;
+    let orgs = b.db.list_orgs().await?;
     for org in orgs {
         let Some(id) = org
             .stripe_subscription_id
@@ -97,7 +94,7 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> Result<Re
                     report.changed.push((org.org_id.clone(), change));
                 }
             }
-            Err(e) => report.failed.push((id, e)),
+            Err(e) => report.failed.push((id, e.to_string())),
         }
         progress(&sub.id);
     }

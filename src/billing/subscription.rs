@@ -1,14 +1,14 @@
 //! Stripe subscriptions as this service reads them: lenient structs that require only the
 //! fields used (typed responses of the generated crates fail on objects of other API
-//! versions and on the local Stripe fake), the plan an item maps to, and the access a
-//! status grants (DESIGN.md, rules the gate keeps).
+//! versions and on the local Stripe fake), and the plan an item maps to. What a status
+//! grants is the core's (`rush_meter_core::org::access`).
 
 use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use crate::ledger::{Interval, Secs};
-use crate::plans::{Plan, Plans};
+use rush_meter_core::plans::{Plan, Plans};
+use rush_meter_core::time::{Interval, Secs};
 
 /// An id, or the object it names when Stripe expanded it.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -133,99 +133,11 @@ impl Subscription {
     }
 }
 
-/// What a subscription status grants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// The plan paid for.
-    Granted,
-    /// The plan paid for, while a failed payment is retried, until `until`.
-    Grace { until: Secs },
-    /// Free, until the subscription is paid (or its status is understood).
-    Withheld,
-}
-
-impl Access {
-    pub fn grants_plan(self) -> bool {
-        !matches!(self, Access::Withheld)
-    }
-}
-
-/// Access for a subscription `status` (`None`: no subscription, the plan was set by an
-/// admin): trialing and active grant the plan (also while set to cancel at period end);
-/// past_due keeps it for the plan's grace from `past_due_since`; everything else, known
-/// or not, falls back to Free.
-pub fn access(
-    status: Option<&str>,
-    past_due_since: Option<Secs>,
-    plan: &Plan,
-    now: Secs,
-) -> Access {
-    match status {
-        None | Some("active" | "trialing") => Access::Granted,
-        Some("past_due") => {
-            let until = past_due_since.unwrap_or(now) + plan.past_due_grace_days * 86_400;
-            if now < until {
-                Access::Grace { until }
-            } else {
-                Access::Withheld
-            }
-        }
-        // Known or not: an unknown one is logged when it is applied (`sync::state_for`).
-        Some(_) => Access::Withheld,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::plans::shipped as plans;
-
-    #[test]
-    fn every_status_maps_to_access() {
-        let p = plans();
-        let pro = p.get("pro").unwrap();
-        let now = 1_000_000_000;
-        let day = 86_400;
-        let table: &[(Option<&str>, Option<Secs>, Access)] = &[
-            (None, None, Access::Granted),
-            (Some("active"), None, Access::Granted),
-            (Some("trialing"), None, Access::Granted),
-            (
-                Some("past_due"),
-                Some(now - day),
-                Access::Grace {
-                    until: now + 6 * day,
-                },
-            ),
-            (
-                Some("past_due"),
-                Some(now - 7 * day + 1),
-                Access::Grace { until: now + 1 },
-            ),
-            (Some("past_due"), Some(now - 7 * day), Access::Withheld),
-            (
-                Some("past_due"),
-                None,
-                Access::Grace {
-                    until: now + 7 * day,
-                },
-            ),
-            (Some("incomplete"), None, Access::Withheld),
-            (Some("incomplete_expired"), None, Access::Withheld),
-            (Some("unpaid"), None, Access::Withheld),
-            (Some("canceled"), None, Access::Withheld),
-            (Some("paused"), None, Access::Withheld),
-            (Some("something_new"), None, Access::Withheld),
-        ];
-        for (status, since, want) in table {
-            assert_eq!(
-                access(*status, *since, pro, now),
-                *want,
-                "{status:?} {since:?}"
-            );
-        }
-    }
+    use crate::config::shipped_plans as plans;
 
     fn sub(json: serde_json::Value) -> Subscription {
         serde_json::from_value(json).unwrap()

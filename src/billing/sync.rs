@@ -2,9 +2,11 @@
 //! to, and the state it gives that org. Used alike by webhooks, reconciliation and
 //! checkouts, so that all three apply Stripe's state the same way.
 
-use crate::ledger::Secs;
-use crate::plans::Plans;
-use crate::store::{OrgRow, SubscriptionState};
+use rush_meter_core::org::Org;
+use rush_meter_core::plans::Plans;
+use rush_meter_core::time::Secs;
+
+use crate::store::SubscriptionState;
 
 use super::subscription::Subscription;
 
@@ -27,7 +29,7 @@ const KNOWN_STATUSES: [&str; 8] = [
 /// The state `sub`, read from Stripe at `synced_at`, gives `org`; `None` when it must not
 /// touch the org (an old subscription of the org ending after a new one began).
 pub fn state_for(
-    org: &OrgRow,
+    org: &Org,
     sub: &Subscription,
     plans: &Plans,
     synced_at: Secs,
@@ -77,72 +79,16 @@ pub fn state_for(
     })
 }
 
-/// What differs between two states of an org's billing, for the change log.
-pub fn describe_changes(a: &OrgRow, b: &OrgRow) -> String {
-    let mut out = Vec::new();
-    let mut diff = |name: &str, x: String, y: String| {
-        if x != y {
-            out.push(format!("{name}: {x} -> {y}"));
-        }
-    };
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
-    let num = |v: Option<i64>| v.map_or_else(|| "none".into(), |n| n.to_string());
-    diff("plan", a.plan_id.clone(), b.plan_id.clone());
-    diff(
-        "status",
-        opt(&a.subscription_status),
-        opt(&b.subscription_status),
-    );
-    diff(
-        "subscription",
-        opt(&a.stripe_subscription_id),
-        opt(&b.stripe_subscription_id),
-    );
-    diff(
-        "customer",
-        opt(&a.stripe_customer_id),
-        opt(&b.stripe_customer_id),
-    );
-    diff("period_start", num(a.period_start), num(b.period_start));
-    diff("period_end", num(a.period_end), num(b.period_end));
-    diff(
-        "cancel_at_period_end",
-        a.cancel_at_period_end.to_string(),
-        b.cancel_at_period_end.to_string(),
-    );
-    diff(
-        "past_due_since",
-        num(a.past_due_since),
-        num(b.past_due_since),
-    );
-    out.join("; ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::plans::shipped as plans;
+    use crate::config::shipped_plans as plans;
 
-    fn org() -> OrgRow {
-        OrgRow {
-            org_id: "org_1".into(),
-            name: "org_1".into(),
-            plan_id: "free".into(),
-            suspended: false,
-            period_start: None,
-            period_end: None,
-            stripe_customer_id: Some("cus_1".into()),
-            stripe_subscription_id: None,
-            subscription_status: None,
-            created_at: 0,
-            updated_at: 0,
-            past_due_since: None,
-            cancel_at_period_end: false,
-            scheduled_plan_id: None,
-            scheduled_at: None,
-            stripe_synced_at: None,
-        }
+    fn org() -> Org {
+        let mut o = Org::new("org_1", "free", 0);
+        o.stripe_customer_id = Some("cus_1".into());
+        o
     }
 
     fn sub(id: &str, status: &str, plan: &str) -> Subscription {
@@ -154,7 +100,7 @@ mod tests {
         .unwrap()
     }
 
-    fn apply(org: &mut OrgRow, s: &SubscriptionState) {
+    fn apply(org: &mut Org, s: &SubscriptionState) {
         org.plan_id.clone_from(&s.plan_id);
         org.stripe_subscription_id.clone_from(&s.subscription_id);
         org.subscription_status.clone_from(&s.status);

@@ -89,6 +89,7 @@ impl FromRequestParts<AppState> for Principal {
         let mut failure = None;
         // Only found tokens are cached: one created a moment ago works at once.
         let row: Option<Arc<TokenRow>> = state
+            .shared()
             .tokens
             .optionally_get_with(hash.clone(), async {
                 match db.token_by_hash(&hash).await {
@@ -104,7 +105,7 @@ impl FromRequestParts<AppState> for Principal {
             return Err(e.into());
         }
         let row = row.ok_or_else(ApiError::unauthorized)?;
-        if let Some(limiter) = &state.rate_limiter {
+        if let Some(limiter) = &state.shared().rate_limiter {
             limiter
                 .check(&row.token_id)
                 .await

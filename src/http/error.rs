@@ -1,10 +1,18 @@
 //! The one error type of the API, and the one place it becomes a response:
-//! `{"error": {"code", "message", "field"?}}` with the status API.md assigns.
+//! `{"error": {"code", "message", "field"?}}` with the status API.md assigns. Every
+//! other layer's error (the store's, billing's, the export's, the core's refusals) is
+//! mapped to it here and nowhere else.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use rush_meter_core::gate::{AdmissionRequest, AdmitReject};
+use rush_meter_core::heartbeats::{BatchError, IngestReject};
+use rush_meter_core::wire::DecodeError;
 use serde::Serialize;
 
+use crate::app::periods::ExportError;
+use crate::billing::api::StripeFailure;
+use crate::billing::BillingError;
 use crate::store::StoreError;
 
 #[derive(Debug)]
@@ -148,8 +156,7 @@ impl IntoResponse for ApiError {
         let unreachable = self.code == "unavailable";
         let mut resp = (self.status, axum::Json(body)).into_response();
         if unreachable {
-            resp.extensions_mut()
-                .insert(super::breaker::DatabaseUnreachable);
+            resp.extensions_mut().insert(super::DatabaseUnreachable);
         }
         if let Some(secs) = self.retry_after {
             resp.headers_mut()
@@ -215,6 +222,14 @@ impl From<&StoreError> for ApiError {
                     "the write conflicts with existing data; re-read and retry",
                 )
             }
+            StoreError::Invalid(msg) => {
+                tracing::info!(error = %msg, "write refused by a check rule");
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_value",
+                    "a value is out of the range the service keeps; check the request",
+                )
+            }
             StoreError::Other(cause) => {
                 tracing::error!(error = %cause, "database error");
                 ApiError::internal()
@@ -223,9 +238,139 @@ impl From<&StoreError> for ApiError {
     }
 }
 
+impl From<DecodeError> for ApiError {
+    fn from(e: DecodeError) -> Self {
+        let err = ApiError::malformed(e.message);
+        match e.field {
+            Some(f) => err.with_field(f),
+            None => err,
+        }
+    }
+}
+
+impl From<BatchError> for ApiError {
+    fn from(e: BatchError) -> Self {
+        match e {
+            BatchError::Malformed(d) => d.into(),
+            BatchError::Invalid { field, message } => ApiError::invalid(field, message),
+            BatchError::OtherOrg { field, org_id } => {
+                ApiError::org_not_found(&org_id).with_field(field)
+            }
+        }
+    }
+}
+
+impl From<IngestReject> for ApiError {
+    fn from(r: IngestReject) -> Self {
+        match r {
+            IngestReject::UnknownOrg { index, org_id } => {
+                ApiError::org_not_found(&org_id).with_field(format!("heartbeats[{index}].org_id"))
+            }
+            IngestReject::SessionOfAnotherOrg { index, session_id } => ApiError::new(
+                StatusCode::CONFLICT,
+                "session_conflict",
+                format!("session `{session_id}` belongs to another org; session ids are global"),
+            )
+            .with_field(format!("heartbeats[{index}].session_id")),
+        }
+    }
+}
+
+impl ApiError {
+    /// Why the gate could not decide `req` at all.
+    pub fn admit_reject(r: AdmitReject, req: &AdmissionRequest) -> ApiError {
+        match r {
+            AdmitReject::UnknownOrg => ApiError::org_not_found(&req.org_id).with_field("org_id"),
+            AdmitReject::UnknownKey => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "key_not_found",
+                format!(
+                    "no key `{}` in org `{}`; register it with PUT /v1/orgs/{}/keys/{}",
+                    req.key_id, req.org_id, req.org_id, req.key_id
+                ),
+            )
+            .with_field("key_id"),
+            AdmitReject::SessionOfAnotherOrg => ApiError::new(
+                StatusCode::CONFLICT,
+                "session_conflict",
+                format!(
+                    "session `{}` belongs to another org; session ids are global",
+                    req.session_id
+                ),
+            )
+            .with_field("session_id"),
+            AdmitReject::SessionEnded => ApiError::new(
+                StatusCode::CONFLICT,
+                "session_ended",
+                format!(
+                    "session `{}` has ended; start a new session id",
+                    req.session_id
+                ),
+            )
+            .with_field("session_id"),
+        }
+    }
+}
+
+impl From<BillingError> for ApiError {
+    fn from(e: BillingError) -> Self {
+        match e {
+            BillingError::Off => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "stripe_off", e.to_string())
+            }
+            BillingError::SamePlan(_) => {
+                ApiError::new(StatusCode::CONFLICT, "already_on_plan", e.to_string())
+                    .with_field("plan")
+            }
+            BillingError::NoPrice(_) => ApiError::invalid("plan", e.to_string()),
+            BillingError::NoItem | BillingError::Conflict(_) | BillingError::Unmatched(_) => {
+                ApiError::new(StatusCode::CONFLICT, "stripe_conflict", e.to_string())
+            }
+            BillingError::Stripe(StripeFailure::Unreachable(m)) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "stripe_unavailable",
+                format!("Stripe did not answer ({m}); nothing changed, retry shortly"),
+            )
+            .retry_after(5),
+            BillingError::Stripe(f) => {
+                // Stripe's own words name its objects: logged for operators, not shown.
+                tracing::warn!(error = %f, "Stripe refused a change");
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "stripe_refused",
+                    "Stripe refused the change; nothing changed here (the reason is logged)",
+                )
+            }
+            BillingError::Store(s) => ApiError::from(s),
+        }
+    }
+}
+
+impl From<ExportError> for ApiError {
+    fn from(e: ExportError) -> Self {
+        match e {
+            ExportError::Invalid(m) | ExportError::NothingToClose(m) => {
+                ApiError::invalid("period", m)
+            }
+            ExportError::Store(s) => s.into(),
+        }
+    }
+}
+
 pub type ApiResult<T> = Result<T, ApiError>;
 
 /// An id from a path, query or body, or the 422 that names it.
-pub fn parse_id(name: &str, value: &str) -> ApiResult<crate::ids::Id> {
-    crate::ids::Id::parse(value).map_err(|m| ApiError::invalid(name, format!("{name} {m}")))
+pub fn parse_id(name: &str, value: &str) -> ApiResult<rush_meter_core::ids::Id> {
+    rush_meter_core::ids::Id::parse(value)
+        .map_err(|m| ApiError::invalid(name, format!("{name} {m}")))
+}
+
+/// One of an enum's names from a query or body, or the 422 that names the field and
+/// lists the names it takes.
+pub fn parse_named<T>(
+    name: &str,
+    value: &str,
+    parse: fn(&str) -> Result<T, rush_meter_core::names::Unknown>,
+) -> ApiResult<T> {
+    parse(value).map_err(|e| ApiError::invalid(name, format!("{name} {e}")))
 }

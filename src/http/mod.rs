@@ -1,4 +1,6 @@
-//! The HTTP surface: routes, auth, errors, and the layers every request passes through.
+//! The HTTP surface: routes by resource (`routes/`), the extractors every handler takes
+//! (`extract`, `auth`), the error format and every mapping to it (`error`), the OpenAPI
+//! document, and the layers every request passes through.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -7,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tower::ServiceBuilder;
 use tower_http::request_id::{
@@ -15,28 +17,16 @@ use tower_http::request_id::{
 };
 use tower_http::trace::TraceLayer;
 
-use crate::admission::Admitter;
-use crate::billing::Billing;
-use crate::clock::Clock;
-use crate::ingest::Ingestor;
-use crate::ledger::Rules;
-use crate::metrics::Metrics;
-use crate::plans::Plans;
-use crate::store::{Db, TokenRow};
+use crate::app::{App, Services};
+use crate::config::Config;
+use crate::store::TokenRow;
 
-pub(crate) mod admissions;
 pub mod auth;
-pub mod breaker;
 pub mod error;
-mod export_routes;
-pub mod json;
-pub(crate) mod ledger_routes;
-pub(crate) mod notify_routes;
+pub mod extract;
 pub mod openapi;
-mod ops;
-mod orgs;
-pub(crate) mod stripe_routes;
-mod usage_routes;
+pub mod rate_limit;
+pub mod routes;
 
 pub use error::{ApiError, ApiResult};
 
@@ -45,101 +35,83 @@ pub use error::{ApiError, ApiResult};
 pub struct AppState(Arc<Shared>);
 
 pub struct Shared {
-    pub db: Db,
-    pub plans: Arc<Plans>,
-    pub rules: Rules,
-    pub clock: Clock,
-    pub ingestor: Ingestor,
-    pub admitter: Admitter,
-    pub billing: Billing,
-    /// Wakes the Stripe event job when a webhook stored a new event.
-    pub stripe_wake: Arc<tokio::sync::Notify>,
+    pub services: Services,
     /// Per-token request rates; `None`: unlimited.
-    pub rate_limiter: Option<crate::rate_limit::RateLimiter>,
-    pub metrics: Arc<Metrics>,
+    pub rate_limiter: Option<rate_limit::RateLimiter>,
     /// How long an export waits on a client that reads nothing.
     pub export_stall: Duration,
-    /// Open while the database is known to be down: requests get 503 at once.
-    pub breaker: Arc<breaker::Breaker>,
     /// Token hash to token, briefly: a token's scopes change rarely, and every request
     /// would otherwise pay a database read for them.
     pub tokens: moka::future::Cache<String, Arc<TokenRow>>,
 }
 
 impl Deref for AppState {
-    type Target = Shared;
+    type Target = Services;
 
-    fn deref(&self) -> &Shared {
-        &self.0
+    fn deref(&self) -> &Services {
+        &self.0.services
     }
-}
-
-/// The queues and gateways in front of the store.
-pub struct Workers {
-    pub ingestor: Ingestor,
-    pub admitter: Admitter,
-    pub billing: Billing,
-}
-
-/// Bounds on what one caller may take.
-pub struct Limits {
-    /// Per-token request rates; `None`: unlimited.
-    pub rate_limit: Option<crate::rate_limit::Limit>,
-    /// How long an export waits on a client that reads nothing.
-    pub export_stall: Duration,
 }
 
 /// How long a token stays cached after it was read.
 pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(60);
 
+/// Bounds on what one caller may take, from the configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub rate_limit: Option<crate::config::RateLimit>,
+    pub export_stall: Duration,
+}
+
+impl Limits {
+    pub fn of(config: &Config) -> Limits {
+        Limits {
+            max_body_bytes: config.max_body_bytes,
+            rate_limit: config.rate_limit,
+            export_stall: config.export_stall,
+        }
+    }
+}
+
 impl AppState {
-    pub fn new(
-        db: Db,
-        plans: Arc<Plans>,
-        rules: Rules,
-        clock: Clock,
-        workers: Workers,
-        metrics: Arc<Metrics>,
-        limits: Limits,
-    ) -> AppState {
-        let Limits {
-            rate_limit,
-            export_stall,
-        } = limits;
-        let Workers {
-            ingestor,
-            admitter,
-            billing,
-        } = workers;
+    pub fn new(services: Services, limits: Limits) -> AppState {
         AppState(Arc::new(Shared {
-            db,
-            plans,
-            rules,
-            clock,
-            ingestor,
-            admitter,
-            billing,
-            stripe_wake: Arc::default(),
-            rate_limiter: rate_limit.map(crate::rate_limit::RateLimiter::new),
-            metrics,
-            breaker: Arc::default(),
-            export_stall,
+            services,
+            rate_limiter: limits.rate_limit.map(rate_limit::RateLimiter::new),
+            export_stall: limits.export_stall,
             tokens: moka::future::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(TOKEN_CACHE_TTL)
                 .build(),
         }))
     }
-}
 
-impl AppState {
+    pub fn shared(&self) -> &Shared {
+        &self.0
+    }
+
     /// The org, or the 404 every route answers for one it does not have.
-    pub async fn org(&self, org_id: &str) -> ApiResult<crate::store::OrgRow> {
+    pub async fn org(&self, org_id: &str) -> ApiResult<rush_meter_core::org::Org> {
         self.db
             .get_org(org_id)
             .await?
             .ok_or_else(|| ApiError::org_not_found(org_id))
     }
+}
+
+/// Serve `app` on `listener` with the configuration's limits until `shutdown` resolves.
+pub async fn serve(
+    app: App,
+    config: &Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = router(
+        AppState::new(app.services.clone(), Limits::of(config)),
+        config.max_body_bytes,
+    );
+    app.serve(listener, router, shutdown).await
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -160,29 +132,30 @@ impl MakeRequestId for RandomRequestId {
 /// The routes and the OpenAPI document, from the same `routes!` lists: a handler is served
 /// exactly at the path its `#[utoipa::path]` documents.
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    use routes::*;
     use utoipa::OpenApi;
     use utoipa_axum::{router::OpenApiRouter, routes};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(orgs::put_org, orgs::get_org))
         .routes(routes!(orgs::put_key, orgs::get_key))
-        .routes(routes!(usage_routes::get_usage))
-        .routes(routes!(usage_routes::get_breakdown))
-        .routes(routes!(usage_routes::get_upgrade_prompt))
-        .routes(routes!(ledger_routes::post_heartbeats))
+        .routes(routes!(usage::get_usage))
+        .routes(routes!(usage::get_breakdown))
+        .routes(routes!(usage::get_upgrade_prompt))
+        .routes(routes!(heartbeats::post_heartbeats))
         .routes(routes!(admissions::post_admission))
         .routes(routes!(admissions::list_decisions))
-        .routes(routes!(ledger_routes::get_session))
-        .routes(routes!(ledger_routes::list_sessions))
-        .routes(routes!(ledger_routes::end_session))
-        .routes(routes!(stripe_routes::webhook))
-        .routes(routes!(stripe_routes::checkout))
-        .routes(routes!(stripe_routes::billing_portal))
-        .routes(routes!(stripe_routes::list_events))
-        .routes(routes!(stripe_routes::retry_event))
-        .routes(routes!(export_routes::get_usage_export))
-        .routes(routes!(export_routes::list_periods))
-        .routes(routes!(export_routes::close_period))
-        .routes(routes!(notify_routes::list_notifications))
+        .routes(routes!(sessions::get_session))
+        .routes(routes!(sessions::list_sessions))
+        .routes(routes!(sessions::end_session))
+        .routes(routes!(stripe::webhook))
+        .routes(routes!(stripe::checkout))
+        .routes(routes!(stripe::billing_portal))
+        .routes(routes!(stripe::list_events))
+        .routes(routes!(stripe::retry_event))
+        .routes(routes!(exports::get_usage_export))
+        .routes(routes!(exports::list_periods))
+        .routes(routes!(exports::close_period))
+        .routes(routes!(notifications::list_notifications))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
@@ -193,14 +166,11 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     let (routes, _) = routes();
     let api = routes
-        .fallback(ops::not_found)
-        .method_not_allowed_fallback(ops::method_not_allowed)
+        .fallback(routes::ops::not_found)
+        .method_not_allowed_fallback(routes::ops::method_not_allowed)
         .layer(middleware::from_fn(error::errors_as_json))
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            breaker::fail_fast,
-        ))
+        .layer(middleware::from_fn_with_state(state.clone(), fail_fast))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             record_metrics,
@@ -239,6 +209,28 @@ async fn record_metrics(State(state): State<AppState>, req: Request, next: Next)
         .observe_http(&method, &route, status.as_u16(), started.elapsed());
     if status == StatusCode::INTERNAL_SERVER_ERROR {
         tracing::error!(%route, "answered 500");
+    }
+    resp
+}
+
+/// Set on every 503 that says the database is unreachable.
+#[derive(Clone, Copy, Debug)]
+pub struct DatabaseUnreachable;
+
+/// Routes that answer without the database, or must say how it is.
+fn exempt(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
+}
+
+/// Refuse at once while the breaker is open (`app::breaker`); report every
+/// unreachable-database 503 to it.
+async fn fail_fast(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if state.breaker.is_open() && !exempt(req.uri().path()) {
+        return ApiError::unavailable().into_response();
+    }
+    let resp = next.run(req).await;
+    if resp.extensions().get::<DatabaseUnreachable>().is_some() {
+        state.breaker.suspect();
     }
     resp
 }

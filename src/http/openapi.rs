@@ -14,13 +14,11 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
     schema::SchemaType, Object, ObjectBuilder, OpenApi as Document, Ref, RefOr, Type,
 };
-use utoipa::{IntoParams, IntoResponses, Modify, OpenApi};
+use utoipa::{IntoResponses, Modify, OpenApi};
+
+use rush_meter_core::ids::Id;
 
 use super::error::ErrorBody;
-use crate::ids::Id;
-use serde::Deserialize;
-use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
-use utoipa::openapi::Required;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -66,63 +64,14 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The ids in a route's path, each described once: a handler takes one of these as its
-/// `Path` and names it in `params(…)`. `IntoParams` is written by hand: the derived one
-/// drops `required` and the description from a parameter with a custom schema.
-#[derive(Deserialize)]
-pub struct OrgPath {
-    pub org_id: String,
-}
-
-#[derive(Deserialize)]
-pub struct OrgKeyPath {
-    pub org_id: String,
-    pub key_id: String,
-}
-
-#[derive(Deserialize)]
-pub struct SessionPath {
-    pub session_id: String,
-}
-
-/// A path id: required, described, with the id pattern.
-fn id_param(name: &str, description: &str) -> Parameter {
-    ParameterBuilder::new()
-        .name(name)
-        .parameter_in(ParameterIn::Path)
-        .required(Required::True)
-        .description(Some(description))
-        .schema(Some(crate::ids::schema()))
-        .build()
-}
-
-const ORG_ID: (&str, &str) = ("org_id", "The org's id");
-
-impl IntoParams for OrgPath {
-    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![id_param(ORG_ID.0, ORG_ID.1)]
-    }
-}
-
-impl IntoParams for OrgKeyPath {
-    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![
-            id_param(ORG_ID.0, ORG_ID.1),
-            id_param("key_id", "The API key's id"),
-        ]
-    }
-}
-
-impl IntoParams for SessionPath {
-    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![id_param("session_id", "The session's id")]
-    }
-}
-
 /// Schemas for the strings the handlers check by hand (`schema_with = …`), so the
-/// document names the values a request may carry.
+/// document names the values a request may carry: each from its enum's names.
 pub mod strings {
     use super::*;
+    use rush_meter_core::breakdown::GroupBy;
+    use rush_meter_core::export::{By, Format};
+    use rush_meter_core::gate::{Agent, Verdict};
+    use rush_meter_core::ledger::{EndStatus, Phase};
 
     fn one_of(values: &[&str]) -> Object {
         ObjectBuilder::new()
@@ -142,7 +91,7 @@ pub mod strings {
     }
 
     pub fn id() -> Object {
-        crate::ids::schema()
+        rush_meter_core::ids::schema()
     }
 
     pub fn id_or_null() -> Object {
@@ -150,12 +99,11 @@ pub mod strings {
     }
 
     pub fn agent() -> Object {
-        one_of(&crate::http::admissions::AGENTS)
+        one_of(Agent::NAMES)
     }
 
     pub fn end_status() -> Object {
-        let names: Vec<&str> = crate::ledger::EndStatus::ALL.map(|e| e.as_str()).to_vec();
-        one_of(&names)
+        one_of(EndStatus::NAMES)
     }
 
     // The query filters below carry their parameter's description: utoipa drops a doc
@@ -168,41 +116,35 @@ pub mod strings {
     }
 
     pub fn decision() -> Object {
-        described(&["allow", "deny"], "Only this decision; default both")
+        described(Verdict::NAMES, "Only this decision; default both")
     }
 
     pub fn phase() -> Object {
-        described(
-            &crate::http::ledger_routes::PHASES,
-            "Only sessions in this phase; default all",
-        )
+        described(Phase::NAMES, "Only sessions in this phase; default all")
     }
 
     pub fn group_by() -> Object {
-        described(&crate::breakdown::GroupBy::NAMES, "Default `day`")
+        described(GroupBy::NAMES, "Default `day`")
     }
 
     pub fn export_by() -> Object {
-        described(
-            &crate::export::By::NAMES,
-            "One line per org (default), or per session",
-        )
+        described(By::NAMES, "One line per org (default), or per session")
     }
 
     pub fn export_format() -> Object {
-        described(&crate::export::lines::Format::NAMES, "Default `csv`")
+        described(Format::NAMES, "Default `csv`")
     }
 
     pub fn event_state() -> Object {
         described(
-            &crate::http::stripe_routes::EVENT_STATES,
+            crate::billing::events::EventState::NAMES,
             "Only events in this state; default all",
         )
     }
 
     pub fn notification_state() -> Object {
         described(
-            &crate::http::notify_routes::STATES,
+            crate::app::notifier::DeliveryState::NAMES,
             "Only notifications in this state; default all",
         )
     }

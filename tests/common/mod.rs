@@ -1,14 +1,19 @@
-//! Test harness: a real server on port 0 over a fresh database, SQLite or PostgreSQL.
+//! The harness of the tests and the benchmarks (benches/common includes this file): a real
+//! server on port 0 over a fresh database, SQLite or PostgreSQL, and `every_backend!`, the
+//! one way to run a test on both.
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rush_meter::app::App;
 use rush_meter::clock::Clock;
-use rush_meter::config::{Config, Secret};
-use rush_meter::ledger::{Rules, Secs};
-use rush_meter::server::App;
+use rush_meter::config::Config;
 use rush_meter::store::Db;
+use rush_meter_core::ledger::Rules;
+use rush_meter_core::time::Secs;
+use secrecy::SecretString;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -31,7 +36,17 @@ pub fn pg_base_url() -> String {
 
 /// A fresh, empty database URL for `backend`, or `None` (with a note) when PostgreSQL is
 /// not reachable outside CI. On CI (`CI=true`) an unreachable PostgreSQL fails the test.
+/// Its commits skip the fsync wait (tests do not crash PostgreSQL).
 pub async fn fresh_database(backend: Backend) -> Option<(String, Option<tempfile::TempDir>)> {
+    fresh_database_with(backend, false).await
+}
+
+/// A fresh database whose commits are `durable` (fsynced, as in production: what the
+/// benchmarks measure) or not.
+pub async fn fresh_database_with(
+    backend: Backend,
+    durable: bool,
+) -> Option<(String, Option<tempfile::TempDir>)> {
     match backend {
         Backend::Sqlite => {
             let dir = tempfile::tempdir().expect("temp dir");
@@ -55,13 +70,14 @@ pub async fn fresh_database(backend: Backend) -> Option<(String, Option<tempfile
                 .execute(&admin)
                 .await
                 .expect("create test database");
-            // Tests do not crash PostgreSQL; skipping the fsync wait makes them faster.
-            sqlx::query(&format!(
-                "ALTER DATABASE {name} SET synchronous_commit = off"
-            ))
-            .execute(&admin)
-            .await
-            .expect("configure test database");
+            if !durable {
+                sqlx::query(&format!(
+                    "ALTER DATABASE {name} SET synchronous_commit = off"
+                ))
+                .execute(&admin)
+                .await
+                .expect("configure test database");
+            }
             admin.close().await;
             Some((format!("{base}/{name}"), None))
         }
@@ -93,11 +109,15 @@ pub struct Options {
     /// Where the manual clock starts.
     pub clock_start: Secs,
     /// Off unless a test sets it: tests send bursts on one token.
-    pub rate_limit: Option<rush_meter::rate_limit::Limit>,
+    pub rate_limit: Option<rush_meter::config::RateLimit>,
     /// Off unless a test sets it: tests close periods themselves.
     pub period_settle: Option<i64>,
     pub notify: Option<rush_meter::config::NotifyConfig>,
     pub export_stall: Duration,
+    /// The system clock instead of a manual one at `clock_start` (the benchmarks).
+    pub system_clock: bool,
+    /// Fsynced commits on PostgreSQL (the benchmarks); off for tests.
+    pub durable: bool,
 }
 
 impl Default for Options {
@@ -115,6 +135,8 @@ impl Default for Options {
             period_settle: None,
             notify: None,
             export_stall: Duration::from_secs(120),
+            system_clock: false,
+            durable: false,
         }
     }
 }
@@ -130,7 +152,7 @@ impl TestServer {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let (database_url, dir) = fresh_database(backend).await?;
+        let (database_url, dir) = fresh_database_with(backend, opts.durable).await?;
         Some(Self::start_on(backend, database_url, dir, opts).await)
     }
 
@@ -146,7 +168,7 @@ impl TestServer {
             listen: "127.0.0.1:0".parse().unwrap(),
             plans_dir: opts.plans_dir,
             rules: opts.rules,
-            bootstrap_admin_token: Some(secret(ADMIN)),
+            bootstrap_admin_token: Some(SecretString::from(ADMIN)),
             max_body_bytes: opts.max_body_bytes,
             stripe: opts.stripe.clone(),
             rate_limit: opts.rate_limit,
@@ -154,17 +176,24 @@ impl TestServer {
             notify: opts.notify.clone(),
             export_stall: opts.export_stall,
         };
-        let clock = Clock::manual(opts.clock_start);
+        let clock = if opts.system_clock {
+            Clock::System
+        } else {
+            Clock::manual(opts.clock_start)
+        };
         let app = App::start(&config, clock.clone())
             .await
             .expect("app starts");
-        let db = app.state.db.clone();
+        let db = app.services.db.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(app.serve(listener, async {
-            let _ = rx.await;
-        }));
+        let handle = tokio::spawn(async move {
+            rush_meter::http::serve(app, &config, listener, async {
+                let _ = rx.await;
+            })
+            .await
+        });
         TestServer {
             backend,
             url,
@@ -207,6 +236,31 @@ impl TestServer {
         if let Some(h) = self.handle.take() {
             h.await.unwrap().unwrap();
         }
+    }
+
+    /// Stop the server and drop its PostgreSQL database (SQLite's goes with its directory).
+    pub async fn finish(mut self) {
+        self.stop().await;
+        let base = pg_base_url();
+        if let Some(name) = self.database_url.strip_prefix(&format!("{base}/")) {
+            let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
+                .await
+                .unwrap();
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&admin)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// A value of `/metrics` (0 when absent).
+    pub async fn metric(&self, name: &str) -> f64 {
+        let (_, _, text) = self.get_text("/metrics", "content-type").await;
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
     }
 
     /// Stop this server and start another on the same database (fresh memory, same
@@ -287,20 +341,6 @@ impl Drop for TestServer {
     }
 }
 
-pub fn secret(s: &str) -> Secret {
-    let cli = <rush_meter::config::Cli as clap::Parser>::try_parse_from([
-        "rush-meter",
-        "--bootstrap-admin-token",
-        s,
-    ])
-    .unwrap();
-    cli.settings
-        .validate()
-        .unwrap()
-        .bootstrap_admin_token
-        .unwrap()
-}
-
 /// The `rush-meter` binary serving `database_url` on a free port with `token` as its
 /// bootstrap admin token; returns once `/readyz` answers 200 (at most 30 s).
 pub async fn spawn_service(database_url: &str, token: &str) -> (tokio::process::Child, String) {
@@ -371,38 +411,67 @@ where
 /// A heartbeat as a supervisor sends it, `sent_at` as RFC 3339.
 pub fn hb(org: &str, session: &str, seq: i64, state: &str, at: Secs) -> Value {
     json!({"org_id": org, "session_id": session, "vm_id": format!("vm_{session}"),
-           "seq": seq, "state": state, "sent_at": rush_meter::quota::format_rfc3339(at)})
+           "seq": seq, "state": state, "sent_at": rush_meter_core::time::format_rfc3339(at)})
 }
 
-/// Generates the same async test for SQLite and PostgreSQL.
+/// What a test run on one backend is given: a server started with the default options,
+/// or the backend itself (the test starts what it needs).
+pub trait OnBackend: Sized {
+    fn on(backend: Backend) -> impl Future<Output = Option<Self>>;
+}
+
+impl OnBackend for TestServer {
+    async fn on(backend: Backend) -> Option<TestServer> {
+        TestServer::start(backend).await
+    }
+}
+
+impl OnBackend for Backend {
+    async fn on(backend: Backend) -> Option<Backend> {
+        Some(backend)
+    }
+}
+
+/// Run `test` on `backend`; without PostgreSQL outside CI it does not run (with a note,
+/// from `fresh_database`); on CI that fails.
+pub async fn run_on<T: OnBackend, Fut: Future<Output = ()>>(
+    backend: Backend,
+    test: impl FnOnce(T) -> Fut,
+) {
+    if let Some(arg) = T::on(backend).await {
+        test(arg).await
+    }
+}
+
+/// The one way to run a test on every backend: each `async fn name(srv: TestServer)` or
+/// `async fn name(backend: Backend)` becomes the tests `name::sqlite` and
+/// `name::postgres`.
 #[macro_export]
-macro_rules! both_backends {
-    ($(async fn $name:ident($srv:ident) $body:block)*) => {
-        mod sqlite {
-            #[allow(unused_imports)]
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some($srv) = TestServer::start(Backend::Sqlite).await else { return };
-                    super::$name($srv).await
-                }
-            )*
-        }
-        mod postgres {
-            #[allow(unused_imports)]
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some($srv) = TestServer::start(Backend::Postgres).await else { return };
-                    super::$name($srv).await
-                }
-            )*
-        }
+macro_rules! every_backend {
+    ($(async fn $name:ident($arg:ident : $ty:ty) $body:block)*) => {
         $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    $crate::common::run_on(
+                        $crate::common::Backend::Sqlite,
+                        super::$name,
+                    )
+                    .await
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    $crate::common::run_on(
+                        $crate::common::Backend::Postgres,
+                        super::$name,
+                    )
+                    .await
+                }
+            }
+
             #[allow(unused_mut)]
-            async fn $name(mut $srv: TestServer) $body
+            async fn $name(mut $arg: $ty) $body
         )*
     };
 }

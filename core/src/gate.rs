@@ -1,0 +1,607 @@
+//! The gate: may an org start (or resume) a run now? Pure: the store gathers the facts
+//! inside the transaction that holds the key's lock, and writes what this decides.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use crate::ledger::Phase;
+use crate::org::{effective_concurrency_limit, Key, Org};
+use crate::plans::{Plan, Plans};
+use crate::session::Session;
+use crate::standing::{WindowTotals, WindowUsage};
+use crate::time::{Secs, Windows};
+
+named! {
+    /// The coding agent a session runs.
+    pub enum Agent {
+        Claude = "claude",
+        Codex = "codex",
+        Opencode = "opencode",
+    }
+}
+
+named! {
+    /// What the gate answered.
+    pub enum Verdict {
+        Allow = "allow",
+        Deny = "deny",
+    }
+}
+
+/// What the orchestrator asks the gate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmissionRequest {
+    pub org_id: String,
+    pub key_id: String,
+    pub session_id: String,
+    pub agent: Agent,
+    pub project_id: Option<String>,
+    pub started_by: Option<String>,
+}
+
+/// Why an admission request could not be decided at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdmitReject {
+    UnknownOrg,
+    UnknownKey,
+    SessionOfAnotherOrg,
+    SessionEnded,
+}
+
+/// One decision of the gate, as recorded: what it answered, by which rule, and every
+/// figure it was decided from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub org_id: String,
+    pub decision_id: String,
+    pub decided_at: Secs,
+    pub session_id: String,
+    pub key_id: String,
+    /// `allow` or `deny` (`Verdict`).
+    pub decision: String,
+    pub reason: Option<String>,
+    pub rule: String,
+    pub plan_id: String,
+    pub suspended: bool,
+    pub month_start: Secs,
+    pub month_end: Secs,
+    pub month_used: i64,
+    pub month_limit: i64,
+    pub week_start: Secs,
+    pub week_end: Secs,
+    pub week_used: i64,
+    pub week_limit: i64,
+    pub running: i64,
+    pub concurrency_limit: i64,
+    pub upgrade_plan: Option<String>,
+}
+
+/// Why a run is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    OrgSuspended,
+    SubscriptionInactive,
+    MonthlyCeilingReached,
+    WeeklyCeilingReached,
+    ConcurrencyLimitReached,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::OrgSuspended => "org_suspended",
+            Reason::SubscriptionInactive => "subscription_inactive",
+            Reason::MonthlyCeilingReached => "monthly_ceiling_reached",
+            Reason::WeeklyCeilingReached => "weekly_ceiling_reached",
+            Reason::ConcurrencyLimitReached => "concurrency_limit_reached",
+        }
+    }
+}
+
+/// The rule that decided, recorded with every decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// The session already holds a slot: the same answer again, no second slot.
+    AlreadyAdmitted,
+    /// Every check passed.
+    WithinLimits,
+    Denied(Reason),
+}
+
+impl Rule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::AlreadyAdmitted => "already_admitted",
+            Rule::WithinLimits => "within_limits",
+            Rule::Denied(r) => r.as_str(),
+        }
+    }
+
+    pub fn allows(self) -> bool {
+        !matches!(self, Rule::Denied(_))
+    }
+}
+
+/// What a decision is made from.
+#[derive(Clone, Debug)]
+pub struct Facts<'a> {
+    pub suspended: bool,
+    pub plan: &'a Plan,
+    pub month: &'a WindowUsage,
+    pub week: &'a WindowUsage,
+    /// Slots the key's other sessions hold.
+    pub running: i64,
+    pub limit: i64,
+    pub holds_slot: bool,
+}
+
+/// The gate's rules, in the order they bind.
+pub fn decide(f: &Facts) -> Rule {
+    if f.holds_slot {
+        Rule::AlreadyAdmitted
+    } else if f.suspended {
+        Rule::Denied(Reason::OrgSuspended)
+    } else if f.month.exhausted() {
+        Rule::Denied(Reason::MonthlyCeilingReached)
+    } else if f.week.exhausted() {
+        Rule::Denied(Reason::WeeklyCeilingReached)
+    } else if f.running >= f.limit {
+        Rule::Denied(Reason::ConcurrencyLimitReached)
+    } else {
+        Rule::WithinLimits
+    }
+}
+
+/// The cheapest dearer plan whose ceilings or concurrency would have allowed the run.
+pub fn upgrade_for<'p>(plans: &'p Plans, reason: Reason, f: &Facts) -> Option<&'p Plan> {
+    let fits = |p: &Plan| match reason {
+        Reason::MonthlyCeilingReached | Reason::WeeklyCeilingReached => {
+            p.monthly_limit_seconds > f.month.used_seconds
+                && p.weekly_limit_seconds > f.week.used_seconds
+        }
+        Reason::ConcurrencyLimitReached => p.concurrency_max > f.running,
+        Reason::OrgSuspended | Reason::SubscriptionInactive => false,
+    };
+    plans
+        .iter()
+        .filter(|p| p.price > f.plan.price && fits(p))
+        .min_by(|a, b| a.price.cmp(&b.price).then_with(|| a.id.cmp(&b.id)))
+}
+
+/// Does this session hold one of its key's slots at `now`? A running session does while it
+/// is heard from within the lease; an admitted (or resumed) one from its admission until it
+/// is next heard from, or the lease passes. Parked, silent and ended sessions hold none.
+///
+/// Heard from means a heartbeat applied by the meter's clock (`heard_at`), never the
+/// reporter's: a host whose clock runs late cannot make its sessions look gone. A heartbeat
+/// in the very second of the admission keeps the slot (the safe side).
+pub fn holds_slot(s: &Session, now: Secs, lease: Secs) -> bool {
+    let phase = s.ledger.phase;
+    let heard = s.heard_at.unwrap_or(s.ledger.last_at);
+    let running = phase == Phase::Running && heard >= now - lease;
+    let admitted_unheard = phase != Phase::Ended
+        && s.slot_at.is_some_and(|a| {
+            a >= now - lease && (phase == Phase::Admitted || s.heard_at.is_none_or(|h| h <= a))
+        });
+    running || admitted_unheard
+}
+
+/// Everything a group of admissions is decided from, read in the transaction that holds
+/// the locks of every key (and session) the group names.
+#[derive(Debug, Default)]
+pub struct GroupFacts {
+    pub orgs: HashMap<String, Org>,
+    pub keys: HashMap<(String, String), Key>,
+    /// The named sessions that exist.
+    pub sessions: HashMap<String, Session>,
+    /// Slots held per key, by every session of the key (the SQL twin of `holds_slot`).
+    pub slots: HashMap<(String, String), i64>,
+    /// Window usage per org, in the windows `Windows::at(now, billing period)` gives.
+    pub usage: HashMap<String, WindowTotals>,
+}
+
+/// What a group decides: an answer per request, and the session rows to write.
+#[derive(Debug, Default)]
+pub struct GroupOutcome {
+    pub answers: Vec<Result<Decision, AdmitReject>>,
+    /// Sessions the group creates, in id order.
+    pub created: Vec<Session>,
+    /// Sessions that existed and are given a slot (resumed), as they stand after the group.
+    pub resumed: Vec<Session>,
+}
+
+/// Decide `requests` one after another, as if each were alone in its own transaction:
+/// each allowed one takes its slot before the next is looked at, so a group is exact.
+pub fn decide_group(
+    plans: &Plans,
+    requests: &[AdmissionRequest],
+    mut facts: GroupFacts,
+    now: Secs,
+    lease: Secs,
+    mut decision_id: impl FnMut() -> String,
+) -> GroupOutcome {
+    let mut created = BTreeSet::new();
+    let mut resumed = BTreeSet::new();
+    let answers = requests
+        .iter()
+        .map(|req| {
+            let org = facts.orgs.get(&req.org_id).ok_or(AdmitReject::UnknownOrg)?;
+            let key_id = (req.org_id.clone(), req.key_id.clone());
+            let key = facts.keys.get(&key_id).ok_or(AdmitReject::UnknownKey)?;
+            let session = facts.sessions.get(&req.session_id);
+            if let Some(s) = session {
+                if s.org_id != req.org_id {
+                    return Err(AdmitReject::SessionOfAnotherOrg);
+                }
+                if s.ledger.phase == Phase::Ended {
+                    return Err(AdmitReject::SessionEnded);
+                }
+            }
+            let holds = session.is_some_and(|s| holds_slot(s, now, lease));
+            let own = holds && session.is_some_and(|s| s.key_id.as_deref() == Some(&req.key_id));
+            let slots = facts.slots.entry(key_id).or_default();
+            let running = *slots - i64::from(own);
+            let windows = Windows::at(now, org.billing_period());
+            let used = facts.usage.get(&req.org_id).copied().unwrap_or_default();
+            let (paid, access) = org.plan_access(plans, now);
+            let plan = if access.grants_plan() {
+                paid
+            } else {
+                plans.free()
+            };
+            let facts_on = |plan: &Plan| {
+                let month = WindowUsage::new(windows.month, used.month, plan.monthly_limit_seconds);
+                let week = WindowUsage::new(windows.week, used.week, plan.weekly_limit_seconds);
+                (
+                    month,
+                    week,
+                    effective_concurrency_limit(key.concurrency_limit, plan),
+                )
+            };
+            let (month, week, limit) = facts_on(plan);
+            let f = Facts {
+                suspended: org.suspended,
+                plan,
+                month: &month,
+                week: &week,
+                running,
+                limit,
+                holds_slot: holds,
+            };
+            let mut rule = decide(&f);
+            // Refused on Free's terms, where the plan it pays for would allow it: the fix is
+            // to pay, not to upgrade.
+            if !access.grants_plan() && matches!(rule, Rule::Denied(r) if r != Reason::OrgSuspended)
+            {
+                let (m, w, limit) = facts_on(paid);
+                let on_paid = Facts {
+                    plan: paid,
+                    month: &m,
+                    week: &w,
+                    limit,
+                    ..f.clone()
+                };
+                if decide(&on_paid).allows() {
+                    rule = Rule::Denied(Reason::SubscriptionInactive);
+                }
+            }
+            let (reason, upgrade) = match rule {
+                Rule::Denied(r) => (
+                    Some(r.as_str().to_owned()),
+                    upgrade_for(plans, r, &f).map(|p| p.id.clone()),
+                ),
+                _ => (None, None),
+            };
+            let decision = Decision {
+                org_id: req.org_id.clone(),
+                decision_id: decision_id(),
+                decided_at: now,
+                session_id: req.session_id.clone(),
+                key_id: req.key_id.clone(),
+                decision: if rule.allows() {
+                    Verdict::Allow
+                } else {
+                    Verdict::Deny
+                }
+                .as_str()
+                .to_owned(),
+                reason,
+                rule: rule.as_str().to_owned(),
+                plan_id: plan.id.clone(),
+                suspended: org.suspended,
+                month_start: month.start,
+                month_end: month.end,
+                month_used: month.used_seconds,
+                month_limit: month.limit_seconds,
+                week_start: week.start,
+                week_end: week.end,
+                week_used: week.used_seconds,
+                week_limit: week.limit_seconds,
+                running: running + i64::from(rule.allows()),
+                concurrency_limit: f.limit,
+                upgrade_plan: upgrade,
+            };
+            if rule == Rule::WithinLimits {
+                *slots += 1;
+                if session.is_none() {
+                    created.insert(req.session_id.clone());
+                } else if !created.contains(&req.session_id) {
+                    resumed.insert(req.session_id.clone());
+                }
+                let row = facts
+                    .sessions
+                    .entry(req.session_id.clone())
+                    .or_insert_with(|| admitted_row(req, now));
+                take_slot(row, req, now);
+            }
+            Ok(decision)
+        })
+        .collect();
+    let row = |id: &String| facts.sessions[id].clone();
+    GroupOutcome {
+        answers,
+        created: created.iter().map(row).collect(),
+        resumed: resumed.iter().map(row).collect(),
+    }
+}
+
+/// A session the gate admits before any heartbeat: it holds its slot from `now`.
+fn admitted_row(req: &AdmissionRequest, now: Secs) -> Session {
+    Session::admitted(&req.org_id, &req.session_id, now)
+}
+
+/// Give a session its slot; the request's project and starter replace what was known.
+fn take_slot(row: &mut Session, req: &AdmissionRequest, now: Secs) {
+    row.slot_at = Some(now);
+    row.key_id = Some(req.key_id.clone());
+    row.agent = Some(req.agent.as_str().to_owned());
+    if req.project_id.is_some() {
+        row.project_id.clone_from(&req.project_id);
+    }
+    if req.started_by.is_some() {
+        row.started_by.clone_from(&req.started_by);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::Interval;
+
+    fn plans() -> Plans {
+        crate::shipped_plans()
+    }
+
+    fn window(used: i64, limit: i64) -> WindowUsage {
+        WindowUsage::new(Interval::new(0, 10).unwrap(), used, limit)
+    }
+
+    #[test]
+    fn rules_bind_in_order() {
+        let p = plans();
+        let free = p.free();
+        let (m, w) = (window(0, 100), window(0, 50));
+        let base = Facts {
+            suspended: false,
+            plan: free,
+            month: &m,
+            week: &w,
+            running: 0,
+            limit: 4,
+            holds_slot: false,
+        };
+        assert_eq!(decide(&base), Rule::WithinLimits);
+        let full_week = window(50, 50);
+        let f = Facts {
+            week: &full_week,
+            ..base.clone()
+        };
+        assert_eq!(decide(&f), Rule::Denied(Reason::WeeklyCeilingReached));
+        let full_month = window(100, 100);
+        let f = Facts {
+            week: &full_week,
+            month: &full_month,
+            ..base.clone()
+        };
+        assert_eq!(decide(&f), Rule::Denied(Reason::MonthlyCeilingReached));
+        let f = Facts {
+            running: 4,
+            ..base.clone()
+        };
+        assert_eq!(decide(&f), Rule::Denied(Reason::ConcurrencyLimitReached));
+        let f = Facts {
+            running: 4,
+            suspended: true,
+            ..base.clone()
+        };
+        assert_eq!(decide(&f), Rule::Denied(Reason::OrgSuspended));
+        let f = Facts {
+            running: 9,
+            holds_slot: true,
+            ..base
+        };
+        assert_eq!(decide(&f), Rule::AlreadyAdmitted);
+    }
+
+    #[test]
+    fn upgrade_is_the_cheapest_plan_that_fits() {
+        let p = plans();
+        let (m, w) = (window(4 * 3600, 5 * 3600), window(2 * 3600, 2 * 3600));
+        let f = Facts {
+            suspended: false,
+            plan: p.free(),
+            month: &m,
+            week: &w,
+            running: 0,
+            limit: 4,
+            holds_slot: false,
+        };
+        assert_eq!(
+            upgrade_for(&p, Reason::WeeklyCeilingReached, &f).map(|x| x.id.as_str()),
+            Some("pro")
+        );
+        let big = window(20 * 3600, 2 * 3600);
+        let f2 = Facts {
+            week: &big,
+            ..f.clone()
+        };
+        assert_eq!(
+            upgrade_for(&p, Reason::WeeklyCeilingReached, &f2).map(|x| x.id.as_str()),
+            Some("team")
+        );
+        let f3 = Facts {
+            running: 10,
+            plan: p.get("pro").unwrap(),
+            ..f.clone()
+        };
+        assert_eq!(
+            upgrade_for(&p, Reason::ConcurrencyLimitReached, &f3).map(|x| x.id.as_str()),
+            Some("team")
+        );
+        assert!(upgrade_for(&p, Reason::OrgSuspended, &f).is_none());
+    }
+
+    fn group_facts(limit: i64, held: i64) -> GroupFacts {
+        let org = Org::new("o", "team", 0);
+        let key = Key {
+            org_id: "o".into(),
+            key_id: "k".into(),
+            concurrency_limit: Some(limit),
+            created_at: 0,
+            updated_at: 0,
+        };
+        GroupFacts {
+            orgs: HashMap::from([("o".into(), org)]),
+            keys: HashMap::from([(("o".into(), "k".into()), key)]),
+            slots: HashMap::from([(("o".into(), "k".into()), held)]),
+            ..GroupFacts::default()
+        }
+    }
+
+    fn request(session: &str) -> AdmissionRequest {
+        AdmissionRequest {
+            org_id: "o".into(),
+            key_id: "k".into(),
+            session_id: session.into(),
+            agent: Agent::Codex,
+            project_id: None,
+            started_by: None,
+        }
+    }
+
+    fn ids() -> impl FnMut() -> String {
+        let mut n = 0;
+        move || {
+            n += 1;
+            format!("dec_{n}")
+        }
+    }
+
+    #[test]
+    fn a_group_takes_no_more_slots_than_the_key_has_left() {
+        let reqs: Vec<_> = (0..10).map(|i| request(&format!("s{i}"))).collect();
+        let out = decide_group(&plans(), &reqs, group_facts(3, 1), 1000, 60, ids());
+        let rules: Vec<_> = out
+            .answers
+            .iter()
+            .map(|a| a.as_ref().unwrap().rule.as_str())
+            .collect();
+        assert_eq!(rules[..2], ["within_limits", "within_limits"]);
+        assert!(rules[2..].iter().all(|r| *r == "concurrency_limit_reached"));
+        let running: Vec<_> = out
+            .answers
+            .iter()
+            .map(|a| a.as_ref().unwrap().running)
+            .collect();
+        assert_eq!(running[..3], [2, 3, 3]);
+        assert_eq!(out.created.len(), 2);
+        assert!(out.resumed.is_empty());
+        assert!(out
+            .created
+            .iter()
+            .all(|s| s.slot_at == Some(1000) && s.ledger.phase == Phase::Admitted));
+    }
+
+    #[test]
+    fn a_session_named_twice_in_a_group_takes_one_slot() {
+        let reqs = [request("s"), request("s"), request("t")];
+        let out = decide_group(&plans(), &reqs, group_facts(2, 0), 1000, 60, ids());
+        let rules: Vec<_> = out
+            .answers
+            .iter()
+            .map(|a| a.as_ref().unwrap().rule.as_str())
+            .collect();
+        assert_eq!(
+            rules,
+            ["within_limits", "already_admitted", "within_limits"]
+        );
+        assert_eq!(out.created.len(), 2);
+        let ids: Vec<_> = out
+            .answers
+            .iter()
+            .map(|a| a.as_ref().unwrap().decision_id.as_str())
+            .collect();
+        assert_eq!(ids, ["dec_1", "dec_2", "dec_3"]);
+    }
+
+    #[test]
+    fn unknown_orgs_keys_and_ended_sessions_are_rejected_without_a_decision() {
+        let mut facts = group_facts(2, 0);
+        let mut ended = Session::admitted("o", "e", 0);
+        ended.ledger.phase = Phase::Ended;
+        facts.sessions.insert("e".into(), ended);
+        let mut other = Session::admitted("p", "x", 0);
+        other.key_id = Some("k".into());
+        facts.sessions.insert("x".into(), other);
+        let mut unknown_key = request("s");
+        unknown_key.key_id = "nope".into();
+        let mut unknown_org = request("s");
+        unknown_org.org_id = "nope".into();
+        let reqs = [unknown_org, unknown_key, request("e"), request("x")];
+        let out = decide_group(&plans(), &reqs, facts, 1000, 60, ids());
+        let got: Vec<_> = out.answers.into_iter().map(|a| a.unwrap_err()).collect();
+        assert_eq!(
+            got,
+            [
+                AdmitReject::UnknownOrg,
+                AdmitReject::UnknownKey,
+                AdmitReject::SessionEnded,
+                AdmitReject::SessionOfAnotherOrg
+            ]
+        );
+        assert!(out.created.is_empty() && out.resumed.is_empty());
+    }
+
+    #[test]
+    fn an_unpaid_subscription_is_refused_on_free_terms_as_inactive() {
+        let mut facts = group_facts(100, 4);
+        let org = facts.orgs.get_mut("o").unwrap();
+        org.subscription_status = Some("unpaid".into());
+        // Over Free's month (5 h) but well within Team's: the fix is to pay.
+        facts.usage.insert(
+            "o".into(),
+            WindowTotals {
+                month: 6 * 3600,
+                week: 0,
+                running: 0,
+            },
+        );
+        let out = decide_group(&plans(), &[request("s")], facts, 1000, 60, ids());
+        let d = out.answers[0].as_ref().unwrap();
+        assert_eq!(d.reason.as_deref(), Some("subscription_inactive"));
+        assert_eq!(d.plan_id, "free");
+        assert_eq!(d.upgrade_plan, None);
+        // Within Free's terms, it runs on Free.
+        let mut facts = group_facts(100, 0);
+        facts.orgs.get_mut("o").unwrap().subscription_status = Some("incomplete".into());
+        let out = decide_group(&plans(), &[request("s")], facts, 1000, 60, ids());
+        let d = out.answers[0].as_ref().unwrap();
+        assert_eq!(
+            (d.rule.as_str(), d.plan_id.as_str(), d.concurrency_limit),
+            ("within_limits", "free", 4)
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! The pure core of rush-meter: how heartbeats become billed seconds, the windows and
+//! ceilings they count against, the gate's decisions, and everything the readers compute
+//! from the ledger. Nothing here does I/O or reads a clock: the shells (the service's
+//! store, HTTP and Stripe code) gather the facts, call these functions with the time, and
+//! write what they return. So the property tests and the seeded simulation drive exactly
+//! the code the service runs.
+//!
+//! - `time`: seconds, intervals, month and week windows, hours and RFC 3339 as shown.
+//! - `ledger`, `booking`, `session`: accrual of one session, and what a transaction books.
+//! - `plans`, `org`, `standing`: plan files, an org's access, its windows' figures.
+//! - `gate`: admissions decided in a group, exactly as one at a time.
+//! - `heartbeats`: a supervisor's batch checked, and a group of batches applied.
+//! - `breakdown`, `timeline`, `prompt`, `thresholds`: what the console reads.
+//! - `charges`, `export`: money, and finance's export lines.
+//! - `signature`, `retry`, `wire`, `ids`, `names`: small rules several shells share.
+
+#[macro_use]
+pub mod names;
+
+pub mod booking;
+pub mod breakdown;
+pub mod charges;
+pub mod export;
+pub mod gate;
+pub mod heartbeats;
+pub mod ids;
+pub mod ledger;
+pub mod org;
+pub mod plans;
+pub mod prompt;
+pub mod retry;
+pub mod session;
+pub mod signature;
+pub mod standing;
+pub mod thresholds;
+pub mod time;
+pub mod timeline;
+pub mod wire;
+
+/// The plans of `plans/`, built into the crate's tests.
+#[cfg(test)]
+pub(crate) fn shipped_plans() -> plans::Plans {
+    plans::Plans::from_texts(
+        std::path::Path::new("plans"),
+        vec![
+            (
+                "free.toml".into(),
+                include_str!("../../plans/free.toml").into(),
+            ),
+            (
+                "pro.toml".into(),
+                include_str!("../../plans/pro.toml").into(),
+            ),
+            (
+                "team.toml".into(),
+                include_str!("../../plans/team.toml").into(),
+            ),
+        ],
+    )
+    .expect("plans/ loads")
+}

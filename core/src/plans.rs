@@ -1,0 +1,390 @@
+//! Plans: the text of `plans/*.toml` parsed and validated (the service reads the files
+//! once at start-up and hands their text here).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::ids::Id;
+
+/// One plan as sold, with its ceilings in whole seconds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub id: String,
+    pub name: String,
+    pub price: Decimal,
+    pub currency: String,
+    pub monthly_agent_hours: Decimal,
+    pub weekly_agent_hours: Decimal,
+    pub monthly_limit_seconds: i64,
+    pub weekly_limit_seconds: i64,
+    pub concurrency_default: i64,
+    pub concurrency_max: i64,
+    pub ceiling_grace_seconds: i64,
+    pub past_due_grace_days: i64,
+    pub stripe_prices: Vec<String>,
+    pub upgrade_to: Option<String>,
+    /// Percentages of a window's ceiling at which the upgrade prompt shows (ascending).
+    pub prompt_thresholds: Vec<u8>,
+    /// Concurrency denials in 24 hours that show the upgrade prompt (0: never).
+    pub prompt_concurrency_denials: i64,
+    /// Price of an agent-hour beyond the monthly ceiling (the ceiling grace lets a turn
+    /// run past it), in the plan's currency; 0 means overage is free.
+    pub overage_unit_price: Decimal,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFile {
+    id: String,
+    name: String,
+    #[serde(deserialize_with = "decimal")]
+    price: Decimal,
+    currency: String,
+    #[serde(deserialize_with = "decimal")]
+    monthly_agent_hours: Decimal,
+    #[serde(deserialize_with = "decimal")]
+    weekly_agent_hours: Decimal,
+    concurrency_default: i64,
+    concurrency_max: i64,
+    #[serde(default)]
+    ceiling_grace_seconds: i64,
+    #[serde(default = "default_past_due_grace_days")]
+    past_due_grace_days: i64,
+    #[serde(default)]
+    stripe_prices: Vec<String>,
+    upgrade_to: Option<String>,
+    #[serde(default = "default_prompt_thresholds")]
+    prompt_thresholds: Vec<u8>,
+    #[serde(default = "default_prompt_concurrency_denials")]
+    prompt_concurrency_denials: i64,
+    #[serde(default, deserialize_with = "decimal")]
+    overage_unit_price: Decimal,
+}
+
+fn default_prompt_thresholds() -> Vec<u8> {
+    vec![80, 100]
+}
+
+fn default_prompt_concurrency_denials() -> i64 {
+    1
+}
+
+fn default_past_due_grace_days() -> i64 {
+    7
+}
+
+/// A TOML integer, float or string read as an exact decimal (`0.005` stays `0.005`).
+fn decimal<'de, D: Deserializer<'de>>(d: D) -> Result<Decimal, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Num {
+        Int(i64),
+        Float(f64),
+        Str(String),
+    }
+    let text = match Num::deserialize(d)? {
+        Num::Int(i) => return Ok(Decimal::from(i)),
+        // Display of f64 is the shortest text that reads back to the same value.
+        Num::Float(f) => f.to_string(),
+        Num::Str(s) => s,
+    };
+    Decimal::from_str(&text)
+        .or_else(|_| Decimal::from_scientific(&text))
+        .map_err(|_| serde::de::Error::custom(format!("`{text}` is not a decimal number")))
+}
+
+/// A plan file that cannot be used, naming the file and the field to fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct PlanError {
+    pub file: PathBuf,
+    pub message: String,
+}
+
+/// Every plan, by id.
+#[derive(Clone, Debug)]
+pub struct Plans {
+    by_id: BTreeMap<String, Plan>,
+}
+
+impl Plans {
+    /// Parse the text of every plan file (`(path, text)`, in path order) and check that the
+    /// plans fit together: unique ids, no dangling `upgrade_to`, a `free` plan. `dir` names
+    /// the directory in the error for a missing `free` plan.
+    pub fn from_texts(dir: &Path, files: Vec<(PathBuf, String)>) -> Result<Plans, PlanError> {
+        let mut parsed = Vec::with_capacity(files.len());
+        for (file, text) in files {
+            let plan = parse_plan(&text).map_err(|message| PlanError {
+                file: file.clone(),
+                message,
+            })?;
+            parsed.push((file, plan));
+        }
+        Plans::from_files(dir, parsed)
+    }
+
+    fn from_files(dir: &Path, parsed: Vec<(PathBuf, Plan)>) -> Result<Plans, PlanError> {
+        let mut by_id = BTreeMap::new();
+        for (file, plan) in &parsed {
+            if by_id.insert(plan.id.clone(), plan.clone()).is_some() {
+                return Err(PlanError {
+                    file: file.clone(),
+                    message: format!("id: `{}` is defined by another file too", plan.id),
+                });
+            }
+        }
+        for (file, plan) in &parsed {
+            if let Some(up) = &plan.upgrade_to {
+                if !by_id.contains_key(up) {
+                    return Err(PlanError {
+                        file: file.clone(),
+                        message: format!("upgrade_to: no plan has id `{up}`"),
+                    });
+                }
+            }
+        }
+        if !by_id.contains_key(FREE) {
+            return Err(PlanError {
+                file: dir.to_path_buf(),
+                message: format!(
+                    "no plan with id `{FREE}`: it is the plan of new orgs and of inactive subscriptions"
+                ),
+            });
+        }
+        Ok(Plans { by_id })
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Plan> {
+        self.by_id.get(id)
+    }
+
+    /// The plan every org falls back to.
+    pub fn free(&self) -> &Plan {
+        &self.by_id[FREE]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Plan> {
+        self.by_id.values()
+    }
+
+    /// The plan whose `stripe_prices` names this price id, lookup key or legacy plan id.
+    pub fn by_stripe_price(&self, price: &str) -> Option<&Plan> {
+        self.iter()
+            .find(|p| p.stripe_prices.iter().any(|s| s == price))
+    }
+}
+
+/// The id of the plan that new orgs get and inactive subscriptions fall back to.
+pub const FREE: &str = "free";
+
+/// Parse and validate one plan file's text; the error names the field.
+pub fn parse_plan(text: &str) -> Result<Plan, String> {
+    let f: PlanFile = toml::from_str(text).map_err(toml_error)?;
+    Id::parse(&f.id).map_err(|m| format!("id: {m}"))?;
+    if f.name.trim().is_empty() {
+        return Err("name: must not be empty".into());
+    }
+    non_negative("price", f.price)?;
+    non_negative("overage_unit_price", f.overage_unit_price)?;
+    if f.currency.len() != 3 || !f.currency.chars().all(|c| c.is_ascii_lowercase()) {
+        return Err("currency: must be a lowercase ISO 4217 code such as `usd`".into());
+    }
+    let monthly = hours_to_seconds("monthly_agent_hours", f.monthly_agent_hours)?;
+    let weekly = hours_to_seconds("weekly_agent_hours", f.weekly_agent_hours)?;
+    if !(1..=100).contains(&f.concurrency_max) {
+        return Err("concurrency_max: must be between 1 and 100".into());
+    }
+    if !(1..=f.concurrency_max).contains(&f.concurrency_default) {
+        return Err(format!(
+            "concurrency_default: must be between 1 and concurrency_max ({})",
+            f.concurrency_max
+        ));
+    }
+    if f.ceiling_grace_seconds < 0 {
+        return Err("ceiling_grace_seconds: must not be negative".into());
+    }
+    if f.past_due_grace_days < 0 {
+        return Err("past_due_grace_days: must not be negative".into());
+    }
+    if f.prompt_thresholds.iter().any(|t| !(1..=100).contains(t))
+        || f.prompt_thresholds.windows(2).any(|w| w[0] >= w[1])
+    {
+        return Err("prompt_thresholds: percentages 1 to 100, ascending, e.g. [80, 100]".into());
+    }
+    if f.prompt_concurrency_denials < 0 {
+        return Err("prompt_concurrency_denials: must not be negative (0 turns it off)".into());
+    }
+    if let Some(up) = &f.upgrade_to {
+        if *up == f.id {
+            return Err("upgrade_to: a plan cannot upgrade to itself".into());
+        }
+    }
+    Ok(Plan {
+        id: f.id,
+        name: f.name,
+        price: f.price,
+        currency: f.currency,
+        monthly_agent_hours: f.monthly_agent_hours,
+        weekly_agent_hours: f.weekly_agent_hours,
+        monthly_limit_seconds: monthly,
+        weekly_limit_seconds: weekly,
+        concurrency_default: f.concurrency_default,
+        concurrency_max: f.concurrency_max,
+        ceiling_grace_seconds: f.ceiling_grace_seconds,
+        past_due_grace_days: f.past_due_grace_days,
+        stripe_prices: f.stripe_prices,
+        prompt_thresholds: f.prompt_thresholds,
+        prompt_concurrency_denials: f.prompt_concurrency_denials,
+        overage_unit_price: f.overage_unit_price,
+        upgrade_to: f.upgrade_to,
+    })
+}
+
+/// TOML's own words, or where it stopped when it has none (a stray NUL byte, say).
+fn toml_error(e: toml::de::Error) -> String {
+    match (e.message().trim(), e.span()) {
+        ("", Some(at)) => format!("not valid TOML at byte {}", at.start),
+        ("", None) => "not valid TOML".to_owned(),
+        (m, _) => m.to_owned(),
+    }
+}
+
+fn non_negative(field: &str, v: Decimal) -> Result<(), String> {
+    if v.is_sign_negative() && !v.is_zero() {
+        return Err(format!("{field}: must not be negative (got {v})"));
+    }
+    Ok(())
+}
+
+/// Whole seconds of a ceiling in hours, rounded down: a ceiling never grants a part second.
+fn hours_to_seconds(field: &str, hours: Decimal) -> Result<i64, String> {
+    non_negative(field, hours)?;
+    let too_large = || format!("{field}: {hours} hours is too large");
+    let secs = hours
+        .checked_mul(Decimal::from(3600))
+        .ok_or_else(too_large)?;
+    i64::try_from(secs.floor()).map_err(|_| too_large())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRO: &str = r#"
+id = "pro"
+name = "Pro"
+price = "20.00"
+currency = "usd"
+monthly_agent_hours = 40
+weekly_agent_hours = 0.005
+concurrency_default = 4
+concurrency_max = 10
+stripe_prices = ["pro_monthly"]
+upgrade_to = "team"
+"#;
+
+    #[test]
+    fn parses_fractional_hours_exactly() {
+        let p = parse_plan(PRO).unwrap();
+        assert_eq!(p.monthly_limit_seconds, 144_000);
+        assert_eq!(p.weekly_limit_seconds, 18);
+        assert_eq!(p.weekly_agent_hours.to_string(), "0.005");
+    }
+
+    #[test]
+    fn rejects_unknown_field_naming_it() {
+        let e = parse_plan(&format!("{PRO}\nmonthly_hours = 3\n")).unwrap_err();
+        assert!(e.contains("monthly_hours"), "{e}");
+    }
+
+    /// Found by the `plan_file` fuzz target: TOML's message is empty for a NUL byte, and
+    /// a ceiling of 2^96 hours overflowed the seconds' multiplication.
+    #[test]
+    fn odd_files_are_refused_with_a_reason() {
+        let e = parse_plan(&PRO.replace("upgrade_to", "up\0grade_to")).unwrap_err();
+        assert!(!e.trim().is_empty());
+        let e = parse_plan(&PRO.replace(
+            "monthly_agent_hours = 40",
+            "monthly_agent_hours = \"79228162514264337593543950335\"",
+        ))
+        .unwrap_err();
+        assert!(
+            e.starts_with("monthly_agent_hours") && e.contains("too large"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rejects_negative_and_missing_ceilings() {
+        let e = parse_plan(&PRO.replace("weekly_agent_hours = 0.005", "weekly_agent_hours = -1"))
+            .unwrap_err();
+        assert!(e.starts_with("weekly_agent_hours"), "{e}");
+        let e = parse_plan(&PRO.replace("monthly_agent_hours = 40", "")).unwrap_err();
+        assert!(e.contains("monthly_agent_hours"), "{e}");
+    }
+
+    #[test]
+    fn prompt_settings_default_and_are_checked() {
+        let p = parse_plan(PRO).unwrap();
+        assert_eq!(
+            (p.prompt_thresholds.as_slice(), p.prompt_concurrency_denials),
+            (&[80, 100][..], 1)
+        );
+        for bad in [
+            "prompt_thresholds = [100, 80]",
+            "prompt_thresholds = [0]",
+            "prompt_thresholds = [101]",
+            "prompt_concurrency_denials = -1",
+        ] {
+            let e = parse_plan(&format!("{PRO}\n{bad}\n")).unwrap_err();
+            assert!(e.starts_with(bad.split(' ').next().unwrap()), "{bad}: {e}");
+        }
+        let p = parse_plan(&format!(
+            "{PRO}\nprompt_thresholds = [50, 90]\nprompt_concurrency_denials = 0\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            (p.prompt_thresholds.as_slice(), p.prompt_concurrency_denials),
+            (&[50, 90][..], 0)
+        );
+    }
+
+    #[test]
+    fn rejects_duplicates_and_dangling_upgrade() {
+        let dir = Path::new("plans");
+        let pro = parse_plan(PRO).unwrap();
+        let free = parse_plan(
+            &PRO.replace("\"pro\"", "\"free\"")
+                .replace("upgrade_to = \"team\"", ""),
+        )
+        .unwrap();
+        let e = Plans::from_files(
+            dir,
+            vec![
+                ("a.toml".into(), free.clone()),
+                ("b.toml".into(), pro.clone()),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.file, PathBuf::from("b.toml"));
+        assert!(e.message.starts_with("upgrade_to"), "{}", e.message);
+        let e = Plans::from_files(
+            dir,
+            vec![("a.toml".into(), free.clone()), ("c.toml".into(), free)],
+        )
+        .unwrap_err();
+        assert!(e.message.starts_with("id"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_shipped_plans_load() {
+        let plans = crate::shipped_plans();
+        assert_eq!(plans.free().monthly_limit_seconds, 5 * 3600);
+        assert_eq!(plans.get("pro").unwrap().monthly_limit_seconds, 40 * 3600);
+        assert_eq!(plans.get("team").unwrap().concurrency_max, 100);
+    }
+}

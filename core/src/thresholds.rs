@@ -1,0 +1,195 @@
+//! Usage thresholds: when an org's month or week reaches one of its plan's
+//! `prompt_thresholds`, that crossing is notified once (the service records it under its
+//! id and delivers it signed). This says which thresholds a window has reached, how far
+//! the next one is, and what the notification says.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::plans::Plan;
+use crate::standing::WindowUsage;
+use crate::time::{format_rfc3339, hours, Secs};
+
+/// A window's usage at or past one of its plan's thresholds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Crossing {
+    pub org_id: String,
+    pub plan_id: String,
+    pub window: &'static str,
+    pub start: Secs,
+    pub end: Secs,
+    pub threshold: u8,
+    pub used_seconds: i64,
+    pub limit_seconds: i64,
+}
+
+impl Crossing {
+    /// Its key, and its id: the same on every instance, so the record is once only.
+    pub fn id(&self) -> String {
+        let key = format!(
+            "{}|{}|{}|{}",
+            self.org_id, self.window, self.start, self.threshold
+        );
+        format!("ntf_{}", &hex::encode(Sha256::digest(key.as_bytes()))[..24])
+    }
+}
+
+/// Every threshold of `plan` that each window has reached, lowest first.
+pub fn crossings(
+    org_id: &str,
+    plan: &Plan,
+    month: &WindowUsage,
+    week: &WindowUsage,
+) -> Vec<Crossing> {
+    let mut out = Vec::new();
+    for (window, w) in [("month", month), ("week", week)] {
+        for t in &plan.prompt_thresholds {
+            if w.limit_seconds > 0
+                && i128::from(w.used_seconds) * 100 >= i128::from(*t) * i128::from(w.limit_seconds)
+            {
+                out.push(Crossing {
+                    org_id: org_id.to_owned(),
+                    plan_id: plan.id.clone(),
+                    window,
+                    start: w.start,
+                    end: w.end,
+                    threshold: *t,
+                    used_seconds: w.used_seconds,
+                    limit_seconds: w.limit_seconds,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Seconds until the lowest threshold not yet reached, over both windows.
+pub fn room_to_next(plan: &Plan, month: &WindowUsage, week: &WindowUsage) -> i64 {
+    [month, week]
+        .iter()
+        .flat_map(|w| {
+            plan.prompt_thresholds.iter().map(move |t| {
+                // The first whole second at or past t% of the limit.
+                let at = (i128::from(*t) * i128::from(w.limit_seconds) + 99) / 100;
+                i64::try_from(at - i128::from(w.used_seconds)).unwrap_or(i64::MAX)
+            })
+        })
+        .filter(|r| *r > 0)
+        .min()
+        .unwrap_or(i64::MAX)
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    created_at: String,
+    org_id: &'a str,
+    plan: &'a str,
+    window: &'a str,
+    window_start: String,
+    window_end: String,
+    threshold_percent: u8,
+    used_seconds: i64,
+    used_hours: String,
+    limit_seconds: i64,
+    limit_hours: String,
+    upgrade_prompt: String,
+}
+
+/// The JSON body of a crossing's notification, as recorded (and sent on every try).
+pub fn body(c: &Crossing, now: Secs) -> String {
+    serde_json::to_string(&Body {
+        id: &c.id(),
+        kind: "usage.threshold_crossed",
+        created_at: format_rfc3339(now),
+        org_id: &c.org_id,
+        plan: &c.plan_id,
+        window: c.window,
+        window_start: format_rfc3339(c.start),
+        window_end: format_rfc3339(c.end),
+        threshold_percent: c.threshold,
+        used_seconds: c.used_seconds,
+        used_hours: hours(c.used_seconds),
+        limit_seconds: c.limit_seconds,
+        limit_hours: hours(c.limit_seconds),
+        upgrade_prompt: format!("/v1/orgs/{}/upgrade-prompt", c.org_id),
+    })
+    .expect("a notification serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::Interval;
+
+    fn usage(used: i64, limit: i64) -> WindowUsage {
+        WindowUsage::new(Interval::new(0, 1000).unwrap(), used, limit)
+    }
+
+    #[test]
+    fn every_threshold_reached_is_a_crossing() {
+        let plans = crate::shipped_plans();
+        let pro = plans.get("pro").unwrap();
+        let month = pro.monthly_limit_seconds;
+        let week = pro.weekly_limit_seconds;
+        let at = |m: i64, w: i64| -> Vec<(&str, u8)> {
+            crossings("o", pro, &usage(m, month), &usage(w, week))
+                .iter()
+                .map(|c| (c.window, c.threshold))
+                .collect()
+        };
+        assert_eq!(at(0, 0), vec![]);
+        assert_eq!(at(month * 8 / 10 - 1, 0), vec![]);
+        assert_eq!(at(month * 8 / 10, 0), vec![("month", 80)]);
+        assert_eq!(
+            at(month, week),
+            vec![("month", 80), ("month", 100), ("week", 80), ("week", 100)]
+        );
+    }
+
+    #[test]
+    fn room_is_the_distance_to_the_next_threshold() {
+        let plans = crate::shipped_plans();
+        let free = plans.get("free").unwrap();
+        let (m, w) = (free.monthly_limit_seconds, free.weekly_limit_seconds);
+        // Week 7200 s: 80% at 5760; month 18000 s: 80% at 14400.
+        assert_eq!(room_to_next(free, &usage(0, m), &usage(0, w)), 5760);
+        assert_eq!(room_to_next(free, &usage(5000, m), &usage(5750, w)), 10);
+        // Past the week's 80%: its 100% (1440 s away) is next.
+        assert_eq!(room_to_next(free, &usage(5760, m), &usage(5760, w)), 1440);
+        assert_eq!(room_to_next(free, &usage(m, m), &usage(w, w)), i64::MAX);
+        // The boundary itself is reached, not ahead: crossings() agrees.
+        assert!(crossings("o", free, &usage(0, m), &usage(5760, w))
+            .iter()
+            .any(|c| c.threshold == 80));
+    }
+
+    #[test]
+    fn a_crossing_has_one_id_per_threshold_and_window() {
+        let plans = crate::shipped_plans();
+        let pro = plans.get("pro").unwrap();
+        let c = crossings(
+            "o",
+            pro,
+            &usage(pro.monthly_limit_seconds, pro.monthly_limit_seconds),
+            &usage(0, 1),
+        );
+        assert_eq!(c.len(), 2);
+        assert_ne!(c[0].id(), c[1].id());
+        let mut later = c[0].clone();
+        later.used_seconds += 100;
+        assert_eq!(
+            later.id(),
+            c[0].id(),
+            "more usage in the same window is the same crossing"
+        );
+        later.start += 1;
+        assert_ne!(later.id(), c[0].id(), "a new window is a new one");
+        let v: serde_json::Value = serde_json::from_str(&body(&c[0], 0)).unwrap();
+        assert_eq!(v["id"], c[0].id());
+        assert_eq!(v["threshold_percent"], 80);
+        assert_eq!(v["type"], "usage.threshold_crossed");
+    }
+}

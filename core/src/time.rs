@@ -1,0 +1,337 @@
+//! Time as the meter keeps it: whole Unix seconds, half-open intervals, the month and
+//! week windows ceilings count in, and the two forms people read (decimal hours, RFC 3339).
+//!
+//! - Monthly window: the org's Stripe billing period while `now` lies inside it, otherwise
+//!   the calendar month in UTC.
+//! - Weekly window: the ISO week, Monday 00:00 UTC to the next Monday. A fixed reset that
+//!   a person can be told ("resets Monday 00:00 UTC") and that lines up with the hourly
+//!   rollups; a rolling 7 days would make the reset time a moving target.
+
+use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
+use rust_decimal::{Decimal, RoundingStrategy};
+
+/// Unix time in whole seconds (UTC).
+pub type Secs = i64;
+
+/// An hour in seconds: the grain of the hourly rollups.
+pub const HOUR: Secs = 3600;
+
+/// A half-open interval `[start, end)` of Unix seconds, never empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Interval {
+    pub start: Secs,
+    pub end: Secs,
+}
+
+impl Interval {
+    pub fn new(start: Secs, end: Secs) -> Option<Interval> {
+        (end > start).then_some(Interval { start, end })
+    }
+
+    pub fn len(&self) -> i64 {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+
+    pub fn clip(&self, window: &Interval) -> Option<Interval> {
+        Interval::new(self.start.max(window.start), self.end.min(window.end))
+    }
+
+    pub fn contains(&self, t: Secs) -> bool {
+        self.start <= t && t < self.end
+    }
+}
+
+/// `[first day of this month, first day of next month)` in UTC, containing `now`.
+pub fn calendar_month(now: Secs) -> Interval {
+    let d = to_datetime(now).date_naive();
+    let start = NaiveDate::from_ymd_opt(d.year(), d.month(), 1).expect("day 1 exists");
+    let next = if d.month() == 12 {
+        NaiveDate::from_ymd_opt(d.year() + 1, 1, 1)
+    } else {
+        NaiveDate::from_ymd_opt(d.year(), d.month() + 1, 1)
+    }
+    .expect("day 1 exists");
+    Interval {
+        start: midnight(start),
+        end: midnight(next),
+    }
+}
+
+/// The ISO week (Monday 00:00 UTC onwards) containing `now`.
+pub fn iso_week(now: Secs) -> Interval {
+    let d = to_datetime(now).date_naive();
+    let monday = d - Duration::days(i64::from(d.weekday().num_days_from_monday()));
+    let start = midnight(monday);
+    Interval {
+        start,
+        end: start + 7 * 86_400,
+    }
+}
+
+/// The monthly window at `now`: the subscription's current period if `now` is inside it.
+pub fn month_window(now: Secs, billing_period: Option<Interval>) -> Interval {
+    billing_period
+        .filter(|p| p.start <= now && now < p.end)
+        .unwrap_or_else(|| calendar_month(now))
+}
+
+/// The two windows a decision or a usage page looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Windows {
+    pub month: Interval,
+    pub week: Interval,
+}
+
+impl Windows {
+    pub fn at(now: Secs, billing_period: Option<Interval>) -> Windows {
+        Windows {
+            month: month_window(now, billing_period),
+            week: iso_week(now),
+        }
+    }
+}
+
+/// Seconds as decimal hours with 4 places, rounded half away from zero (the rule every
+/// reader uses: 1 s is 0.0003 h, 2 s is 0.0006 h, 18 s is 0.0050 h).
+pub fn hours(seconds: i64) -> String {
+    let h = (Decimal::from(seconds) / Decimal::from(3600))
+        .round_dp_with_strategy(4, RoundingStrategy::MidpointAwayFromZero);
+    format!("{h:.4}")
+}
+
+pub fn to_datetime(secs: Secs) -> DateTime<Utc> {
+    Utc.timestamp_opt(secs, 0)
+        .single()
+        .expect("timestamps in range")
+}
+
+fn midnight(d: NaiveDate) -> Secs {
+    d.and_hms_opt(0, 0, 0)
+        .expect("midnight exists")
+        .and_utc()
+        .timestamp()
+}
+
+/// RFC 3339 in UTC with a `Z`, whole seconds: the one time format of the API.
+pub fn format_rfc3339(secs: Secs) -> String {
+    to_datetime(secs).format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Serde adapters between Unix seconds and RFC 3339.
+pub mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::format_rfc3339;
+    use crate::time::Secs;
+
+    pub fn serialize<S: Serializer>(secs: &Secs, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_rfc3339(*secs))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Secs, D::Error> {
+        let text = String::deserialize(d)?;
+        parse(&text).map_err(serde::de::Error::custom)
+    }
+
+    /// Accepts any RFC 3339 offset and keeps whole seconds (fractions are dropped).
+    pub fn parse(text: &str) -> Result<Secs, String> {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .map(|t| t.timestamp())
+            .map_err(|_| format!("`{text}` is not an RFC 3339 time such as 2026-11-30T21:04:05Z"))
+    }
+
+    pub mod option {
+        use serde::Serializer;
+
+        use crate::time::Secs;
+
+        pub fn serialize<S: Serializer>(v: &Option<Secs>, s: S) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(secs) => super::serialize(secs, s),
+                None => s.serialize_none(),
+            }
+        }
+    }
+}
+
+// ----- windows cut into the hourly rollup's grain -----
+//
+// A window's used seconds are read as whole hours from the hourly rollup, and part hours
+// at its edges (a Stripe period starts at any second) from the spans.
+
+/// The hour rows `[from, to)` that lie wholly inside `w` (`from >= to` when none do).
+pub fn full_hours(w: Interval) -> (Secs, Secs) {
+    let from = ceil_hour(w.start);
+    let to = w.end.div_euclid(HOUR) * HOUR;
+    if from < to {
+        (from, to)
+    } else {
+        (0, 0)
+    }
+}
+
+/// The parts of `w` not covered by `full_hours(w)`: at most one at each end.
+pub fn partial_hours(w: Interval) -> Vec<Interval> {
+    let (from, to) = full_hours(w);
+    if from >= to {
+        return vec![w];
+    }
+    [Interval::new(w.start, from), Interval::new(to, w.end)]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+fn ceil_hour(t: Secs) -> Secs {
+    (t + HOUR - 1).div_euclid(HOUR) * HOUR
+}
+
+/// `secs` as `YYYY-MM-DDTHH:MM:SSZ` (what `format_rfc3339` writes, without chrono's
+/// formatter): the civil date from days since 1970 (Howard Hinnant's algorithm).
+pub fn write_rfc3339(secs: Secs, out: &mut Vec<u8>) {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    if !(0..=9999).contains(&year) {
+        out.extend_from_slice(format_rfc3339(secs).as_bytes());
+        return;
+    }
+    let two = |v: i64, out: &mut Vec<u8>| {
+        out.push(b'0' + (v / 10) as u8);
+        out.push(b'0' + (v % 10) as u8);
+    };
+    two(year / 100, out);
+    two(year % 100, out);
+    out.push(b'-');
+    two(month, out);
+    out.push(b'-');
+    two(day, out);
+    out.push(b'T');
+    two(rem / 3600, out);
+    out.push(b':');
+    two(rem / 60 % 60, out);
+    out.push(b':');
+    two(rem % 60, out);
+    out.push(b'Z');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Secs {
+        rfc3339::parse(s).unwrap()
+    }
+
+    #[test]
+    fn month_ends() {
+        let m = calendar_month(t("2026-01-31T23:59:59Z"));
+        assert_eq!(
+            (m.start, m.end),
+            (t("2026-01-01T00:00:00Z"), t("2026-02-01T00:00:00Z"))
+        );
+        let m = calendar_month(t("2028-02-29T12:00:00Z"));
+        assert_eq!(m.end, t("2028-03-01T00:00:00Z"));
+        let m = calendar_month(t("2026-02-28T23:00:00Z"));
+        assert_eq!(m.end, t("2026-03-01T00:00:00Z"));
+        let m = calendar_month(t("2026-12-31T23:59:59Z"));
+        assert_eq!(
+            (m.start, m.end),
+            (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"))
+        );
+        let m = calendar_month(t("2027-01-01T00:00:00Z"));
+        assert_eq!(m.start, t("2027-01-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn iso_weeks_start_monday_and_may_span_two_months_and_years() {
+        // 2026-12-31 is a Thursday; its ISO week runs Mon 28 Dec to Mon 4 Jan.
+        let w = iso_week(t("2026-12-31T10:00:00Z"));
+        assert_eq!(
+            (w.start, w.end),
+            (t("2026-12-28T00:00:00Z"), t("2027-01-04T00:00:00Z"))
+        );
+        let w = iso_week(t("2026-11-30T00:00:00Z"));
+        assert_eq!(w.start, t("2026-11-30T00:00:00Z"));
+        let w = iso_week(t("2026-11-29T23:59:59Z"));
+        assert_eq!(w.start, t("2026-11-23T00:00:00Z"));
+    }
+
+    #[test]
+    fn billing_period_wins_only_while_current() {
+        let p = Interval::new(t("2026-11-14T09:23:17Z"), t("2026-12-14T09:23:17Z")).unwrap();
+        assert_eq!(month_window(t("2026-12-01T00:00:00Z"), Some(p)), p);
+        assert_eq!(
+            month_window(t("2026-12-20T00:00:00Z"), Some(p)),
+            calendar_month(t("2026-12-20T00:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn hours_are_four_places_half_away_from_zero() {
+        assert_eq!(hours(4500), "1.2500");
+        assert_eq!(hours(18_000), "5.0000");
+        assert_eq!(hours(1), "0.0003");
+        assert_eq!(hours(18), "0.0050");
+        assert_eq!(hours(0), "0.0000");
+        // 0.00005 h = 0.18 s cannot occur; the tie case is 9 s * k / 3600 at the 5th place.
+        assert_eq!(hours(9), "0.0025");
+    }
+
+    #[test]
+    fn aligned_windows_have_no_partial_hours() {
+        let w = Interval::new(0, 7 * 86_400).unwrap();
+        assert_eq!(full_hours(w), (0, 7 * 86_400));
+        assert!(partial_hours(w).is_empty());
+    }
+
+    #[test]
+    fn unaligned_window_splits_into_edges_and_hours() {
+        let w = Interval::new(100, 3 * HOUR + 5).unwrap();
+        assert_eq!(full_hours(w), (HOUR, 3 * HOUR));
+        assert_eq!(
+            partial_hours(w),
+            vec![
+                Interval::new(100, HOUR).unwrap(),
+                Interval::new(3 * HOUR, 3 * HOUR + 5).unwrap()
+            ]
+        );
+        let inside = Interval::new(100, 200).unwrap();
+        assert_eq!(full_hours(inside), (0, 0));
+        assert_eq!(partial_hours(inside), vec![inside]);
+    }
+
+    #[test]
+    fn rfc3339_matches_chrono_for_any_second() {
+        let mut t: i64 = -62_135_596_800; // 0001-01-01
+        while t < 253_402_300_800 {
+            let mut out = Vec::new();
+            write_rfc3339(t, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), format_rfc3339(t), "{t}");
+            t += 7_919_993; // about three months, a prime: every day of year and time of day comes up
+        }
+        for t in [
+            0,
+            951_782_400,
+            951_868_799,
+            1_709_164_800,
+            1_796_083_199,
+            1_796_083_200,
+        ] {
+            let mut out = Vec::new();
+            write_rfc3339(t, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), format_rfc3339(t), "{t}");
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The gate, through group commit: each writer decides everything queued at that moment
+//! in one transaction (`GateStore::admit`), in arrival order, then answers after the
+//! commit. A key always goes to the same writer, so one instance's writers never wait on
+//! each other's key locks; the row locks still order instances.
+
+use std::sync::Arc;
+
+use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision};
+use rush_meter_core::ledger::Rules;
+use rush_meter_core::plans::Plans;
+
+use super::group_commit::{GroupCommit, Shape, Work};
+use crate::clock::Clock;
+use crate::store::{Db, StoreResult};
+
+/// The queues in front of the gate's writers.
+pub type Admitter = GroupCommit<Gate>;
+
+/// Admissions a group carries at most: a commit's worth that keeps locks brief.
+const MAX_GROUP: usize = 256;
+
+/// What the gate's writers share.
+pub struct Gate {
+    pub db: Db,
+    pub plans: Arc<Plans>,
+    pub rules: Rules,
+    pub clock: Clock,
+}
+
+impl Gate {
+    /// Start the writers. Gate groups are bigger with fewer writers; two keep one key's
+    /// lock wait (on another instance) from holding up every admission
+    /// (reports/admission.md).
+    pub fn start(self) -> (Admitter, Vec<tokio::task::JoinHandle<()>>) {
+        let shape = Shape {
+            queues: self.db.writers().min(2),
+            writers_per_queue: 1,
+            max_weight: MAX_GROUP,
+            capacity: 4096,
+        };
+        GroupCommit::start(self, shape)
+    }
+}
+
+impl Work for Gate {
+    type Job = AdmissionRequest;
+    type Done = Result<Decision, AdmitReject>;
+
+    fn lane(job: &AdmissionRequest) -> impl std::hash::Hash {
+        (job.org_id.clone(), job.key_id.clone())
+    }
+
+    async fn commit(
+        &self,
+        jobs: &[AdmissionRequest],
+        _writer: usize,
+    ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
+        let now = self.clock.now();
+        self.db.admit(&self.plans, jobs, now, &self.rules).await
+    }
+
+    fn db(&self) -> &Db {
+        &self.db
+    }
+}

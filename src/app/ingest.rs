@@ -1,0 +1,184 @@
+//! Heartbeats in, through group commit: each group's requests are applied in one
+//! transaction (`LedgerStore::ingest`), and after the commit every org of the group is
+//! advised once (how much it has left, whether its sessions must park), so each answer
+//! counts its own batch.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rush_meter_core::heartbeats::{Heartbeat, RequestOutcome};
+use rush_meter_core::ledger::Rules;
+use rush_meter_core::plans::Plans;
+use rush_meter_core::time::Secs;
+
+use super::group_commit::{GroupCommit, Shape, Work};
+use super::notifier::Watch;
+use super::standing::standings;
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+use crate::store::{Db, StoreResult};
+
+/// What a heartbeat answer tells a running session about its org, read after the commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrgAdvice {
+    pub remaining_seconds: i64,
+    pub park: bool,
+}
+
+/// A request's answer: its outcome, and the advice for every org of its group.
+pub type Answer = (RequestOutcome, Arc<HashMap<String, OrgAdvice>>);
+
+/// The queue in front of the heartbeat writers.
+pub type Ingestor = GroupCommit<Ingest>;
+
+/// Heartbeats a group carries at most: big enough to amortise a commit, small enough to
+/// keep one transaction's locks short.
+const MAX_GROUP_HEARTBEATS: usize = 4000;
+
+/// How long an org's advice may be reused, and only while the org has so much time left
+/// that it could not run out meanwhile (see `reusable`). Orgs near a ceiling are read
+/// fresh after every commit.
+const ADVICE_TTL: Secs = 2;
+
+/// Advice may be reused for `ADVICE_TTL` only if the org's running sessions, doubled, plus
+/// 100 newly admitted ones, could not spend what it has left in that time.
+fn reusable(remaining_seconds: i64, running: i64) -> bool {
+    remaining_seconds > (2 * running + 100) * ADVICE_TTL
+}
+
+/// What the heartbeat writers share.
+pub struct Ingest {
+    pub db: Db,
+    pub plans: Arc<Plans>,
+    pub rules: Rules,
+    pub clock: Clock,
+    pub metrics: Arc<Metrics>,
+    /// Sees each org's standing after a commit, for usage-threshold notifications.
+    pub watch: Watch,
+    advice: Mutex<HashMap<String, (OrgAdvice, Secs)>>,
+}
+
+impl Ingest {
+    pub fn new(
+        db: Db,
+        plans: Arc<Plans>,
+        rules: Rules,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+        watch: Watch,
+    ) -> Ingest {
+        Ingest {
+            db,
+            plans,
+            rules,
+            clock,
+            metrics,
+            watch,
+            advice: Mutex::default(),
+        }
+    }
+
+    /// Start the writers: one queue, and as many writers as the database overlaps
+    /// commits (each adds to its own `org_hourly` rows, its shard: 0 is left to session
+    /// ends and the expiry job).
+    pub fn start(self) -> (Ingestor, Vec<tokio::task::JoinHandle<()>>) {
+        let shape = Shape {
+            queues: 1,
+            writers_per_queue: self.db.writers(),
+            max_weight: MAX_GROUP_HEARTBEATS,
+            capacity: 8192,
+        };
+        GroupCommit::start(self, shape)
+    }
+
+    /// Every org of a group once, after its commit.
+    async fn advise(&self, results: &[RequestOutcome]) -> StoreResult<HashMap<String, OrgAdvice>> {
+        let mut ids: Vec<&str> = results
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|o| o.org_id.as_str())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        // Meter time, not wall time: what matters is how much agent time can pass.
+        let now = self.clock.now();
+        let mut advice = HashMap::with_capacity(ids.len());
+        let mut missing = Vec::new();
+        {
+            let cache = self.advice.lock().expect("advice cache lock");
+            for id in ids {
+                match cache.get(id) {
+                    Some((a, until)) if *until > now => {
+                        advice.insert(id.to_owned(), *a);
+                    }
+                    _ => missing.push(id),
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(advice);
+        }
+        let fresh = standings(&self.db, &self.plans, &missing, now, &self.rules).await?;
+        let mut cache = self.advice.lock().expect("advice cache lock");
+        if cache.len() > 100_000 {
+            cache.retain(|_, (_, until)| *until > now);
+        }
+        for s in fresh {
+            self.watch.observe(&s);
+            let a = OrgAdvice {
+                remaining_seconds: s.remaining_seconds(),
+                park: s.must_park(),
+            };
+            // Near a notification threshold, read fresh too, so the commit that crosses it
+            // is the one that sees it.
+            let room = a.remaining_seconds.min(self.watch.room(&s));
+            if reusable(room, s.running) {
+                cache.insert(s.org.org_id.clone(), (a, now + ADVICE_TTL));
+            } else {
+                cache.remove(&s.org.org_id);
+            }
+            advice.insert(s.org.org_id, a);
+        }
+        Ok(advice)
+    }
+}
+
+impl Work for Ingest {
+    type Job = Vec<Heartbeat>;
+    type Done = Answer;
+
+    fn weight(job: &Vec<Heartbeat>) -> usize {
+        job.len()
+    }
+
+    async fn commit(&self, jobs: &[Vec<Heartbeat>], writer: usize) -> StoreResult<Vec<Answer>> {
+        let started = std::time::Instant::now();
+        let results = self.db.ingest(jobs, &self.rules, writer as i64).await?;
+        self.metrics
+            .observe_ingest_group(&results, started.elapsed());
+        let advice = Arc::new(self.advise(&results).await?);
+        Ok(results
+            .into_iter()
+            .map(|r| (r, Arc::clone(&advice)))
+            .collect())
+    }
+
+    fn db(&self) -> &Db {
+        &self.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advice_is_reused_only_with_room_to_spare() {
+        assert!(!reusable(0, 0));
+        assert!(!reusable(200, 0));
+        assert!(reusable(201, 0));
+        assert!(!reusable(600, 100));
+        assert!(reusable(601, 100));
+    }
+}

@@ -1,0 +1,150 @@
+//! The background jobs, started and stopped in one place: expiry, Stripe events and
+//! downgrades, reconciliation, period closing, notifications, the database breaker. Each
+//! is safe on several instances at once.
+
+use std::time::Duration;
+
+use rush_meter_core::time::Secs;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::notifier::{Notifier, Watch};
+use super::periods::{close_through, ExportError};
+use super::Services;
+use crate::config::Config;
+
+/// Start every job `config` turns on; each stops when `stop` changes.
+pub fn start(
+    s: &Services,
+    config: &Config,
+    watch: Watch,
+    crossings: Option<mpsc::Receiver<rush_meter_core::thresholds::Crossing>>,
+    stop: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut jobs = vec![
+        tokio::spawn(expiry(s.clone(), stop.clone())),
+        tokio::spawn(super::breaker::watch(
+            s.db.clone(),
+            std::sync::Arc::clone(&s.breaker),
+            stop.clone(),
+        )),
+        tokio::spawn(stripe_events(s.clone(), stop.clone())),
+    ];
+    if let (Some(notify), Some(rx)) = (&config.notify, crossings) {
+        let notifier = Notifier::new(
+            s.db.clone(),
+            s.clock.clone(),
+            notify.clone(),
+            std::sync::Arc::clone(&s.metrics),
+            watch,
+        );
+        jobs.push(tokio::spawn(super::notifier::run(
+            notifier,
+            rx,
+            stop.clone(),
+        )));
+    }
+    if let Some(settle) = config.period_settle {
+        jobs.push(tokio::spawn(period_close(s.clone(), settle, stop.clone())));
+    }
+    if let (Some(every), Some(_)) = (config.stripe.reconcile_every, &config.stripe.secret_key) {
+        jobs.push(tokio::spawn(reconcile(s.clone(), every, stop.clone())));
+    }
+    jobs
+}
+
+/// Book what time alone decides (silent sessions, parked ones past expiry) every few
+/// seconds. Each instance takes rows the others have not locked.
+async fn expiry(s: Services, mut stop: watch::Receiver<bool>) {
+    let period = Duration::from_secs((s.rules.interval as u64).clamp(1, 15));
+    const BATCH: i64 = 1000;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = stop.changed() => return,
+        }
+        loop {
+            match s.db.expire_sessions(s.clock.now(), &s.rules, BATCH).await {
+                Ok(n) => {
+                    s.metrics.sessions_expired.inc_by(n as u64);
+                    if (n as i64) < BATCH {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "expiry job failed; will retry");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Processes stored Stripe events: at once when a webhook stores one, and every few seconds
+/// for retries that fall due and events another instance left behind.
+async fn stripe_events(s: Services, mut stop: watch::Receiver<bool>) {
+    loop {
+        if let Err(e) = crate::billing::events::process_due(&s.billing).await {
+            tracing::warn!(error = %e, "Stripe event job failed; will retry");
+        }
+        if s.billing.api.is_some() {
+            if let Err(e) = crate::billing::checkout::apply_due_downgrades(&s.billing).await {
+                tracing::warn!(error = %e, "scheduled downgrades failed; will retry");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = s.stripe_wake.notified() => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Closes each month once `settle` seconds have passed since its end. Every instance runs
+/// it; a month is closed by whichever gets there first (`PeriodStore::close_period`).
+async fn period_close(s: Services, settle: Secs, mut stop: watch::Receiver<bool>) {
+    loop {
+        let now = s.clock.now();
+        let due = rush_meter_core::export::due_month(now, settle);
+        let done = match s.db.list_periods().await {
+            Ok(p) => p.first().is_some_and(|l| l.period_end >= due.end),
+            Err(e) => {
+                tracing::warn!(error = %e, "period close check failed; will retry");
+                true
+            }
+        };
+        if !done {
+            match close_through(&s.db, &s.plans, due, now).await {
+                // The first org came after the due month (or none yet): nothing is due.
+                Ok(_) | Err(ExportError::NothingToClose(_)) => {}
+                Err(e) => tracing::warn!(error = %e, "closing billing periods failed; will retry"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Reconciles with Stripe every `every`, so that a webhook lost for good is repaired
+/// within one period. Every instance runs it; runs are idempotent.
+async fn reconcile(s: Services, every: Duration, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        match crate::billing::reconcile::reconcile(&s.billing, |_| {}).await {
+            Ok(r) => tracing::info!(
+                subscriptions = r.subscriptions,
+                changed = r.changed.len(),
+                failed = r.failed.len(),
+                "reconciled with Stripe"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile with Stripe failed; will retry next period")
+            }
+        }
+    }
+}

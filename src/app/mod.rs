@@ -1,0 +1,210 @@
+//! The services on the core: start-up, the group-commit writers (heartbeats, the gate),
+//! the background jobs, and graceful shutdown. The shells (HTTP, the CLI) act through
+//! `Services`.
+
+pub mod admission;
+pub mod breaker;
+pub mod group_commit;
+pub mod ingest;
+pub mod jobs;
+pub mod notifier;
+pub mod periods;
+pub mod standing;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use rush_meter_core::ledger::Rules;
+use rush_meter_core::plans::{PlanError, Plans};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::billing::Billing;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::store::{Db, PoolSettings, StoreError};
+use crate::tokens::{token_row, Scope};
+use admission::{Admitter, Gate};
+use breaker::Breaker;
+use ingest::{Ingest, Ingestor};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("plans: {0}")]
+    Plans(#[from] PlanError),
+    #[error("cannot open the database ({0}); check --database-url / RUSH_METER_DATABASE_URL")]
+    Database(#[from] StoreError),
+    #[error("migrations failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("cannot listen on {addr}: {source}; check --listen / RUSH_METER_LISTEN")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// What the shells act through. Cloning shares it.
+#[derive(Clone)]
+pub struct Services {
+    pub db: Db,
+    pub plans: Arc<Plans>,
+    pub rules: Rules,
+    pub clock: Clock,
+    pub ingestor: Ingestor,
+    pub admitter: Admitter,
+    pub billing: Billing,
+    pub metrics: Arc<Metrics>,
+    /// Open while the database is known to be down: requests get 503 at once.
+    pub breaker: Arc<Breaker>,
+    /// Wakes the Stripe event job when a webhook stored a new event.
+    pub stripe_wake: Arc<Notify>,
+}
+
+/// A started service: database open and migrated, plans loaded, writers and jobs running.
+pub struct App {
+    pub services: Services,
+    writers: Vec<JoinHandle<()>>,
+    jobs: Vec<JoinHandle<()>>,
+    stop_jobs: watch::Sender<bool>,
+}
+
+/// Open the database named by the config and bring its schema up to date.
+pub async fn open_db(config: &Config) -> Result<Db, StartError> {
+    let db = Db::connect(&config.database_url, PoolSettings::default()).await?;
+    db.migrate().await?;
+    Ok(db)
+}
+
+impl App {
+    pub async fn start(config: &Config, clock: Clock) -> Result<App, StartError> {
+        let plans = Arc::new(crate::config::load_plans(&config.plans_dir)?);
+        let db = open_db(config).await?;
+        if let Some(secret) = &config.bootstrap_admin_token {
+            use secrecy::ExposeSecret;
+            let row = token_row(
+                secret.expose_secret(),
+                &Scope::ALL,
+                None,
+                "bootstrap",
+                clock.now(),
+            );
+            db.insert_token(&row).await?;
+        }
+        let metrics = Arc::new(Metrics::default());
+        let (watch, crossings) = match &config.notify {
+            Some(_) => {
+                let (w, rx) = notifier::Watch::new();
+                (w, Some(rx))
+            }
+            None => (notifier::Watch::default(), None),
+        };
+        let (ingestor, mut writers) = Ingest::new(
+            db.clone(),
+            Arc::clone(&plans),
+            config.rules,
+            clock.clone(),
+            Arc::clone(&metrics),
+            watch.clone(),
+        )
+        .start();
+        let (admitter, gate_writers) = Gate {
+            db: db.clone(),
+            plans: Arc::clone(&plans),
+            rules: config.rules,
+            clock: clock.clone(),
+        }
+        .start();
+        writers.extend(gate_writers);
+        let billing = Billing::new(
+            db.clone(),
+            Arc::clone(&plans),
+            clock.clone(),
+            config.stripe.clone(),
+            Arc::clone(&metrics),
+        );
+        let services = Services {
+            db,
+            plans,
+            rules: config.rules,
+            clock,
+            ingestor,
+            admitter,
+            billing,
+            metrics,
+            breaker: Arc::default(),
+            stripe_wake: Arc::default(),
+        };
+        let (stop_jobs, stop) = watch::channel(false);
+        let jobs = jobs::start(&services, config, watch, crossings, &stop);
+        Ok(App {
+            services,
+            writers,
+            jobs,
+            stop_jobs,
+        })
+    }
+
+    /// Serve `router` on `listener` until `shutdown` resolves; then finish the requests
+    /// in flight, commit every queued heartbeat, and stop the background jobs.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        router: axum::Router,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let App {
+            services,
+            writers,
+            jobs,
+            stop_jobs,
+        } = self;
+        let db = services.db.clone();
+        // The router holds the last clones of the writers' queues besides this one.
+        drop(services);
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        // The router (and with it the last queue sender) is gone: writers drain and exit.
+        let _ = stop_jobs.send(true);
+        for handle in writers.into_iter().chain(jobs) {
+            let _ = handle.await;
+        }
+        db.close().await;
+        served
+    }
+}
+
+/// Bind the configured address.
+pub async fn bind(config: &Config) -> Result<TcpListener, StartError> {
+    TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}

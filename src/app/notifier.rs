@@ -1,0 +1,260 @@
+//! Usage-threshold notifications: when an org's month or week passes one of its plan's
+//! `prompt_thresholds` (`rush_meter_core::thresholds`), a signed JSON notification is
+//! POSTed to the configured URL.
+//!
+//! - Detection: every heartbeat commit reads its orgs' standing (ingest.rs `advise`);
+//!   `Watch::observe` turns each threshold at or below the usage into a crossing.
+//! - Once per threshold per window: the crossing is recorded under the key (org, window,
+//!   window start, threshold); a second record of it, from any instance, is a no-op.
+//! - Delivery: recorded notifications are taken with `SKIP LOCKED` by any instance and
+//!   sent, signed like Stripe's webhooks (`Rush-Signature: t=…,v1=HMAC-SHA256 of "t.body"`,
+//!   the timestamp fresh on each try), with the id in `Rush-Notification-Id` for the
+//!   receiver's own dedup. A failure is retried after 10 s, doubling up to 4 h, 16 tries
+//!   (about 22 h), then the notification is marked `failed`.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rush_meter_core::retry::{backoff, MAX_ATTEMPTS};
+use rush_meter_core::standing::Standing;
+use rush_meter_core::thresholds::{body, crossings, room_to_next, Crossing};
+use rush_meter_core::time::Secs;
+use secrecy::ExposeSecret;
+use tokio::sync::{mpsc, watch};
+
+use crate::clock::Clock;
+use crate::config::NotifyConfig;
+use crate::metrics::{Metrics, ResultLabels};
+use crate::store::{Db, NotificationRow, StoreResult};
+
+rush_meter_core::named! {
+    /// Where a notification's delivery stands.
+    pub enum DeliveryState {
+        Pending = "pending",
+        Sent = "sent",
+        /// Given up after `MAX_ATTEMPTS` tries.
+        Failed = "failed",
+    }
+}
+
+const TAKE: i64 = 5;
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an instance holds the notifications it took: longer than delivering all of
+/// them at the timeout, so no other instance takes one while it is being sent.
+const HOLD: Secs = TAKE * TIMEOUT.as_secs() as Secs + 60;
+
+/// Hands crossings seen by the ingest path to the notifier; off when notifications are.
+#[derive(Clone, Default)]
+pub struct Watch(Option<Arc<WatchInner>>);
+
+struct WatchInner {
+    tx: mpsc::Sender<Crossing>,
+    /// Crossings handed on already: an org past 80% is seen on every commit after.
+    seen: Mutex<HashSet<String>>,
+}
+
+/// Crossings remembered per instance before the memory is cleared (the store's key
+/// still makes each once only).
+const SEEN_MAX: usize = 100_000;
+
+impl Watch {
+    pub fn new() -> (Watch, mpsc::Receiver<Crossing>) {
+        let (tx, rx) = mpsc::channel(1024);
+        let inner = WatchInner {
+            tx,
+            seen: Mutex::default(),
+        };
+        (Watch(Some(Arc::new(inner))), rx)
+    }
+
+    /// Note the thresholds an org's standing has reached. Never waits: with the queue
+    /// full a crossing is dropped from memory and picked up again on a later commit.
+    pub fn observe(&self, s: &Standing) {
+        let Some(inner) = &self.0 else { return };
+        for c in crossings(&s.org.org_id, &s.plan, &s.month, &s.week) {
+            let id = c.id();
+            let mut seen = inner.seen.lock().expect("seen lock");
+            if seen.contains(&id) {
+                continue;
+            }
+            if seen.len() >= SEEN_MAX {
+                seen.clear();
+            }
+            if inner.tx.try_send(c).is_ok() {
+                seen.insert(id);
+            }
+        }
+    }
+
+    /// Seconds of usage before the next threshold either window has not reached
+    /// (`i64::MAX` when notifications are off or none is left).
+    pub fn room(&self, s: &Standing) -> i64 {
+        if self.0.is_none() {
+            return i64::MAX;
+        }
+        room_to_next(&s.plan, &s.month, &s.week)
+    }
+
+    /// Forget a crossing that could not be recorded, so a later commit tries again.
+    fn forget(&self, id: &str) {
+        if let Some(inner) = &self.0 {
+            inner.seen.lock().expect("seen lock").remove(id);
+        }
+    }
+}
+
+/// Records crossings and delivers notifications.
+pub struct Notifier {
+    pub db: Db,
+    pub clock: Clock,
+    pub config: NotifyConfig,
+    pub metrics: Arc<Metrics>,
+    pub watch: Watch,
+    client: reqwest::Client,
+}
+
+impl Notifier {
+    pub fn new(
+        db: Db,
+        clock: Clock,
+        config: NotifyConfig,
+        metrics: Arc<Metrics>,
+        watch: Watch,
+    ) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .build()
+            .expect("an HTTP client builds");
+        Notifier {
+            db,
+            clock,
+            config,
+            metrics,
+            watch,
+            client,
+        }
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics
+            .notifications
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    async fn record(&self, c: &Crossing) {
+        let now = self.clock.now();
+        let id = c.id();
+        let threshold = i64::from(c.threshold);
+        match self
+            .db
+            .insert_notification(
+                &c.org_id,
+                c.window,
+                c.start,
+                threshold,
+                &id,
+                &body(c, now),
+                now,
+            )
+            .await
+        {
+            Ok(true) => {
+                tracing::info!(org_id = %c.org_id, window = c.window, threshold = c.threshold, id = %id, "usage threshold crossed");
+                self.count("recorded");
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, id = %id, "recording a notification failed; will retry on a later heartbeat");
+                self.watch.forget(&id);
+            }
+        }
+    }
+
+    /// Deliver every notification that is due; returns how many were tried.
+    pub async fn deliver_due(&self) -> StoreResult<usize> {
+        let mut tried = 0;
+        loop {
+            let rows = self
+                .db
+                .claim_notifications(self.clock.now(), HOLD, TAKE)
+                .await?;
+            if rows.is_empty() {
+                return Ok(tried);
+            }
+            tried += rows.len();
+            for row in rows {
+                let outcome = self.send(&row).await;
+                let now = self.clock.now();
+                let (state, error, next_at) = match &outcome {
+                    Ok(()) => ("sent", None, now),
+                    Err(e) if row.attempts >= MAX_ATTEMPTS => ("failed", Some(e.as_str()), now),
+                    Err(e) => ("pending", Some(e.as_str()), now + backoff(row.attempts)),
+                };
+                self.count(if state == "pending" { "retry" } else { state });
+                if let Err(e) = &outcome {
+                    tracing::warn!(id = %row.notification_id, attempts = row.attempts, error = %e, state, "notification not delivered");
+                }
+                self.db
+                    .finish_notification(
+                        &row.notification_id,
+                        row.attempts,
+                        state,
+                        error,
+                        next_at,
+                        now,
+                    )
+                    .await?;
+            }
+        }
+    }
+
+    async fn send(&self, row: &NotificationRow) -> Result<(), String> {
+        // The receiver checks the timestamp against its own clock: wall time, fresh per try.
+        let t = chrono::Utc::now().timestamp();
+        let signature = rush_meter_core::signature::sign(
+            self.config.secret.expose_secret(),
+            t,
+            row.body.as_bytes(),
+        );
+        let resp = self
+            .client
+            .post(&self.config.url)
+            .header("content-type", "application/json")
+            .header("rush-signature", signature)
+            .header("rush-notification-id", &row.notification_id)
+            .body(row.body.clone())
+            .send()
+            .await
+            .map_err(|e| format!("sending to {}: {e}", self.config.url))?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("{} answered {}", self.config.url, resp.status()))
+        }
+    }
+}
+
+/// Record what the watch hands on and deliver what is due, until `stop`.
+pub async fn run(
+    n: Notifier,
+    mut crossings: mpsc::Receiver<Crossing>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            c = crossings.recv() => match c {
+                Some(c) => n.record(&c).await,
+                None => return,
+            },
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+        if let Err(e) = n.deliver_due().await {
+            tracing::warn!(error = %e, "delivering notifications failed; will retry");
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The `rush-meter` command: the clap tree, and one file a command.
+
+mod export;
+mod period;
+mod serve;
+mod simulate;
+mod stripe;
+mod token;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{Config, Settings};
+
+/// What a command failed with: a message for the person who ran it (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CliError(pub String);
+
+impl From<String> for CliError {
+    fn from(m: String) -> Self {
+        CliError(m)
+    }
+}
+
+impl From<&str> for CliError {
+    fn from(m: &str) -> Self {
+        CliError(m.to_owned())
+    }
+}
+
+/// Errors of the layers below, as their own words say them.
+macro_rules! from_display {
+    ($($t:ty),*) => {$(
+        impl From<$t> for CliError {
+            fn from(e: $t) -> Self {
+                CliError(e.to_string())
+            }
+        }
+    )*};
+}
+
+from_display!(
+    crate::store::StoreError,
+    crate::app::StartError,
+    crate::billing::BillingError,
+    crate::config::ConfigError,
+    rush_meter_core::plans::PlanError
+);
+
+pub type CliResult = Result<(), CliError>;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rush-meter",
+    version,
+    about = "Metering, quota and billing for cloud coding agents"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub settings: Settings,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service (the default).
+    Serve,
+    /// Bring the database schema up to date and exit.
+    Migrate,
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Work with Stripe.
+    #[command(subcommand)]
+    Stripe(StripeCommand),
+    /// Finance's usage export of a month, streamed with a progress bar.
+    Export {
+        /// The month, as YYYY-MM (a closed one comes out the same every time).
+        #[arg(long)]
+        period: String,
+        /// One line an org (`org`) or a session (`session`).
+        #[arg(long, default_value = "org")]
+        by: String,
+        /// `csv` or `jsonl`.
+        #[arg(long, default_value = "csv")]
+        format: String,
+        /// Write here instead of to standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Billing periods (calendar months in UTC).
+    #[command(subcommand)]
+    Period(PeriodCommand),
+    /// Drive a synthetic fleet against a running server in real time, then print per org
+    /// what truly ran against what the meter billed, with the difference explained.
+    /// Fails if the meter's bill departs from the ledger's rules. Give it the server's
+    /// `--heartbeat-interval-secs` and `--lease-secs` (or their variables).
+    Simulate(SimulateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// The server to drive.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// A token with the admin, admission, ingest and console scopes (the bootstrap admin
+    /// token has them).
+    #[arg(long, env = "RUSH_METER_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Orgs to create, on `--plans` in turn.
+    #[arg(long, default_value_t = 20)]
+    pub orgs: usize,
+    /// Session slots: at most this many sessions live at once.
+    #[arg(long, default_value_t = 100)]
+    pub sessions: usize,
+    /// Host supervisors batching the heartbeats.
+    #[arg(long, default_value_t = 10)]
+    pub hosts: usize,
+    /// How long to drive the fleet.
+    #[arg(long, default_value_t = 120)]
+    pub duration_secs: u64,
+    /// How often each host flushes its batch.
+    #[arg(long, default_value_t = 1000)]
+    pub flush_ms: u64,
+    /// Chance that a turn ends in a silent crash.
+    #[arg(long, default_value_t = 0.05)]
+    pub crash: f64,
+    /// Chance that a session ends after a turn rather than parking.
+    #[arg(long, default_value_t = 0.2)]
+    pub end: f64,
+    /// Plans of the orgs, comma-separated.
+    #[arg(long, default_value = "free,pro,team", value_delimiter = ',')]
+    pub plans: Vec<String>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Prefix of the run's org and session ids (default `sim<unix time>`).
+    #[arg(long)]
+    pub run: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PeriodCommand {
+    /// Close a month (and any open month before it): freeze its totals for good. Usage
+    /// that arrives later becomes an adjustment in the next month.
+    Close {
+        /// The month, as YYYY-MM; it must have ended.
+        #[arg(long)]
+        period: String,
+    },
+    /// The closed periods with their totals.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StripeCommand {
+    /// Read every subscription from Stripe, repair each org that is out of step, and
+    /// print what changed (recorded in the change log too).
+    Reconcile,
+    /// For a closed month: what the ledger says each org used and owes, against what
+    /// Stripe invoiced, with the differences (CSV on stdout).
+    InvoiceReport {
+        /// The month, as YYYY-MM.
+        #[arg(long)]
+        period: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token and print its secret (shown this once; only its hash is stored).
+    Create {
+        /// Comma-separated scopes: ingest, admission, console, finance, admin.
+        #[arg(long)]
+        scope: String,
+        /// The org a console token reads (required for `console`).
+        #[arg(long)]
+        org: Option<String>,
+        /// A note to recognise the token by.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+}
+
+/// Run the command `cli` names on a validated `config`.
+pub async fn run(command: Option<Command>, config: &Config) -> CliResult {
+    match command.unwrap_or(Command::Serve) {
+        Command::Serve => serve::serve(config).await,
+        Command::Migrate => serve::migrate(config).await,
+        Command::Token(TokenCommand::Create { scope, org, label }) => {
+            token::create(config, &scope, org.as_deref(), &label).await
+        }
+        Command::Stripe(StripeCommand::Reconcile) => stripe::reconcile(config).await,
+        Command::Stripe(StripeCommand::InvoiceReport { period }) => {
+            stripe::invoice_report(config, &period).await
+        }
+        Command::Export {
+            period,
+            by,
+            format,
+            out,
+        } => export::export(config, &period, &by, &format, out.as_deref()).await,
+        Command::Period(PeriodCommand::Close { period }) => period::close(config, &period).await,
+        Command::Period(PeriodCommand::List) => period::list(config).await,
+        Command::Simulate(args) => simulate::simulate(config, args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("rush-meter").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn flags_work_before_and_after_the_command() {
+        let c = parse(&["serve", "--lease-secs", "60"]);
+        assert_eq!(c.settings.lease_secs, 60);
+        let c = parse(&["--lease-secs", "61", "migrate"]);
+        assert_eq!(c.settings.lease_secs, 61);
+        assert!(matches!(c.command, Some(Command::Migrate)));
+    }
+}

@@ -1,0 +1,26 @@
+//! `rush-meter serve` (the default) and `rush-meter migrate`.
+
+use super::CliResult;
+use crate::app::{self, App};
+use crate::clock::Clock;
+use crate::config::Config;
+
+pub async fn serve(config: &Config) -> CliResult {
+    let app = App::start(config, Clock::System).await?;
+    let listener = app::bind(config).await?;
+    tracing::info!(
+        listen = %config.listen,
+        database = app.services.db.backend().as_str(),
+        "rush-meter serving"
+    );
+    crate::http::serve(app, config, listener, app::shutdown_signal())
+        .await
+        .map_err(|e| format!("server error: {e}").into())
+}
+
+pub async fn migrate(config: &Config) -> CliResult {
+    let db = app::open_db(config).await?;
+    println!("schema up to date ({})", db.backend().as_str());
+    db.close().await;
+    Ok(())
+}

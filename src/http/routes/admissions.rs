@@ -1,0 +1,231 @@
+//! The gate (`POST /v1/admissions`) and its record (`GET /v1/orgs/{org_id}/decisions`).
+
+use axum::extract::State;
+use axum::Json;
+use rush_meter_core::gate::{AdmissionRequest, Agent, Decision, Verdict};
+use rush_meter_core::ids::Id;
+use rush_meter_core::standing::WindowUsage;
+use rush_meter_core::time::{rfc3339, Interval, Secs};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::http::auth::Principal;
+use crate::http::error::{parse_id, parse_named};
+use crate::http::extract::{time_param, JsonBody, OrgPath, OrgReader, Page, Query};
+use crate::http::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded};
+use crate::http::{ApiError, ApiResult, AppState};
+use crate::tokens::Scope;
+
+#[derive(Deserialize, ToSchema)]
+pub struct AdmissionBody {
+    #[schema(schema_with = crate::http::openapi::strings::id)]
+    org_id: String,
+    /// The API key that starts the run; its concurrency limit applies.
+    #[schema(schema_with = crate::http::openapi::strings::id)]
+    key_id: String,
+    /// Global; resuming a parked session uses its id again.
+    #[schema(schema_with = crate::http::openapi::strings::id)]
+    session_id: String,
+    #[schema(schema_with = crate::http::openapi::strings::agent)]
+    agent: String,
+    #[schema(schema_with = crate::http::openapi::strings::id_or_null)]
+    project_id: Option<String>,
+    /// The user who started the run.
+    #[schema(schema_with = crate::http::openapi::strings::id_or_null)]
+    started_by: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Windows {
+    month: WindowUsage,
+    week: WindowUsage,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Concurrency {
+    running: i64,
+    limit: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Upgrade {
+    plan: String,
+    reason: String,
+}
+
+/// A decision as the orchestrator and support read it.
+#[derive(Serialize, ToSchema)]
+pub struct DecisionView {
+    decision_id: String,
+    decision: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    /// The rule that decided: `within_limits`, `already_admitted`, or the reason.
+    rule: String,
+    session_id: String,
+    key_id: String,
+    plan: String,
+    suspended: bool,
+    usage: Windows,
+    concurrency: Concurrency,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upgrade: Option<Upgrade>,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    as_of: Secs,
+}
+
+fn window(start: Secs, end: Secs, used: i64, limit: i64) -> WindowUsage {
+    WindowUsage::new(Interval { start, end }, used, limit)
+}
+
+impl From<Decision> for DecisionView {
+    fn from(d: Decision) -> Self {
+        DecisionView {
+            usage: Windows {
+                month: window(d.month_start, d.month_end, d.month_used, d.month_limit),
+                week: window(d.week_start, d.week_end, d.week_used, d.week_limit),
+            },
+            concurrency: Concurrency {
+                running: d.running,
+                limit: d.concurrency_limit,
+            },
+            upgrade: d.upgrade_plan.map(|plan| Upgrade {
+                plan,
+                reason: d.reason.clone().unwrap_or_default(),
+            }),
+            decision_id: d.decision_id,
+            decision: d.decision,
+            reason: d.reason,
+            rule: d.rule,
+            session_id: d.session_id,
+            key_id: d.key_id,
+            plan: d.plan_id,
+            suspended: d.suspended,
+            as_of: d.decided_at,
+        }
+    }
+}
+
+/// `POST /v1/admissions`: allow or deny, with the figures it was decided from. A denial is
+/// a 200 with a decision.
+#[utoipa::path(post, path = "/v1/admissions", tag = "gate", security(("bearer" = ["admission", "admin"])),
+    request_body = AdmissionBody,
+    responses(
+        (status = 200, description = "The decision, allow or deny, and what it was decided from",
+            body = DecisionView),
+        (status = 404, description = "`org_not_found` or `key_not_found`: register them first",
+            body = crate::http::error::ErrorBody),
+        Guarded, BadBody, Conflicting))]
+pub async fn post_admission(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody<AdmissionBody>,
+) -> ApiResult<Json<DecisionView>> {
+    principal.require_any(&[Scope::Admission])?;
+    let org_id = parse_id("org_id", &body.org_id)?;
+    let key_id = parse_id("key_id", &body.key_id)?;
+    let session_id = parse_id("session_id", &body.session_id)?;
+    let agent = parse_named("agent", &body.agent, Agent::parse_named)?;
+    let project_id = body
+        .project_id
+        .as_deref()
+        .map(|p| parse_id("project_id", p))
+        .transpose()?;
+    let started_by = body
+        .started_by
+        .as_deref()
+        .map(|p| parse_id("started_by", p))
+        .transpose()?;
+    principal.check_org(org_id.as_str())?;
+    let req = AdmissionRequest {
+        org_id: org_id.to_string(),
+        key_id: key_id.to_string(),
+        session_id: session_id.to_string(),
+        agent,
+        project_id: project_id.map(Id::into_string),
+        started_by: started_by.map(Id::into_string),
+    };
+    let decision = state
+        .admitter
+        .submit(req.clone())
+        .await
+        .map_err(|e| ApiError::from(e.as_ref()))?
+        .map_err(|r| ApiError::admit_reject(r, &req))?;
+    state
+        .metrics
+        .observe_decision(&decision.decision, decision.reason.as_deref());
+    Ok(Json(decision.into()))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DecisionsQuery {
+    /// Default `to` less 30 days.
+    #[param(format = DateTime)]
+    from: Option<String>,
+    /// Exclusive; default now.
+    #[param(format = DateTime)]
+    to: Option<String>,
+    /// Default both.
+    #[param(schema_with = crate::http::openapi::strings::decision)]
+    decision: Option<String>,
+    /// `next_cursor` of the page before.
+    cursor: Option<String>,
+    /// 1 to 1000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct DecisionPage {
+    decisions: Vec<DecisionView>,
+    /// Pass as `cursor` for the next page; `null` on the last one.
+    next_cursor: Option<String>,
+}
+
+/// `GET /v1/orgs/{org_id}/decisions?from=&to=&decision=deny&cursor=&limit=`: the gate's
+/// decisions for an org, oldest first, 100 a page by default (at most 1,000). Without
+/// `from`/`to`, the last 30 days.
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/decisions", tag = "gate",
+    security(("bearer" = ["console", "finance", "admin"])),
+    params(OrgPath, DecisionsQuery),
+    responses((status = 200, description = "A page of decisions, oldest first", body = DecisionPage),
+        Guarded, BadQuery, BadId))]
+pub async fn list_decisions(
+    State(state): State<AppState>,
+    OrgReader { org_id, .. }: OrgReader,
+    query: Query<DecisionsQuery>,
+) -> ApiResult<Json<DecisionPage>> {
+    let q = query.read()?;
+    let to = time_param("to", q.to.as_deref())?.unwrap_or_else(|| state.clock.now() + 1);
+    let from = time_param("from", q.from.as_deref())?.unwrap_or(to - 30 * 86_400);
+    if from >= to {
+        return Err(ApiError::invalid("from", "from must be before to"));
+    }
+    let only = q
+        .decision
+        .as_deref()
+        .map(|d| parse_named("decision", d, Verdict::parse_named))
+        .transpose()?;
+    let page = Page::of(q.cursor.as_deref(), q.limit)?;
+    if state.db.get_org(org_id.as_str()).await?.is_none() {
+        return Err(ApiError::org_not_found(org_id.as_str()));
+    }
+    let rows = state
+        .db
+        .list_decisions(
+            org_id.as_str(),
+            from,
+            to,
+            only.map(Verdict::as_str),
+            page.after.clone(),
+            page.limit,
+        )
+        .await?;
+    let next_cursor = page.next(&rows, |r| (r.decided_at, r.decision_id.as_str()));
+    Ok(Json(DecisionPage {
+        decisions: rows.into_iter().map(DecisionView::from).collect(),
+        next_cursor,
+    }))
+}

@@ -1,0 +1,81 @@
+//! Heartbeats in (`POST /v1/heartbeats`), answered once every one is committed.
+
+use axum::extract::State;
+use axum::Json;
+use rush_meter_core::heartbeats::{self, Batch};
+use rush_meter_core::ledger::Phase;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::sessions::bound_org;
+use crate::app::ingest::OrgAdvice;
+use crate::http::auth::Principal;
+use crate::http::extract::JsonBody;
+use crate::http::openapi::{BadBody, Conflicting, Guarded};
+use crate::http::{ApiError, ApiResult, AppState};
+use crate::tokens::Scope;
+
+#[derive(Serialize, ToSchema)]
+pub struct BatchResults {
+    results: Vec<HeartbeatResult>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct HeartbeatResult {
+    session_id: String,
+    accepted: bool,
+    /// This heartbeat changed nothing: its `seq` was seen (or overtaken) before, or the
+    /// session has ended.
+    duplicate: bool,
+    /// `continue` or `park`: park when the org is out of hours or the session has ended.
+    action: &'static str,
+    remaining_seconds: i64,
+}
+
+/// `POST /v1/heartbeats`: answered once every heartbeat of the batch is committed.
+#[utoipa::path(post, path = "/v1/heartbeats", tag = "ledger", security(("bearer" = ["ingest", "admin"])),
+    request_body = Batch,
+    responses(
+        (status = 200, description = "Every heartbeat committed; one result each, in order",
+            body = BatchResults),
+        (status = 404, description = "`org_not_found`: no such org (`field` names the heartbeat)",
+            body = crate::http::error::ErrorBody),
+        Guarded, BadBody, Conflicting))]
+pub async fn post_heartbeats(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(batch): JsonBody<Batch>,
+) -> ApiResult<Json<BatchResults>> {
+    principal.require_any(&[Scope::Ingest])?;
+    let now = state.clock.now();
+    let bound = bound_org(&principal);
+    let heartbeats = heartbeats::validate(batch.heartbeats, bound, now, &state.rules)?;
+    let (outcomes, advice) = state
+        .ingestor
+        .submit(heartbeats)
+        .await
+        .map_err(|e| ApiError::from(e.as_ref()))?;
+    let outcomes = outcomes?;
+    let results = outcomes
+        .into_iter()
+        .map(|o| {
+            let a = advice.get(&o.org_id).copied().unwrap_or(OrgAdvice {
+                remaining_seconds: 0,
+                park: true,
+            });
+            HeartbeatResult {
+                accepted: true,
+                duplicate: o.duplicate,
+                // An ended session's VM has no business running.
+                action: if a.park || o.phase == Phase::Ended {
+                    "park"
+                } else {
+                    "continue"
+                },
+                remaining_seconds: a.remaining_seconds,
+                session_id: o.session_id,
+            }
+        })
+        .collect();
+    Ok(Json(BatchResults { results }))
+}

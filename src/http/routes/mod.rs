@@ -1,0 +1,12 @@
+//! The routes, one file a resource. Each handler extracts, checks access, calls one
+//! service or store function, and answers; errors map to the format in `http::error`.
+
+pub mod admissions;
+pub mod exports;
+pub mod heartbeats;
+pub mod notifications;
+pub mod ops;
+pub mod orgs;
+pub mod sessions;
+pub mod stripe;
+pub mod usage;

@@ -1,0 +1,238 @@
+//! Orgs and their API keys (admin).
+
+use axum::extract::{Path, State};
+use axum::Json;
+use rush_meter_core::org::{Key, Org};
+use rush_meter_core::time::{rfc3339, Secs};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::http::auth::Principal;
+use crate::http::error::parse_id;
+use crate::http::extract::{JsonBody, OrgKeyPath, OrgPath, OrgReader};
+use crate::http::openapi::{BadBody, BadId, Guarded};
+use crate::http::{ApiError, ApiResult, AppState};
+use crate::store::OrgUpsert;
+use crate::tokens::Scope;
+
+#[derive(Deserialize, ToSchema)]
+pub struct PutOrg {
+    /// Default: the org's id.
+    #[schema(min_length = 1, max_length = 200)]
+    name: Option<String>,
+    /// A plan id of `plans/`; default `free`.
+    plan: Option<String>,
+    suspended: Option<bool>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct OrgView {
+    org_id: String,
+    name: String,
+    plan: String,
+    suspended: bool,
+    subscription: Option<SubscriptionView>,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    created_at: Secs,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    updated_at: Secs,
+}
+
+#[derive(Serialize, ToSchema)]
+struct SubscriptionView {
+    status: Option<String>,
+    stripe_customer_id: Option<String>,
+    stripe_subscription_id: Option<String>,
+    #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    current_period_start: Option<Secs>,
+    #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    current_period_end: Option<Secs>,
+    cancel_at_period_end: bool,
+    /// A downgrade asked for, made when the period ends.
+    scheduled_plan: Option<String>,
+    #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    past_due_since: Option<Secs>,
+}
+
+impl From<Org> for OrgView {
+    fn from(o: Org) -> Self {
+        let subscription = (o.stripe_customer_id.is_some() || o.stripe_subscription_id.is_some())
+            .then(|| SubscriptionView {
+                status: o.subscription_status.clone(),
+                stripe_customer_id: o.stripe_customer_id.clone(),
+                stripe_subscription_id: o.stripe_subscription_id.clone(),
+                current_period_start: o.period_start,
+                cancel_at_period_end: o.cancel_at_period_end,
+                scheduled_plan: o.scheduled_plan_id.clone(),
+                past_due_since: o.past_due_since,
+                current_period_end: o.period_end,
+            });
+        OrgView {
+            org_id: o.org_id,
+            name: o.name,
+            plan: o.plan_id,
+            suspended: o.suspended,
+            subscription,
+            created_at: o.created_at,
+            updated_at: o.updated_at,
+        }
+    }
+}
+
+/// Create or update an org; its plan applies at once (admin).
+#[utoipa::path(put, path = "/v1/orgs/{org_id}", tag = "orgs", params(OrgPath), security(("bearer" = ["admin"])),
+     request_body(content = Option<PutOrg>, description = "May be empty: fields left out stay as they are"),
+    responses((status = 200, description = "The org as stored", body = OrgView),
+        Guarded, BadBody, BadId))]
+pub async fn put_org(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(OrgPath { org_id }): Path<OrgPath>,
+    JsonBody(body): JsonBody<PutOrg>,
+) -> ApiResult<Json<OrgView>> {
+    principal.require_any(&[Scope::Admin])?;
+    let org_id = parse_id("org_id", &org_id)?;
+    if let Some(name) = &body.name {
+        if name.trim().is_empty() || name.chars().count() > 200 {
+            return Err(ApiError::invalid(
+                "name",
+                "name must be 1 to 200 characters",
+            ));
+        }
+    }
+    if let Some(plan) = &body.plan {
+        if state.plans.get(plan).is_none() {
+            let known: Vec<&str> = state.plans.iter().map(|p| p.id.as_str()).collect();
+            return Err(ApiError::invalid(
+                "plan",
+                format!("no plan `{plan}`; plans are: {}", known.join(", ")),
+            ));
+        }
+    }
+    let row = state
+        .db
+        .upsert_org(
+            &OrgUpsert {
+                org_id: org_id.into_string(),
+                name: body.name,
+                plan_id: body.plan,
+                suspended: body.suspended,
+            },
+            state.clock.now(),
+        )
+        .await?;
+    Ok(Json(row.into()))
+}
+
+/// An org with its plan and subscription (console for its own org, finance, admin).
+#[utoipa::path(get, path = "/v1/orgs/{org_id}", tag = "orgs", params(OrgPath), security(("bearer" = ["console", "finance", "admin"])),
+    responses((status = 200, description = "The org", body = OrgView), Guarded, BadId))]
+pub async fn get_org(
+    State(state): State<AppState>,
+    OrgReader { org_id, .. }: OrgReader,
+) -> ApiResult<Json<OrgView>> {
+    let row = state.org(org_id.as_str()).await?;
+    Ok(Json(row.into()))
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct PutKey {
+    /// At most the plan's `concurrency_max` (100 at most on any plan); default the plan's
+    /// `concurrency_default`.
+    #[schema(minimum = 1, maximum = 100)]
+    concurrency_limit: Option<i64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct KeyView {
+    org_id: String,
+    key_id: String,
+    /// The limit in force: the one set, or the plan's default, never above the plan's max.
+    concurrency_limit: i64,
+    /// The limit set for this key, `null` when it follows the plan's default.
+    concurrency_limit_set: Option<i64>,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    created_at: Secs,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    updated_at: Secs,
+}
+
+fn key_view(key: Key, org: &Org, state: &AppState) -> KeyView {
+    let plan = org.effective_plan(&state.plans, state.clock.now());
+    KeyView {
+        concurrency_limit: key.limit_on(plan),
+        concurrency_limit_set: key.concurrency_limit,
+        org_id: key.org_id,
+        key_id: key.key_id,
+        created_at: key.created_at,
+        updated_at: key.updated_at,
+    }
+}
+
+/// Register a key and its concurrency limit (admin).
+#[utoipa::path(put, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
+    params(OrgKeyPath), security(("bearer" = ["admin"])), request_body(content = Option<PutKey>, description = "May be empty: a limit left out or `null` is the plan's `concurrency_default`"),
+    responses((status = 200, description = "The key as stored", body = KeyView),
+        Guarded, BadBody, BadId))]
+pub async fn put_key(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(OrgKeyPath { org_id, key_id }): Path<OrgKeyPath>,
+    JsonBody(body): JsonBody<PutKey>,
+) -> ApiResult<Json<KeyView>> {
+    principal.require_any(&[Scope::Admin])?;
+    let org_id = parse_id("org_id", &org_id)?;
+    let key_id = parse_id("key_id", &key_id)?;
+    let org = state.org(org_id.as_str()).await?;
+    let (plan, _) = org.subscribed_plan(&state.plans);
+    if let Some(limit) = body.concurrency_limit {
+        if !(1..=plan.concurrency_max).contains(&limit) {
+            return Err(ApiError::invalid(
+                "concurrency_limit",
+                format!(
+                    "concurrency_limit must be 1 to {} on the {} plan (got {limit})",
+                    plan.concurrency_max, plan.id
+                ),
+            ));
+        }
+    }
+    let key = state
+        .db
+        .upsert_key(
+            org_id.as_str(),
+            key_id.as_str(),
+            body.concurrency_limit,
+            state.clock.now(),
+        )
+        .await?;
+    Ok(Json(key_view(key, &org, &state)))
+}
+
+/// A key and the concurrency limit in force (admin, admission).
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/keys/{key_id}", tag = "orgs",
+    params(OrgKeyPath), security(("bearer" = ["admin", "admission"])),
+    responses((status = 200, description = "The key", body = KeyView), Guarded, BadId))]
+pub async fn get_key(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(OrgKeyPath { org_id, key_id }): Path<OrgKeyPath>,
+) -> ApiResult<Json<KeyView>> {
+    principal.require_any(&[Scope::Admin, Scope::Admission])?;
+    let org_id = parse_id("org_id", &org_id)?;
+    let key_id = parse_id("key_id", &key_id)?;
+    principal.check_org(org_id.as_str())?;
+    let org = state.org(org_id.as_str()).await?;
+    let key = state
+        .db
+        .get_key(org_id.as_str(), key_id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no key `{key_id}` in org `{org_id}`")))?;
+    Ok(Json(key_view(key, &org, &state)))
+}

@@ -1,0 +1,247 @@
+//! Sessions: one session's ledger and timeline, an org's sessions, and ending one.
+
+use axum::extract::{Path, State};
+use axum::Json;
+use rush_meter_core::ledger::{EndStatus, Phase, Rules};
+use rush_meter_core::session::Session;
+use rush_meter_core::time::{hours, rfc3339, Secs};
+use rush_meter_core::timeline;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::http::auth::Principal;
+use crate::http::error::{parse_id, parse_named};
+use crate::http::extract::{time_param, JsonBody, OrgPath, OrgReader, Page, Query, SessionPath};
+use crate::http::openapi::{BadBody, BadId, BadQuery, Guarded};
+use crate::http::{ApiError, ApiResult, AppState};
+use crate::tokens::Scope;
+
+/// The org an org-bound token is limited to (admin tokens are never limited).
+pub(super) fn bound_org(principal: &Principal) -> Option<&str> {
+    if principal.has(Scope::Admin) {
+        None
+    } else {
+        principal.org_id.as_deref()
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct EndBody {
+    /// `completed`, `needs_review`, `cancelled`, `failed` or `expired`.
+    #[schema(schema_with = crate::http::openapi::strings::end_status)]
+    status: String,
+}
+
+/// One session as every reader shows it.
+#[derive(Serialize, ToSchema)]
+pub struct SessionView {
+    session_id: String,
+    org_id: String,
+    key_id: Option<String>,
+    agent: Option<String>,
+    project_id: Option<String>,
+    started_by: Option<String>,
+    vm_id: Option<String>,
+    state: &'static str,
+    /// Booked running time, plus a running session's time up to now.
+    billed_seconds: i64,
+    billed_hours: String,
+    heartbeats: i64,
+    /// `unadmitted`: billed without the gate's admission; `silent_gap`: spoke again after
+    /// a silence past the lease (the gap is unbilled).
+    flags: Vec<&'static str>,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    created_at: Secs,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    last_seen_at: Secs,
+    #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    ended_at: Option<Secs>,
+    end_status: Option<String>,
+}
+
+pub fn session_view(row: Session, now: Secs, rules: &Rules) -> SessionView {
+    let led = &row.ledger;
+    let billed = led.billed_seconds + led.provisional(now, rules).map_or(0, |p| p.len());
+    let mut flags = Vec::new();
+    if row.unadmitted {
+        flags.push("unadmitted");
+    }
+    if led.silences > 0 {
+        flags.push("silent_gap");
+    }
+    SessionView {
+        state: led.phase.as_str(),
+        billed_seconds: billed,
+        billed_hours: hours(billed),
+        heartbeats: led.heartbeats,
+        flags,
+        created_at: row.created_at,
+        last_seen_at: led.last_at,
+        ended_at: led.ended_at,
+        end_status: led.end_status.map(|e| e.as_str().to_owned()),
+        session_id: row.session_id,
+        org_id: row.org_id,
+        key_id: row.key_id,
+        agent: row.agent,
+        project_id: row.project_id,
+        started_by: row.started_by,
+        vm_id: row.vm_id,
+    }
+}
+
+/// `POST /v1/sessions/{session_id}/end`: close a session; repeating it changes nothing.
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/end", tag = "ledger",
+    params(SessionPath), security(("bearer" = ["ingest", "admission", "admin"])), request_body = EndBody,
+    responses((status = 200, description = "The session, ended", body = SessionView),
+        Guarded, BadBody, BadId))]
+pub async fn end_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(SessionPath { session_id }): Path<SessionPath>,
+    JsonBody(body): JsonBody<EndBody>,
+) -> ApiResult<Json<SessionView>> {
+    principal.require_any(&[Scope::Ingest, Scope::Admission])?;
+    let session_id = parse_id("session_id", &session_id)?;
+    let status = parse_named("status", &body.status, EndStatus::parse_named)?;
+    let now = state.clock.now();
+    let row = state
+        .db
+        .end_session(
+            session_id.as_str(),
+            bound_org(&principal),
+            status,
+            now,
+            &state.rules,
+        )
+        .await?
+        .ok_or_else(|| ApiError::session_not_found(session_id.as_str()))?;
+    state.metrics.session_ends.inc();
+    Ok(Json(session_view(row, now, &state.rules)))
+}
+
+/// One session with its timeline.
+#[derive(Serialize, ToSchema)]
+pub struct SessionDetail {
+    #[serde(flatten)]
+    session: SessionView,
+    /// Billed running time in the timeline (equals `billed_seconds`).
+    running_seconds: i64,
+    /// Parked time in the timeline (free).
+    parked_seconds: i64,
+    timeline: Vec<timeline::Stretch>,
+}
+
+/// `GET /v1/sessions/{session_id}`: one session's ledger and timeline (console for its
+/// org's sessions).
+#[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "ledger",
+    params(SessionPath), security(("bearer" = ["console", "finance", "admission", "ingest", "admin"])),
+    responses((status = 200, description = "The session and its timeline", body = SessionDetail),
+        Guarded, BadId))]
+pub async fn get_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(SessionPath { session_id }): Path<SessionPath>,
+) -> ApiResult<Json<SessionDetail>> {
+    principal.require_any(&[
+        Scope::Console,
+        Scope::Finance,
+        Scope::Admission,
+        Scope::Ingest,
+    ])?;
+    let session_id = parse_id("session_id", &session_id)?;
+    let row = state
+        .db
+        .get_session(session_id.as_str())
+        .await?
+        .filter(|r| bound_org(&principal).is_none_or(|o| o == r.org_id))
+        .ok_or_else(|| ApiError::session_not_found(session_id.as_str()))?;
+    let now = state.clock.now();
+    let closed = state.db.session_spans(&row.org_id, &row.session_id).await?;
+    let timeline = timeline::timeline(&closed, &row.ledger, now, &state.rules);
+    Ok(Json(SessionDetail {
+        running_seconds: timeline::seconds_of(&timeline, "running"),
+        parked_seconds: timeline::seconds_of(&timeline, "parked"),
+        timeline,
+        session: session_view(row, now, &state.rules),
+    }))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SessionsQuery {
+    /// Default all.
+    #[param(schema_with = crate::http::openapi::strings::phase)]
+    state: Option<String>,
+    /// Sessions created at or after; default all.
+    #[param(format = DateTime)]
+    from: Option<String>,
+    /// Exclusive; default now.
+    #[param(format = DateTime)]
+    to: Option<String>,
+    /// `next_cursor` of the page before.
+    cursor: Option<String>,
+    /// 1 to 1000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+}
+
+/// A page of sessions.
+#[derive(Serialize, ToSchema)]
+pub struct SessionPage {
+    sessions: Vec<SessionView>,
+    /// Pass as `cursor` for the next page; `null` on the last one.
+    next_cursor: Option<String>,
+}
+
+/// `GET /v1/orgs/{org_id}/sessions?state=&from=&to=&cursor=&limit=`: an org's sessions
+/// created in `[from, to)` (default: all), oldest first, 100 a page (at most 1,000).
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/sessions", tag = "ledger",
+    security(("bearer" = ["console", "finance", "admin"])),
+    params(OrgPath, SessionsQuery),
+    responses((status = 200, description = "A page of sessions, oldest first", body = SessionPage),
+        Guarded, BadQuery, BadId))]
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    OrgReader { org_id, .. }: OrgReader,
+    query: Query<SessionsQuery>,
+) -> ApiResult<Json<SessionPage>> {
+    let q = query.read()?;
+    let phase = q
+        .state
+        .as_deref()
+        .map(|s| parse_named("state", s, Phase::parse_named))
+        .transpose()?;
+    let now = state.clock.now();
+    let to = time_param("to", q.to.as_deref())?.unwrap_or(now + 1);
+    let from = time_param("from", q.from.as_deref())?.unwrap_or(0);
+    if from >= to {
+        return Err(ApiError::invalid("from", "from must be before to"));
+    }
+    let page = Page::of(q.cursor.as_deref(), q.limit)?;
+    if state.db.get_org(org_id.as_str()).await?.is_none() {
+        return Err(ApiError::org_not_found(org_id.as_str()));
+    }
+    let rows = state
+        .db
+        .list_sessions(
+            org_id.as_str(),
+            phase,
+            from,
+            to,
+            page.after.clone(),
+            page.limit,
+        )
+        .await?;
+    let next_cursor = page.next(&rows, |r| (r.created_at, r.session_id.as_str()));
+    let sessions: Vec<SessionView> = rows
+        .into_iter()
+        .map(|r| session_view(r, now, &state.rules))
+        .collect();
+    Ok(Json(SessionPage {
+        sessions,
+        next_cursor,
+    }))
+}

@@ -1,0 +1,313 @@
+//! The console's usage page.
+
+use axum::extract::State;
+use axum::Json;
+use rush_meter_core::breakdown::{
+    check_range, group, provisional_pieces, windows_touched, GroupBy, Key, Piece, HOUR,
+};
+use rush_meter_core::standing::WindowUsage;
+use rush_meter_core::time::{format_rfc3339, hours, month_window, rfc3339, Interval, Secs};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::app::standing::standing;
+use crate::http::error::parse_named;
+use crate::http::extract::{time_param, OrgPath, OrgReader, Query};
+use crate::http::openapi::{BadId, BadQuery, Guarded};
+use crate::http::{ApiError, ApiResult, AppState};
+
+#[derive(Serialize, ToSchema)]
+pub struct UsageView {
+    org_id: String,
+    plan: String,
+    month: WindowUsage,
+    week: WindowUsage,
+    running_sessions: i64,
+    parked_sessions: i64,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    as_of: Secs,
+}
+
+/// `GET /v1/orgs/{org_id}/usage`: both windows, running sessions counted up to now.
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/usage", tag = "usage", params(OrgPath), security(("bearer" = ["console", "finance", "admin"])),
+    responses((status = 200, description = "The month and week windows", body = UsageView),
+        Guarded, BadId))]
+pub async fn get_usage(
+    State(state): State<AppState>,
+    OrgReader { org_id, .. }: OrgReader,
+) -> ApiResult<Json<UsageView>> {
+    let now = state.clock.now();
+    // Independent reads, on two connections at once.
+    let (s, counts) = tokio::join!(
+        standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules),
+        state.db.session_counts(org_id.as_str(), now, &state.rules)
+    );
+    let s = s?.ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let counts = counts?;
+    Ok(Json(UsageView {
+        org_id: s.org.org_id,
+        plan: s.plan.id,
+        month: s.month,
+        week: s.week,
+        running_sessions: counts.running,
+        parked_sessions: counts.parked,
+        as_of: now,
+    }))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct BreakdownQuery {
+    /// A whole hour; default the current month window's start.
+    #[param(format = DateTime)]
+    from: Option<String>,
+    /// A whole hour, exclusive; at most 400 days after `from`.
+    #[param(format = DateTime)]
+    to: Option<String>,
+    /// Default `day`.
+    #[param(schema_with = crate::http::openapi::strings::group_by)]
+    group_by: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Total {
+    seconds: i64,
+    hours: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Breakdown {
+    org_id: String,
+    plan: String,
+    #[schema(format = DateTime)]
+    from: String,
+    #[schema(format = DateTime)]
+    to: String,
+    group_by: &'static str,
+    rows: Vec<BreakdownRow>,
+    total: Total,
+    /// The plan's ceiling for every month and week window the range touches.
+    ceilings: Vec<Ceiling>,
+    #[schema(format = DateTime)]
+    as_of: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Projections {
+    month: rush_meter_core::prompt::Projection,
+    week: rush_meter_core::prompt::Projection,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SuggestedPlan {
+    id: String,
+    name: String,
+    /// Decimal, per month.
+    price: String,
+    currency: String,
+    monthly_agent_hours: String,
+    weekly_agent_hours: String,
+    concurrency_max: i64,
+}
+
+/// The call that moves the org to the suggested plan.
+#[derive(Serialize, ToSchema)]
+pub struct CheckoutCall {
+    /// `POST`.
+    method: &'static str,
+    path: String,
+    body: CheckoutCallBody,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CheckoutCallBody {
+    plan: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct UpgradePrompt {
+    org_id: String,
+    plan: String,
+    /// Show the prompt: some reason holds.
+    show: bool,
+    reasons: Vec<rush_meter_core::prompt::PromptReason>,
+    projection: Projections,
+    /// The cheapest plan that holds the projection; `null` when none is needed or none does.
+    suggested_plan: Option<SuggestedPlan>,
+    checkout: Option<CheckoutCall>,
+    #[schema(format = DateTime)]
+    as_of: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BreakdownRow {
+    /// An RFC 3339 time (hour, day) or a name (session, project, user, agent); `null` for
+    /// sessions without one (no project, no user).
+    key: Option<String>,
+    seconds: i64,
+    hours: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Ceiling {
+    window: &'static str,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    start: Secs,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    end: Secs,
+    limit_seconds: i64,
+    limit_hours: String,
+}
+
+/// The longest range a breakdown may span.
+const MAX_BREAKDOWN_DAYS: i64 = 400;
+
+/// `GET /v1/orgs/{org_id}/usage/breakdown?from=&to=&group_by=`: agent time in the whole
+/// hours `[from, to)` (default: the current month window, widened to whole hours), grouped
+/// by hour, day, session, project, user or agent, with the total and the plan's ceilings
+/// for every month and week window the range touches.
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/usage/breakdown", tag = "usage",
+    security(("bearer" = ["console", "finance", "admin"])), params(OrgPath, BreakdownQuery),
+    responses((status = 200, description = "Agent time grouped, with the total and ceilings",
+        body = Breakdown), Guarded, BadQuery, BadId))]
+pub async fn get_breakdown(
+    State(state): State<AppState>,
+    OrgReader { org_id, .. }: OrgReader,
+    query: Query<BreakdownQuery>,
+) -> ApiResult<Json<Breakdown>> {
+    let q = query.read()?;
+    let by = match q.group_by.as_deref() {
+        None => GroupBy::Day,
+        Some(g) => parse_named("group_by", g, GroupBy::parse_named)?,
+    };
+    let now = state.clock.now();
+    let org = state.org(org_id.as_str()).await?;
+    let month = month_window(now, org.billing_period());
+    let from =
+        time_param("from", q.from.as_deref())?.unwrap_or(month.start.div_euclid(HOUR) * HOUR);
+    let to = time_param("to", q.to.as_deref())?
+        .unwrap_or((month.end + HOUR - 1).div_euclid(HOUR) * HOUR);
+    let range =
+        check_range(from, to, MAX_BREAKDOWN_DAYS).map_err(|m| ApiError::invalid("from", m))?;
+
+    let (pieces, running) = tokio::join!(
+        state.db.session_hour_pieces(org_id.as_str(), from, to, by),
+        state.db.running_sessions(org_id.as_str())
+    );
+    let mut pieces = pieces?;
+    for s in running? {
+        if let Some(stretch) = s.ledger.provisional(now, &state.rules) {
+            let template = Piece {
+                hour: 0,
+                session_id: s.session_id.clone(),
+                project_id: s.project_id.clone(),
+                started_by: s.started_by.clone(),
+                agent: s.agent.clone(),
+                seconds: 0,
+            };
+            pieces.extend(provisional_pieces(&template, stretch, range));
+        }
+    }
+    let rows: Vec<BreakdownRow> = group(&pieces, by)
+        .into_iter()
+        .map(|(k, seconds)| BreakdownRow {
+            key: match k {
+                Key::Time(t) => Some(format_rfc3339(t)),
+                Key::Name(n) => n,
+            },
+            seconds,
+            hours: hours(seconds),
+        })
+        .collect();
+    let total: i64 = rows.iter().map(|r| r.seconds).sum();
+    let plan = org.effective_plan(&state.plans, now);
+    let (months, weeks) = windows_touched(range, org.billing_period());
+    let ceiling = |window, w: Interval, limit: i64| Ceiling {
+        window,
+        start: w.start,
+        end: w.end,
+        limit_seconds: limit,
+        limit_hours: hours(limit),
+    };
+    let ceilings: Vec<Ceiling> = months
+        .into_iter()
+        .map(|w| ceiling("month", w, plan.monthly_limit_seconds))
+        .chain(
+            weeks
+                .into_iter()
+                .map(|w| ceiling("week", w, plan.weekly_limit_seconds)),
+        )
+        .collect();
+    Ok(Json(Breakdown {
+        org_id: org.org_id,
+        plan: plan.id.clone(),
+        from: format_rfc3339(from),
+        to: format_rfc3339(to),
+        group_by: by.as_str(),
+        rows,
+        total: Total {
+            seconds: total,
+            hours: hours(total),
+        },
+        ceilings,
+        as_of: format_rfc3339(now),
+    }))
+}
+
+/// `GET /v1/orgs/{org_id}/upgrade-prompt`: whether to prompt the org to upgrade, why (each
+/// window's highest threshold crossed, concurrency denials in the last 24 hours; set per
+/// plan), both windows projected to their end at the pace so far, the cheapest plan that
+/// holds them, and how to check out to it.
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/upgrade-prompt", tag = "usage",
+    params(OrgPath), security(("bearer" = ["console", "finance", "admin"])),
+    responses((status = 200, description = "Whether to prompt, why, and to which plan",
+        body = UpgradePrompt), Guarded, BadId))]
+pub async fn get_upgrade_prompt(
+    State(state): State<AppState>,
+    OrgReader { org_id, .. }: OrgReader,
+) -> ApiResult<Json<UpgradePrompt>> {
+    use rush_meter_core::prompt::{project, reasons, suggest, PromptReason};
+    let now = state.clock.now();
+    let s = standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules)
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let denials = state
+        .db
+        .count_decisions(org_id.as_str(), "concurrency_limit_reached", now - 86_400)
+        .await?;
+    let why = reasons(&s.plan, &s.month, &s.week, denials);
+    let (month, week) = (project(&s.month, now), project(&s.week, now));
+    let need = why
+        .iter()
+        .any(|r| matches!(r, PromptReason::ConcurrencyDenials { .. }))
+        .then_some(s.plan.concurrency_max);
+    // Nothing to suggest while no reason shows the prompt.
+    let suggested = (!why.is_empty())
+        .then(|| suggest(&state.plans, &s.plan, &month, &week, need))
+        .flatten();
+    Ok(Json(UpgradePrompt {
+        show: !why.is_empty(),
+        reasons: why,
+        projection: Projections { month, week },
+        suggested_plan: suggested.map(|p| SuggestedPlan {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            price: p.price.to_string(),
+            currency: p.currency.clone(),
+            monthly_agent_hours: p.monthly_agent_hours.to_string(),
+            weekly_agent_hours: p.weekly_agent_hours.to_string(),
+            concurrency_max: p.concurrency_max,
+        }),
+        checkout: suggested.map(|p| CheckoutCall {
+            method: "POST",
+            path: format!("/v1/orgs/{}/checkout", s.org.org_id),
+            body: CheckoutCallBody { plan: p.id.clone() },
+        }),
+        org_id: s.org.org_id,
+        plan: s.plan.id,
+        as_of: format_rfc3339(now),
+    }))
+}

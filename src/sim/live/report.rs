@@ -1,0 +1,413 @@
+//! What the fleet truly ran against what the meter billed, per org, with the difference
+//! taken apart (see the module's documentation of `sim::live`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rush_meter_core::ledger::Rules;
+use rush_meter_core::time::Interval;
+
+use super::{now_secs, Fleet, Late, Truth};
+
+/// Per org: truth, bill, and the difference taken apart (seconds).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OrgLine {
+    pub org: String,
+    pub plan: String,
+    pub sessions: u64,
+    pub crashed: u64,
+    pub ran: i64,
+    pub billed: i64,
+    pub crash_tails: i64,
+    pub late: i64,
+    pub unexplained: i64,
+    /// Sessions the meter bills against the rules (see the module's documentation).
+    pub mismatched: u64,
+}
+
+/// The run's outcome: one line an org, and the fleet's figures.
+pub struct Outcome {
+    pub lines: Vec<OrgLine>,
+    pub summary: String,
+}
+
+impl Outcome {
+    /// Sessions billed against the ledger's rules, in every org.
+    pub fn mismatched(&self) -> u64 {
+        self.lines.iter().map(|l| l.mismatched).sum()
+    }
+
+    /// The table the command prints, with a total line.
+    pub fn table(&self) -> String {
+        let total = self.lines.iter().fold(
+            OrgLine {
+                org: "total".into(),
+                ..OrgLine::default()
+            },
+            |mut t, l| {
+                t.sessions += l.sessions;
+                t.crashed += l.crashed;
+                t.ran += l.ran;
+                t.billed += l.billed;
+                t.crash_tails += l.crash_tails;
+                t.late += l.late;
+                t.unexplained += l.unexplained;
+                t.mismatched += l.mismatched;
+                t
+            },
+        );
+        let mut out = format!(
+            "{:<24} {:<6} {:>8} {:>7} {:>10} {:>10} {:>8} {:>10} {:>6} {:>11} {:>10}\n",
+            "org",
+            "plan",
+            "sessions",
+            "crashed",
+            "ran_s",
+            "billed_s",
+            "diff_s",
+            "crash_tail",
+            "late",
+            "unexplained",
+            "mismatched"
+        );
+        for l in self.lines.iter().chain([&total]) {
+            out += &format!(
+                "{:<24} {:<6} {:>8} {:>7} {:>10} {:>10} {:>+8} {:>+10} {:>+6} {:>+11} {:>10}\n",
+                l.org,
+                l.plan,
+                l.sessions,
+                l.crashed,
+                l.ran,
+                l.billed,
+                l.billed - l.ran,
+                l.crash_tails,
+                l.late,
+                l.unexplained,
+                l.mismatched
+            );
+        }
+        out
+    }
+}
+
+/// Take the bill apart, per org: `billed - ran = crash tails + late + unexplained`, where
+/// the first two are the ledger's rules at work on what the meter was told
+/// (`reference`), and `unexplained` is the meter against those rules. `billed` maps each
+/// session the meter knows of this run to its org and billed seconds.
+pub(super) fn reconcile(
+    truth: &BTreeMap<String, Truth>,
+    reference: &BTreeMap<String, i64>,
+    billed: &BTreeMap<String, (String, i64)>,
+    plans: &BTreeMap<String, String>,
+    late: &BTreeMap<String, Late>,
+    rules: &Rules,
+) -> Vec<OrgLine> {
+    let mut lines: BTreeMap<String, OrgLine> = plans
+        .iter()
+        .map(|(org, plan)| {
+            (
+                org.clone(),
+                OrgLine {
+                    org: org.clone(),
+                    plan: plan.clone(),
+                    ..OrgLine::default()
+                },
+            )
+        })
+        .collect();
+    for (session, t) in truth {
+        let Some(l) = lines.get_mut(&t.org) else {
+            continue;
+        };
+        let ran: i64 = t.running.iter().map(Interval::len).sum();
+        let expected = reference.get(session).copied().unwrap_or(0);
+        let got = billed.get(session).map_or(0, |b| b.1);
+        l.sessions += 1;
+        l.ran += ran;
+        l.billed += got;
+        // The meter clamped late beats on arrival, the reference on the answer: a
+        // difference within that slack is the late beats', not the meter's.
+        let lt = late.get(session);
+        let against_rules = match lt {
+            Some(lt) if (got - expected).abs() <= lt.slack => 0,
+            _ => got - expected,
+        };
+        // What the rules add to what ran: a crash's tail, late beats' clamps.
+        let rules_add = got - ran - against_rules;
+        let (unexplained, broke_rule_3) = if t.crashed {
+            l.crashed += 1;
+            l.crash_tails += rules_add;
+            // Rule 3 against the truth: at most one interval past the VM's last beat,
+            // which is before it died (a late last beat is clamped later: not checked).
+            (against_rules, lt.is_none() && got - ran > rules.interval)
+        } else if lt.is_some() {
+            l.late += rules_add;
+            (against_rules, false)
+        } else {
+            // Neither crashed nor late: the rules bill exactly what ran; anything else
+            // is unexplained (a beat the meter acknowledged and did not count).
+            (got - ran, false)
+        };
+        l.unexplained += unexplained;
+        if unexplained != 0 || broke_rule_3 {
+            l.mismatched += 1;
+        }
+    }
+    // A session the meter bills that the fleet never ran (a denied admission, a beat
+    // filed under the wrong session).
+    for (session, (org, got)) in billed {
+        if *got != 0 && !truth.contains_key(session) {
+            if let Some(l) = lines.get_mut(org) {
+                l.billed += got;
+                l.unexplained += got;
+                l.mismatched += 1;
+            }
+        }
+    }
+    lines.into_values().collect()
+}
+
+pub(super) fn percentile(v: &mut [u32], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    let i = ((v.len() - 1) as f64 * p).round() as usize;
+    f64::from(v[i]) / 1000.0
+}
+
+/// The meter's billed seconds for every session of `org` this run made, with the org.
+pub(super) async fn billed_sessions(
+    fleet: &Fleet,
+    org: &str,
+) -> Result<BTreeMap<String, (String, i64)>, String> {
+    let mut out = BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/v1/orgs/{org}/sessions?limit=1000");
+        if let Some(c) = &cursor {
+            path += &format!("&cursor={c}");
+        }
+        let page = fleet.must("GET", &path, None).await?;
+        for s in page["sessions"].as_array().into_iter().flatten() {
+            let id = s["session_id"].as_str().unwrap_or_default();
+            if id.starts_with(&fleet.opts.run) {
+                let secs = s["billed_seconds"].as_i64().unwrap_or(0);
+                out.insert(id.to_owned(), (org.to_owned(), secs));
+            }
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return Ok(out),
+        }
+    }
+}
+
+pub(super) async fn report(fleet: &Fleet, driven: Duration) -> Result<Outcome, String> {
+    let now = now_secs();
+    let rules = fleet.opts.rules;
+    let expected: BTreeMap<String, i64> = fleet
+        .reference
+        .lock()
+        .unwrap()
+        .sessions
+        .iter()
+        .map(|(id, s)| {
+            let open = s.ledger.provisional(now, &rules).map_or(0, |p| p.len());
+            (id.clone(), s.ledger.billed_seconds + open)
+        })
+        .collect();
+    let mut billed = BTreeMap::new();
+    for org in fleet.org_plans.keys() {
+        billed.extend(billed_sessions(fleet, org).await?);
+    }
+    let truth = fleet.truth.lock().unwrap().clone();
+    let late = fleet.late.lock().unwrap().clone();
+    let lines = reconcile(&truth, &expected, &billed, &fleet.org_plans, &late, &rules);
+    let c = &fleet.counters;
+    let acked = c.beats_acked.load(Ordering::Relaxed);
+    let denials = fleet.denials.lock().unwrap().clone();
+    let mut beat_lat = fleet.beat_latency.lock().unwrap().clone();
+    let mut gate_lat = fleet.gate_latency.lock().unwrap().clone();
+    let summary = format!(
+        "{} s driven · {} orgs · {} session slots · {} hosts · interval {} s, lease {} s\n\
+         sessions {} · allowed {} · denied {} {:?} · crashed {} · ended {}\n\
+         heartbeats sent {} · acknowledged {} in {} batches ({:.0}/s) · retried requests {}\n\
+         latency p50/p99: heartbeat batch {:.1}/{:.1} ms · admission {:.1}/{:.1} ms",
+        driven.as_secs(),
+        fleet.org_plans.len(),
+        fleet.opts.sessions,
+        fleet.opts.hosts,
+        rules.interval,
+        rules.lease,
+        c.sessions.load(Ordering::Relaxed),
+        c.allowed.load(Ordering::Relaxed),
+        denials.values().sum::<u64>(),
+        denials,
+        c.crashes.load(Ordering::Relaxed),
+        c.ends.load(Ordering::Relaxed),
+        c.beats_sent.load(Ordering::Relaxed),
+        acked,
+        c.batches.load(Ordering::Relaxed),
+        acked as f64 / driven.as_secs_f64(),
+        c.retries.load(Ordering::Relaxed),
+        percentile(&mut beat_lat, 0.5),
+        percentile(&mut beat_lat, 0.99),
+        percentile(&mut gate_lat, 0.5),
+        percentile(&mut gate_lat, 0.99),
+    );
+    Ok(Outcome { lines, summary })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rush_meter_core::time::Secs;
+
+    fn truth(org: &str, runs: &[(Secs, Secs)], crashed: bool) -> Truth {
+        Truth {
+            org: org.into(),
+            running: runs
+                .iter()
+                .filter_map(|&(a, b)| Interval::new(a, b))
+                .collect(),
+            crashed,
+        }
+    }
+
+    fn billed(of: &[(&str, &str, i64)]) -> BTreeMap<String, (String, i64)> {
+        of.iter()
+            .map(|&(s, org, secs)| (s.to_owned(), (org.to_owned(), secs)))
+            .collect()
+    }
+
+    const RULES: Rules = Rules {
+        interval: 15,
+        lease: 45,
+    };
+
+    fn plans() -> BTreeMap<String, String> {
+        BTreeMap::from([("a".into(), "pro".into()), ("b".into(), "free".into())])
+    }
+
+    fn truths() -> BTreeMap<String, Truth> {
+        BTreeMap::from([
+            ("a1".to_owned(), truth("a", &[(0, 100), (200, 260)], false)),
+            ("a2".to_owned(), truth("a", &[(0, 37)], true)),
+            ("b1".to_owned(), truth("b", &[(0, 50)], false)),
+        ])
+    }
+
+    /// Reconciled with no late beats, on the orgs of `plans()`.
+    fn on_time(
+        truths: &BTreeMap<String, Truth>,
+        reference: &BTreeMap<String, i64>,
+        got: &BTreeMap<String, (String, i64)>,
+    ) -> Vec<OrgLine> {
+        reconcile(truths, reference, got, &plans(), &BTreeMap::new(), &RULES)
+    }
+
+    #[test]
+    fn the_difference_is_taken_apart() {
+        // a2 crashed 7 s after its last beat at 30: the rules bill to 45.
+        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 50)]);
+        let ok = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 50)]);
+        let lines = on_time(&truths(), &reference, &ok);
+        assert_eq!(lines[0].ran, 197);
+        assert_eq!(lines[0].billed, 205);
+        assert_eq!(lines[0].crash_tails, 8);
+        assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 0));
+        assert_eq!((lines[1].unexplained, lines[1].mismatched), (0, 0));
+        // The meter billing a second more than the rules allow is unexplained.
+        let off = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 51)]);
+        let lines = on_time(&truths(), &reference, &off);
+        assert_eq!((lines[1].unexplained, lines[1].mismatched), (1, 1));
+    }
+
+    #[test]
+    fn errors_of_opposite_sign_do_not_cancel() {
+        let truths = BTreeMap::from([
+            ("a1".to_owned(), truth("a", &[(0, 100)], false)),
+            ("a3".to_owned(), truth("a", &[(0, 100)], false)),
+        ]);
+        let reference = BTreeMap::from([("a1".into(), 100), ("a3".into(), 100)]);
+        let got = billed(&[("a1", "a", 105), ("a3", "a", 95)]);
+        let lines = on_time(&truths, &reference, &got);
+        assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 2));
+    }
+
+    #[test]
+    fn a_crash_tail_past_one_interval_is_mismatched_even_if_the_reference_agrees() {
+        // Ran to 37, last beat at 30: the meter may bill to 45 at most; 60 is two intervals.
+        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 60), ("b1".into(), 50)]);
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 60), ("b1", "b", 50)]);
+        let lines = on_time(&truths(), &reference, &got);
+        assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 1));
+    }
+
+    #[test]
+    fn a_session_the_fleet_never_ran_is_mismatched() {
+        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 50)]);
+        let got = billed(&[
+            ("a1", "a", 160),
+            ("a2", "a", 45),
+            ("b1", "b", 50),
+            ("b9", "b", 30),
+            ("b8", "b", 0),
+        ]);
+        let lines = on_time(&truths(), &reference, &got);
+        assert_eq!(
+            (lines[1].billed, lines[1].unexplained, lines[1].mismatched),
+            (80, 30, 1)
+        );
+    }
+
+    #[test]
+    fn a_crash_whose_last_beat_came_late_is_held_to_the_rules_not_the_bound() {
+        // a2's last beat was clamped to arrival less the lease, later than it was sent: the
+        // meter bills past one interval after what ran, within 3 s of the reference.
+        let late = BTreeMap::from([("a2".to_owned(), Late { beats: 1, slack: 3 })]);
+        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 62), ("b1".into(), 50)]);
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 60), ("b1", "b", 50)]);
+        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        assert_eq!(
+            (
+                lines[0].crash_tails,
+                lines[0].unexplained,
+                lines[0].mismatched
+            ),
+            (23, 0, 0)
+        );
+        // Past the slack it is the meter's, counted once for the session.
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 80), ("b1", "b", 50)]);
+        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        assert_eq!(
+            (
+                lines[0].crash_tails,
+                lines[0].unexplained,
+                lines[0].mismatched
+            ),
+            (25, 18, 1)
+        );
+    }
+
+    #[test]
+    fn late_beats_are_forgiven_their_slack_and_no_more() {
+        // b1's late beats were clamped by the meter 2 s earlier than the reference did.
+        let late = BTreeMap::from([("b1".to_owned(), Late { beats: 3, slack: 2 })]);
+        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 44)]);
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 42)]);
+        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        assert_eq!(
+            (lines[1].late, lines[1].unexplained, lines[1].mismatched),
+            (-8, 0, 0)
+        );
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 41)]);
+        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        assert_eq!(
+            (lines[1].late, lines[1].unexplained, lines[1].mismatched),
+            (-6, -3, 1)
+        );
+    }
+}

@@ -1,0 +1,362 @@
+//! What the store does, one trait an area. Each dialect implements every trait from the
+//! same SQL (store/sql/), so a `Db` is one `dyn Store` whichever database it opened, and no
+//! method is written out again to pick a backend.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use rush_meter_core::breakdown::{GroupBy, Piece};
+use rush_meter_core::charges::Terms;
+use rush_meter_core::export::SessionLine;
+use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision};
+use rush_meter_core::heartbeats::{Heartbeat, RequestOutcome};
+use rush_meter_core::ledger::{EndStatus, Phase, Rules};
+use rush_meter_core::org::{Key, Org};
+use rush_meter_core::plans::Plans;
+use rush_meter_core::session::Session;
+use rush_meter_core::standing::WindowTotals;
+use rush_meter_core::time::{Secs, Windows};
+use tokio::sync::mpsc;
+
+use super::rows::{
+    FrozenOrgRow, LineQuery, NotificationRow, OrgUpsert, PeriodRow, SessionCounts, StripeEventRow,
+    StripeRequestRow, SubscriptionState, TokenRow,
+};
+use super::StoreResult;
+
+/// Every area of the store at once: what `Db` holds.
+pub trait Store:
+    Admin + OrgStore + LedgerStore + GateStore + StripeStore + PeriodStore + NotificationStore
+{
+}
+
+impl<T> Store for T where
+    T: Admin + OrgStore + LedgerStore + GateStore + StripeStore + PeriodStore + NotificationStore
+{
+}
+
+/// The database itself.
+#[async_trait]
+pub trait Admin: Send + Sync {
+    /// `postgres` or `sqlite`.
+    fn backend(&self) -> super::Backend;
+    /// Bring the schema up to date. Safe to run from several instances at once on
+    /// PostgreSQL (sqlx takes an advisory lock).
+    async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError>;
+    /// One round trip, for `/readyz`.
+    async fn ping(&self) -> StoreResult<()>;
+    /// Open a connection outside the pools and close it: whether the database can be
+    /// reached at all, even while every pooled connection is busy.
+    async fn connect_fresh(&self) -> StoreResult<()>;
+    async fn close(&self);
+    /// Row counts and sums of every table, for tests that prove nothing was written.
+    async fn digest(&self) -> StoreResult<Vec<(String, i64, i64)>>;
+    /// The pools underneath, for benchmarks and tests that measure against raw SQL.
+    fn pools(&self) -> super::Pools<'_>;
+}
+
+/// Orgs, their API keys, and tokens.
+#[async_trait]
+pub trait OrgStore: Send + Sync {
+    async fn upsert_org(&self, org: &OrgUpsert, now: Secs) -> StoreResult<Org>;
+    async fn get_org(&self, org_id: &str) -> StoreResult<Option<Org>>;
+    /// The orgs among `org_ids` that exist.
+    async fn get_orgs(&self, org_ids: &[&str]) -> StoreResult<Vec<Org>>;
+    /// Every org, in id order.
+    async fn list_orgs(&self) -> StoreResult<Vec<Org>>;
+    /// Orgs that existed before `end`, by id (byte order).
+    async fn orgs_before(&self, end: Secs) -> StoreResult<Vec<Org>>;
+    /// When the first org was created, if any was.
+    async fn first_org_created(&self) -> StoreResult<Option<Secs>>;
+    async fn upsert_key(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        limit: Option<i64>,
+        now: Secs,
+    ) -> StoreResult<Key>;
+    async fn get_key(&self, org_id: &str, key_id: &str) -> StoreResult<Option<Key>>;
+    /// Insert a token, or give an existing secret (the bootstrap token) the row's scopes.
+    async fn insert_token(&self, token: &TokenRow) -> StoreResult<()>;
+    async fn token_by_hash(&self, hash: &str) -> StoreResult<Option<TokenRow>>;
+}
+
+/// The ledger: heartbeats in, sessions and their time out.
+#[async_trait]
+pub trait LedgerStore: Send + Sync {
+    /// Apply a group of heartbeat requests in one transaction, each accepted or refused
+    /// whole (`core::heartbeats::group`). `shard` names the `org_hourly` rows this writer
+    /// adds to; give each concurrent writer its own.
+    async fn ingest(
+        &self,
+        requests: &[Vec<Heartbeat>],
+        rules: &Rules,
+        shard: i64,
+    ) -> StoreResult<Vec<RequestOutcome>>;
+    /// End a session; `None` if it does not exist (or belongs to another org than
+    /// `scope_org`).
+    async fn end_session(
+        &self,
+        session_id: &str,
+        scope_org: Option<&str>,
+        status: EndStatus,
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<Option<Session>>;
+    /// Book what time alone decides for up to `limit` sessions: silent sessions and
+    /// parked ones past expiry. Returns how many changed.
+    async fn expire_sessions(&self, now: Secs, rules: &Rules, limit: i64) -> StoreResult<usize>;
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<Session>>;
+    async fn sessions_of_org(&self, org_id: &str) -> StoreResult<Vec<Session>>;
+    /// An org's running sessions.
+    async fn running_sessions(&self, org_id: &str) -> StoreResult<Vec<Session>>;
+    /// An org's sessions created in `[from, to)`, in `phase` if given, oldest first, after
+    /// the `(created_at, session_id)` cursor, at most `limit`.
+    #[allow(clippy::too_many_arguments)]
+    async fn list_sessions(
+        &self,
+        org_id: &str,
+        phase: Option<Phase>,
+        from: Secs,
+        to: Secs,
+        after: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<Session>>;
+    /// Seconds used in the month and week windows by each of `org_ids` (orgs that share
+    /// those windows), booked time plus running sessions counted up to `now`. Orgs with
+    /// nothing used are absent.
+    async fn window_usage(
+        &self,
+        org_ids: &[&str],
+        windows: &Windows,
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<HashMap<String, WindowTotals>>;
+    /// Running sessions heard from within the lease, and parked ones.
+    async fn session_counts(
+        &self,
+        org_id: &str,
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<SessionCounts>;
+    /// `(session_id, start, end)` of every booked running stretch of an org, for audits
+    /// and tests: closed spans, and the booked part of each open one.
+    async fn running_spans(&self, org_id: &str) -> StoreResult<Vec<(String, Secs, Secs)>>;
+    /// A session's closed spans `(start, end, kind)`, in order.
+    async fn session_spans(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Vec<(Secs, Secs, String)>>;
+    /// An org's `(hour, seconds)` from its hourly rollup.
+    async fn hourly_totals(&self, org_id: &str) -> StoreResult<Vec<(Secs, i64)>>;
+    /// An org's `(session, seconds)` from the per-session hourly rollup.
+    async fn session_hourly_totals(&self, org_id: &str) -> StoreResult<Vec<(String, i64)>>;
+    /// An org's booked time in the whole hours `[from, to)`, summed by the database under
+    /// `by`'s key.
+    async fn session_hour_pieces(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+        by: GroupBy,
+    ) -> StoreResult<Vec<Piece>>;
+}
+
+/// The gate's writes and its record.
+#[async_trait]
+pub trait GateStore: Send + Sync {
+    /// Decide a group of admissions in one transaction, in order (`core::gate`), holding
+    /// the lock of every key the group names.
+    async fn admit(
+        &self,
+        plans: &Plans,
+        requests: &[AdmissionRequest],
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<Vec<Result<Decision, AdmitReject>>>;
+    /// An org's decisions in `[from, to)`, oldest first, after the `(decided_at,
+    /// decision_id)` cursor, at most `limit`; `only` keeps `allow` or `deny`.
+    #[allow(clippy::too_many_arguments)]
+    async fn list_decisions(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+        only: Option<&str>,
+        after: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<Decision>>;
+    /// Decisions of an org with `reason` since `since`.
+    async fn count_decisions(&self, org_id: &str, reason: &str, since: Secs) -> StoreResult<i64>;
+}
+
+/// What an org's Stripe state is decided from, under its row lock: `None` leaves it.
+pub type DecideState<'a> = &'a (dyn Fn(&Org) -> Option<SubscriptionState> + Sync);
+
+/// Stripe's events, the org's subscription state, and outbound writes.
+#[async_trait]
+pub trait StripeStore: Send + Sync {
+    /// Store a webhook event as received; false if its id was stored before.
+    async fn insert_stripe_event(
+        &self,
+        event_id: &str,
+        kind: &str,
+        created: Secs,
+        payload: &str,
+        now: Secs,
+    ) -> StoreResult<bool>;
+    /// Take up to `limit` pending events that are due, oldest first, and hold them for
+    /// `hold` seconds; each take counts as an attempt.
+    async fn claim_stripe_events(
+        &self,
+        now: Secs,
+        hold: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<StripeEventRow>>;
+    /// Record how processing went: processed, ignored, quarantined, or pending again with
+    /// its next attempt at `next_attempt_at`.
+    async fn finish_stripe_event(
+        &self,
+        event_id: &str,
+        state: &str,
+        org_id: Option<&str>,
+        error: Option<&str>,
+        next_attempt_at: Secs,
+        now: Secs,
+    ) -> StoreResult<()>;
+    /// Events in `state` (all when `None`), newest first, after the cursor.
+    async fn list_stripe_events(
+        &self,
+        state: Option<&str>,
+        before: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<StripeEventRow>>;
+    /// Put a quarantined event back in the queue, due now; false if it is not quarantined.
+    async fn requeue_stripe_event(&self, event_id: &str, now: Secs) -> StoreResult<bool>;
+    async fn org_by_stripe_customer(&self, customer_id: &str) -> StoreResult<Option<Org>>;
+    /// Apply Stripe's state to an org: `decide` turns the org's row, read under its lock,
+    /// into the state to write, which is written unless a later read of Stripe was
+    /// applied already. Records what changed. `(before, after)` when written.
+    async fn apply_subscription_state(
+        &self,
+        org_id: &str,
+        decide: DecideState<'_>,
+        source: &str,
+        now: Secs,
+    ) -> StoreResult<Option<(Org, Org)>>;
+    /// An org's billing changes `(at, source, detail)`, newest first.
+    async fn list_stripe_changes(
+        &self,
+        org_id: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<(Secs, String, String)>>;
+    /// Link an org to its Stripe customer; false if it has another one already.
+    async fn link_stripe_customer(
+        &self,
+        org_id: &str,
+        customer_id: &str,
+        now: Secs,
+    ) -> StoreResult<bool>;
+    /// Record an outbound write before it is sent; returns the unfinished request for its
+    /// operation and target as stored (this one, or one recorded before, whose key the
+    /// caller must then use).
+    async fn begin_stripe_request(&self, r: &StripeRequestRow) -> StoreResult<StripeRequestRow>;
+    /// The unfinished outbound write of `operation` on `target`, if any.
+    async fn open_stripe_request(
+        &self,
+        org_id: &str,
+        operation: &str,
+        target: &str,
+    ) -> StoreResult<Option<StripeRequestRow>>;
+    async fn complete_stripe_request(
+        &self,
+        org_id: &str,
+        idempotency_key: &str,
+        object_id: &str,
+        now: Secs,
+    ) -> StoreResult<()>;
+    /// Record (`Some((plan, at))`) or clear a downgrade to make at `at`.
+    async fn schedule_plan(
+        &self,
+        org_id: &str,
+        plan: Option<(&str, Secs)>,
+        now: Secs,
+    ) -> StoreResult<()>;
+    /// Orgs with a downgrade whose period has ended.
+    async fn due_downgrades(&self, now: Secs, limit: i64) -> StoreResult<Vec<Org>>;
+}
+
+/// What an org is billed on when a period closes.
+pub type TermsOf<'a> = &'a (dyn Fn(&Org) -> Terms + Sync);
+
+/// Closed periods and the finance export.
+#[async_trait]
+pub trait PeriodStore: Send + Sync {
+    /// Send a period's session lines down `tx` in `(org_id, session_id)` order; stops
+    /// early (without error) if the receiver goes away.
+    async fn send_session_lines(
+        &self,
+        q: &LineQuery,
+        tx: &mpsc::Sender<Vec<SessionLine>>,
+    ) -> StoreResult<()>;
+    /// How many session lines a period has (for a progress bar).
+    async fn count_session_lines(&self, q: &LineQuery) -> StoreResult<i64>;
+    /// `(org_id, running seconds, adjustment seconds)` of an open period, by org.
+    async fn live_org_sums(&self, q: &LineQuery) -> StoreResult<Vec<(String, i64, i64)>>;
+    /// A closed period's org lines, by org id.
+    async fn frozen_orgs(&self, period_start: Secs) -> StoreResult<Vec<FrozenOrgRow>>;
+    async fn get_period(&self, period_start: Secs) -> StoreResult<Option<PeriodRow>>;
+    /// Closed periods, newest first.
+    async fn list_periods(&self) -> StoreResult<Vec<PeriodRow>>;
+    /// Close `q.period` in one transaction: freeze every session's line and every org's
+    /// totals with `terms`. `None` when it was closed already (by another instance, say).
+    async fn close_period(
+        &self,
+        q: &LineQuery,
+        now: Secs,
+        terms: TermsOf<'_>,
+    ) -> StoreResult<Option<PeriodRow>>;
+}
+
+/// Usage-threshold notifications.
+#[async_trait]
+pub trait NotificationStore: Send + Sync {
+    /// Record a notification; false if this threshold of this window was recorded before.
+    #[allow(clippy::too_many_arguments)]
+    async fn insert_notification(
+        &self,
+        org_id: &str,
+        window_kind: &str,
+        window_start: Secs,
+        threshold: i64,
+        notification_id: &str,
+        body: &str,
+        now: Secs,
+    ) -> StoreResult<bool>;
+    /// Take up to `limit` pending notifications that are due, oldest first, and hold them
+    /// for `hold` seconds; each take counts as an attempt.
+    async fn claim_notifications(
+        &self,
+        now: Secs,
+        hold: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<NotificationRow>>;
+    /// Record how a delivery went, only while the claim that made `attempts` holds it.
+    async fn finish_notification(
+        &self,
+        notification_id: &str,
+        attempts: i64,
+        state: &str,
+        error: Option<&str>,
+        next_at: Secs,
+        now: Secs,
+    ) -> StoreResult<()>;
+    /// Notifications, newest first, of one org and/or in one state.
+    async fn list_notifications(
+        &self,
+        org_id: Option<&str>,
+        state: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<NotificationRow>>;
+}

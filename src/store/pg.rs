@@ -1,0 +1,353 @@
+//! PostgreSQL: the dialect's words, the pool, and the set-based statements: whole columns
+//! bound as arrays and read back with UNNEST, so each statement has one fixed text
+//! (prepared once per connection) whatever the row count.
+
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use super::PoolSettings;
+
+pub type DB = sqlx::Postgres;
+type Row = sqlx::postgres::PgRow;
+/// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
+const BEGIN_WRITE: &str = "BEGIN";
+const FOR_UPDATE: &str = " FOR UPDATE";
+const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
+const LEAST: &str = "LEAST";
+const GREATEST: &str = "GREATEST";
+/// Byte order for ids, whatever the database's locale (exports sort by it).
+const BYTE_ORDER: &str = " COLLATE \"C\"";
+
+include!("sql/common.rs");
+include!("sql/rows.rs");
+include!("sql/orgs.rs");
+include!("sql/ledger.rs");
+include!("sql/gate.rs");
+include!("sql/stripe.rs");
+include!("sql/periods.rs");
+include!("sql/notifications.rs");
+
+/// One pool serves reads and writes: PostgreSQL orders concurrent writers by row locks.
+pub struct Pg {
+    pool: PgPool,
+}
+
+type Backend = Pg;
+
+impl Pg {
+    pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Pg> {
+        // Plan each statement for the parameters and statistics of the moment: a generic
+        // plan cached while a table was still empty (a new deployment) would scan it
+        // whole for the life of the connection.
+        let opts =
+            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_custom_plan")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_with(opts)
+            .await?;
+        Ok(Pg { pool })
+    }
+
+    fn read(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn write(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl super::Admin for Pg {
+    fn backend(&self) -> super::Backend {
+        super::Backend::Postgres
+    }
+
+    async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        sqlx::migrate!("migrations/postgres").run(&self.pool).await
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        ping(&self.pool).await
+    }
+
+    async fn connect_fresh(&self) -> StoreResult<()> {
+        use sqlx::{ConnectOptions, Connection};
+        self.pool.connect_options().connect().await?.close().await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    fn pools(&self) -> super::Pools<'_> {
+        super::Pools::Postgres(&self.pool)
+    }
+
+    async fn digest(&self) -> StoreResult<Vec<(String, i64, i64)>> {
+        digest(&self.pool).await
+    }
+}
+
+/// One column of `rows` as an array parameter.
+fn column<T, F: Fn(&Session) -> T>(rows: &[Session], f: F) -> Vec<T> {
+    rows.iter().map(f).collect()
+}
+
+const SESSION_ARRAYS: &str = "$1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+     $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], \
+     $13::int8[], $14::int8[], $15::bool[], $16::int8[], $17::int8[], $18::text[], $19::int8[]";
+
+/// Bind every column of `rows` as one array each, in `SESSION_COLUMNS` order ($1..$19).
+fn bind_sessions<'q>(
+    q: sqlx::query::Query<'q, DB, sqlx::postgres::PgArguments>,
+    rows: &[Session],
+) -> sqlx::query::Query<'q, DB, sqlx::postgres::PgArguments> {
+    q.bind(column(rows, |r| r.org_id.clone()))
+        .bind(column(rows, |r| r.session_id.clone()))
+        .bind(column(rows, |r| r.key_id.clone()))
+        .bind(column(rows, |r| r.agent.clone()))
+        .bind(column(rows, |r| r.project_id.clone()))
+        .bind(column(rows, |r| r.started_by.clone()))
+        .bind(column(rows, |r| r.vm_id.clone()))
+        .bind(column(rows, |r| r.ledger.phase.as_str()))
+        .bind(column(rows, |r| r.ledger.last_seq))
+        .bind(column(rows, |r| r.ledger.last_at))
+        .bind(column(rows, |r| r.ledger.span_start))
+        .bind(column(rows, |r| r.ledger.billed_seconds))
+        .bind(column(rows, |r| r.ledger.heartbeats))
+        .bind(column(rows, |r| r.ledger.silences))
+        .bind(column(rows, |r| r.unadmitted))
+        .bind(column(rows, |r| r.created_at))
+        .bind(column(rows, |r| r.ledger.ended_at))
+        .bind(column(rows, |r| r.ledger.end_status.map(EndStatus::as_str)))
+        .bind(column(rows, |r| r.heard_at))
+}
+
+/// Write what one transaction books (session rows, both rollups, closed spans) in one
+/// statement: one round trip while the rows stay locked, whatever the group's size.
+async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
+    if b.is_empty() {
+        return Ok(());
+    }
+    let sessions: Vec<Session> = b.sessions.values().cloned().collect();
+    let (org_hours, session_hours, spans) = (&b.org_hours, &b.session_hours, &b.spans);
+    let sql = format!(
+        "WITH s AS (INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}){SESSION_UPSERT}), \
+         o AS (INSERT INTO org_hourly (org_id, hour, shard, seconds) \
+               SELECT o, h, $32::int8, s FROM UNNEST($20::text[], $21::int8[], $22::int8[]) AS u(o, h, s) \
+               {ORG_HOURS_CONFLICT}), \
+         h AS (INSERT INTO session_hourly (org_id, hour, session_id, seconds) \
+               SELECT * FROM UNNEST($23::text[], $24::int8[], $25::text[], $26::int8[]){SESSION_HOURS_CONFLICT}) \
+         INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
+         SELECT * FROM UNNEST($27::text[], $28::text[], $29::int8[], $30::int8[], $31::text[])"
+    );
+    bind_sessions(sqlx::query(&sql), &sessions)
+        .bind(
+            org_hours
+                .iter()
+                .map(|((o, _), _)| o.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(org_hours.iter().map(|((_, h), _)| *h).collect::<Vec<_>>())
+        .bind(org_hours.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+        .bind(
+            session_hours
+                .iter()
+                .map(|((o, _, _), _)| o.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            session_hours
+                .iter()
+                .map(|((_, h, _), _)| *h)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            session_hours
+                .iter()
+                .map(|((_, _, s), _)| s.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(session_hours.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+        .bind(spans.iter().map(|(o, _, _)| o.clone()).collect::<Vec<_>>())
+        .bind(spans.iter().map(|(_, s, _)| s.clone()).collect::<Vec<_>>())
+        .bind(
+            spans
+                .iter()
+                .map(|(_, _, sp)| sp.interval.start)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            spans
+                .iter()
+                .map(|(_, _, sp)| sp.interval.end)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            spans
+                .iter()
+                .map(|(_, _, sp)| span_kind(sp.kind))
+                .collect::<Vec<_>>(),
+        )
+        .bind(shard)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Insert sessions first seen now, skipping any another writer inserted first; returns
+/// how many were inserted.
+async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+    let sql = format!(
+        "INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}) ON CONFLICT DO NOTHING"
+    );
+    Ok(bind_sessions(sqlx::query(&sql), rows)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected())
+}
+
+/// Locks are taken in `session_id` byte order (the order the caller's chunks follow, whatever
+/// the database's collation), so writers on several instances never deadlock.
+async fn select_sessions_for_update(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<Rec<Session>>> {
+    Ok(sqlx::query_as::<_, Rec<Session>>(
+        "SELECT * FROM sessions WHERE session_id = ANY($1) \
+         ORDER BY session_id COLLATE \"C\" FOR UPDATE",
+    )
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?)
+}
+
+async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
+    Ok(
+        sqlx::query_scalar::<_, String>("SELECT org_id FROM orgs WHERE org_id = ANY($1)")
+            .bind(ids)
+            .fetch_all(&mut **tx)
+            .await?,
+    )
+}
+
+async fn select_orgs_in<'e, E: sqlx::Executor<'e, Database = DB>>(
+    ex: E,
+    ids: &[&str],
+) -> StoreResult<Vec<Rec<Org>>> {
+    Ok(
+        sqlx::query_as::<_, Rec<Org>>("SELECT * FROM orgs WHERE org_id = ANY($1)")
+            .bind(ids)
+            .fetch_all(ex)
+            .await?,
+    )
+}
+
+/// `(org_id, key_id)` pairs as two array parameters.
+fn key_columns(keys: &[(&str, &str)]) -> (Vec<String>, Vec<String>) {
+    keys.iter()
+        .map(|(o, k)| (o.to_string(), k.to_string()))
+        .unzip()
+}
+
+/// Lock and read these keys, in byte order (as the caller sorted them, whatever the
+/// database's collation), so that gate writers on several instances never deadlock.
+async fn lock_keys(tx: &mut Tx, keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> {
+    let (orgs, ids) = key_columns(keys);
+    Ok(unwrap_all(
+        sqlx::query_as::<_, Rec<Key>>(
+            "SELECT k.* FROM api_keys k JOIN UNNEST($1::text[], $2::text[]) AS u(org_id, key_id) \
+           ON k.org_id = u.org_id AND k.key_id = u.key_id \
+         ORDER BY k.org_id COLLATE \"C\", k.key_id COLLATE \"C\" FOR UPDATE OF k",
+        )
+        .bind(orgs)
+        .bind(ids)
+        .fetch_all(&mut **tx)
+        .await?,
+    ))
+}
+
+/// Slots held per key (keys holding none are absent).
+async fn slot_counts(
+    tx: &mut Tx,
+    keys: &[(&str, &str)],
+    since: Secs,
+) -> StoreResult<Vec<(String, String, i64)>> {
+    let (orgs, ids) = key_columns(keys);
+    Ok(sqlx::query_as(&format!(
+        "SELECT s.org_id, s.key_id, COUNT(*) FROM sessions s \
+           JOIN UNNEST($2::text[], $3::text[]) AS u(org_id, key_id) \
+           ON s.org_id = u.org_id AND s.key_id = u.key_id \
+         WHERE {SLOT_HELD} GROUP BY s.org_id, s.key_id"
+    ))
+    .bind(since)
+    .bind(orgs)
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?)
+}
+
+/// Write what a group of admissions decided in one statement: new sessions (holding their
+/// slot), slots of resumed ones, decision records. False (and the transaction must be
+/// abandoned) if one of the new sessions existed already.
+async fn write_admissions(
+    tx: &mut Tx,
+    created: &[Session],
+    resumed: &[Session],
+    decisions: &[&Decision],
+) -> StoreResult<bool> {
+    let sql = format!(
+        "WITH n AS (INSERT INTO sessions ({SESSION_COLUMNS}, slot_at) \
+           SELECT * FROM UNNEST({SESSION_ARRAYS}, $20::int8[]) ON CONFLICT DO NOTHING RETURNING 1), \
+         r AS (UPDATE sessions SET slot_at = u.slot_at, key_id = u.key_id, agent = u.agent, \
+           project_id = u.project_id, started_by = u.started_by \
+           FROM UNNEST($21::text[], $22::int8[], $23::text[], $24::text[], $25::text[], $26::text[]) \
+             AS u(session_id, slot_at, key_id, agent, project_id, started_by) \
+           WHERE sessions.session_id = u.session_id), \
+         d AS (INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST($27::text[], \
+           $28::text[], $29::int8[], $30::text[], $31::text[], $32::text[], $33::text[], \
+           $34::text[], $35::text[], $36::bool[], $37::int8[], $38::int8[], $39::int8[], \
+           $40::int8[], $41::int8[], $42::int8[], $43::int8[], $44::int8[], $45::int8[], \
+           $46::int8[], $47::text[])) \
+         SELECT COUNT(*) FROM n"
+    );
+    fn col<T>(rows: &[&Decision], f: impl Fn(&Decision) -> T) -> Vec<T> {
+        rows.iter().map(|r| f(r)).collect()
+    }
+    let rows = decisions;
+    let row = bind_sessions(sqlx::query(&sql), created)
+        .bind(column(created, |r| r.slot_at))
+        .bind(column(resumed, |r| r.session_id.clone()))
+        .bind(column(resumed, |r| r.slot_at))
+        .bind(column(resumed, |r| r.key_id.clone()))
+        .bind(column(resumed, |r| r.agent.clone()))
+        .bind(column(resumed, |r| r.project_id.clone()))
+        .bind(column(resumed, |r| r.started_by.clone()))
+        .bind(col(rows, |d| d.org_id.clone()))
+        .bind(col(rows, |d| d.decision_id.clone()))
+        .bind(col(rows, |d| d.decided_at))
+        .bind(col(rows, |d| d.session_id.clone()))
+        .bind(col(rows, |d| d.key_id.clone()))
+        .bind(col(rows, |d| d.decision.clone()))
+        .bind(col(rows, |d| d.reason.clone()))
+        .bind(col(rows, |d| d.rule.clone()))
+        .bind(col(rows, |d| d.plan_id.clone()))
+        .bind(col(rows, |d| d.suspended))
+        .bind(col(rows, |d| d.month_start))
+        .bind(col(rows, |d| d.month_end))
+        .bind(col(rows, |d| d.month_used))
+        .bind(col(rows, |d| d.month_limit))
+        .bind(col(rows, |d| d.week_start))
+        .bind(col(rows, |d| d.week_end))
+        .bind(col(rows, |d| d.week_used))
+        .bind(col(rows, |d| d.week_limit))
+        .bind(col(rows, |d| d.running))
+        .bind(col(rows, |d| d.concurrency_limit))
+        .bind(col(rows, |d| d.upgrade_plan.clone()))
+        .fetch_one(&mut **tx)
+        .await?;
+    let inserted: i64 = sqlx::Row::try_get(&row, 0)?;
+    Ok(inserted == created.len() as i64)
+}

@@ -1,0 +1,127 @@
+// The gate's SQL (`GateStore`), written once for both dialects. Deciding is pure
+// (`core::gate::decide_group`); this reads the facts under the right locks and writes what
+// was decided.
+
+/// The SQL twin of `gate::holds_slot`, with the lease's start as `$1`.
+const SLOT_HELD: &str = "phase <> 'ended' AND ( \
+       (phase = 'running' AND COALESCE(heard_at, last_at) >= $1) OR \
+       (slot_at >= $1 AND (phase = 'admitted' OR heard_at IS NULL OR heard_at <= slot_at)))";
+
+const DECISION_COLUMNS: &str = "org_id, decision_id, decided_at, session_id, key_id, decision, \
+     reason, rule, plan_id, suspended, month_start, month_end, month_used, month_limit, \
+     week_start, week_end, week_used, week_limit, running, concurrency_limit, upgrade_plan";
+
+/// One try of an admission group, in one transaction that holds the row lock of every key
+/// the group names (PostgreSQL, taken in byte order) or the database's write lock
+/// (SQLite), so that no number of callers on any number of instances gets past a key's
+/// limit. Every decision is recorded in the same transaction. `None` when a session it
+/// would create appeared meanwhile (start over and see it).
+async fn admit_once(
+    pool: &Pool<DB>,
+    plans: &Plans,
+    requests: &[AdmissionRequest],
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<Option<Vec<Result<Decision, AdmitReject>>>> {
+    let mut tx = begin_write(pool).await?;
+    let mut facts = GroupFacts::default();
+
+    let keys = sorted_unique(requests.iter().map(|r| (r.org_id.as_str(), r.key_id.as_str())));
+    for chunk in keys.chunks(CHUNK) {
+        for k in lock_keys(&mut tx, chunk).await? {
+            facts.keys.insert((k.org_id.clone(), k.key_id.clone()), k);
+        }
+    }
+    let org_ids = sorted_unique(requests.iter().map(|r| r.org_id.as_str()));
+    for chunk in org_ids.chunks(CHUNK) {
+        for o in select_orgs(&mut *tx, chunk).await? {
+            facts.orgs.insert(o.org_id.clone(), o);
+        }
+    }
+    let session_ids = sorted_unique(requests.iter().map(|r| r.session_id.as_str()));
+    for s in lock_sessions(&mut tx, &session_ids).await? {
+        facts.sessions.insert(s.session_id.clone(), s);
+    }
+    for chunk in keys.chunks(CHUNK) {
+        for (org, key, n) in slot_counts(&mut tx, chunk, now - rules.lease).await? {
+            facts.slots.insert((org, key), n);
+        }
+    }
+    let mut usage = HashMap::new();
+    for (windows, orgs) in rush_meter_core::standing::by_windows(facts.orgs.values(), now) {
+        let ids: Vec<&str> = orgs.iter().map(|o| o.org_id.as_str()).collect();
+        usage.extend(window_usage_on(&mut tx, &ids, &windows, now, rules).await?);
+    }
+    facts.usage = usage;
+
+    let outcome = rush_meter_core::gate::decide_group(plans, requests, facts, now, rules.lease, || {
+        format!("dec_{:016x}", rand::random::<u64>())
+    });
+    let decisions: Vec<&Decision> = outcome.answers.iter().flatten().collect();
+    let (created, resumed) = (&outcome.created, &outcome.resumed);
+    assert!(
+        created.len() + resumed.len() <= CHUNK && decisions.len() <= CHUNK,
+        "group too big"
+    );
+    if !write_admissions(&mut tx, created, resumed, &decisions).await? {
+        return Ok(None);
+    }
+    tx.commit().await?;
+    Ok(Some(outcome.answers))
+}
+
+#[async_trait]
+impl GateStore for Backend {
+    async fn admit(
+        &self,
+        plans: &Plans,
+        requests: &[AdmissionRequest],
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
+        retry_group("sessions kept appearing during admission", || {
+            admit_once(self.write(), plans, requests, now, rules)
+        })
+        .await
+    }
+
+    async fn list_decisions(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+        only: Option<&str>,
+        after: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<Decision>> {
+        let (after_at, after_id) = after.unwrap_or((i64::MIN, String::new()));
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Decision>>(
+                "SELECT * FROM decisions WHERE org_id = $1 AND decided_at >= $2 AND decided_at < $3 \
+                   AND ($4 IS NULL OR decision = $4) \
+                   AND (decided_at > $5 OR (decided_at = $5 AND decision_id > $6)) \
+                 ORDER BY decided_at, decision_id LIMIT $7",
+            )
+            .bind(org_id)
+            .bind(from)
+            .bind(to)
+            .bind(only)
+            .bind(after_at)
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(self.read())
+            .await?,
+        ))
+    }
+
+    async fn count_decisions(&self, org_id: &str, reason: &str, since: Secs) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM decisions WHERE org_id = $1 AND decided_at >= $2 AND reason = $3",
+        )
+        .bind(org_id)
+        .bind(since)
+        .bind(reason)
+        .fetch_one(self.read())
+        .await?)
+    }
+}

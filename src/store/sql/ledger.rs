@@ -1,0 +1,446 @@
+// The ledger (`LedgerStore`), written once for both dialects: locks and reads around the
+// core's rules (`core::heartbeats::group`, `core::ledger`), and the readers' sums.
+
+fn span_kind(kind: VmState) -> &'static str {
+    kind.as_str()
+}
+
+const SESSION_COLUMNS: &str = "org_id, session_id, key_id, agent, project_id, started_by, \
+     vm_id, phase, last_seq, last_at, span_start, billed_seconds, heartbeats, silences, \
+     unadmitted, created_at, ended_at, end_status, heard_at";
+
+/// Overwrites every column of a locked session row with the new state.
+const SESSION_UPSERT: &str = " ON CONFLICT (session_id) DO UPDATE SET \
+     key_id = excluded.key_id, agent = excluded.agent, project_id = excluded.project_id, \
+     started_by = excluded.started_by, vm_id = excluded.vm_id, phase = excluded.phase, \
+     last_seq = excluded.last_seq, last_at = excluded.last_at, \
+     span_start = excluded.span_start, billed_seconds = excluded.billed_seconds, \
+     heartbeats = excluded.heartbeats, silences = excluded.silences, \
+     unadmitted = excluded.unadmitted, ended_at = excluded.ended_at, \
+     end_status = excluded.end_status, heard_at = excluded.heard_at";
+
+const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, shard) DO UPDATE \
+     SET seconds = org_hourly.seconds + excluded.seconds";
+
+const SESSION_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, session_id) DO UPDATE \
+     SET seconds = session_hourly.seconds + excluded.seconds";
+
+/// Lock and read the sessions with these ids, in id order.
+async fn lock_sessions(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<Session>> {
+    let mut rows = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        rows.extend(unwrap_all(select_sessions_for_update(tx, chunk).await?));
+    }
+    Ok(rows)
+}
+
+/// Sorted ids of the orgs that exist among `ids`.
+async fn existing_orgs(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
+    let mut found = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        found.extend(select_org_ids(tx, chunk).await?);
+    }
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// Insert sessions first seen now; false if another writer inserted any of them first.
+async fn insert_new_sessions(tx: &mut Tx, rows: &[Session]) -> StoreResult<bool> {
+    let mut inserted = 0;
+    for chunk in rows.chunks(CHUNK) {
+        inserted += insert_new_session_rows(tx, chunk).await?;
+    }
+    Ok(inserted == rows.len() as u64)
+}
+
+/// One try of a heartbeat group: `None` when another instance created one of its new
+/// sessions first (start over and see its owner).
+async fn ingest_once(
+    pool: &Pool<DB>,
+    requests: &[Vec<Heartbeat>],
+    rules: &Rules,
+    shard: i64,
+) -> StoreResult<Option<Vec<RequestOutcome>>> {
+    let mut tx = begin_write(pool).await?;
+    let ids = sorted_unique(requests.iter().flatten().map(|h| h.session_id.as_str()));
+    let mut sessions: HashMap<String, Session> = lock_sessions(&mut tx, &ids)
+        .await?
+        .into_iter()
+        .map(|s| (s.session_id.clone(), s))
+        .collect();
+    let unproven = heartbeats::unproven_orgs(requests, &sessions);
+    let found = if unproven.is_empty() {
+        Vec::new()
+    } else {
+        existing_orgs(&mut tx, &unproven).await?
+    };
+    let screened = heartbeats::screen(requests, &sessions, &found);
+    if !screened.created.is_empty() {
+        let new: Vec<Session> = screened.created.values().cloned().collect();
+        if !insert_new_sessions(&mut tx, &new).await? {
+            return Ok(None);
+        }
+        sessions.extend(screened.created);
+    }
+    let (answers, booking) = heartbeats::apply(requests, screened.verdicts, &mut sessions, rules);
+    write_booking(&mut tx, shard, &booking).await?;
+    tx.commit().await?;
+    Ok(Some(answers))
+}
+
+/// `GREATEST(0, LEAST(hi, $b) - GREATEST(lo, $a))`: seconds of `[lo, hi)` inside `[$a, $b)`.
+fn overlap(lo: &str, hi: &str, a: usize, b: usize) -> String {
+    format!("{GREATEST}(0, {LEAST}({hi}, ${b}) - {GREATEST}({lo}, ${a}))")
+}
+
+/// Seconds used in the month and week windows by each of `org_ids` (which share those
+/// windows), in one statement so that one snapshot gives every figure: whole hours from
+/// the hourly rollup, part hours at the windows' edges from the spans and open stretches,
+/// and each running session counted up to `now` (`SessionLedger::provisional`).
+async fn window_usage_on(
+    conn: &mut <DB as sqlx::Database>::Connection,
+    org_ids: &[&str],
+    windows: &Windows,
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<HashMap<String, WindowTotals>> {
+    let mut out: HashMap<String, WindowTotals> = HashMap::new();
+    let ws = [windows.month, windows.week];
+    let full = ws.map(full_hours);
+    let edges = ws.map(|w| {
+        let mut e = partial_hours(w).into_iter().map(|i| (i.start, i.end));
+        [e.next().unwrap_or((0, 0)), e.next().unwrap_or((0, 0))]
+    });
+    let (lo, hi) = (full[0].0.min(full[1].0), full[0].1.max(full[1].1));
+    // Parameters: $1..$4 full-hour bounds, $5 $6 hull, $7..$14 edges, $15..$18 windows,
+    // $19 now, $20 interval, $21 lease; org ids follow.
+    let sum_edges = |lo_col: &str, hi_col: &str, w: usize| {
+        let base = 7 + 4 * w;
+        format!(
+            "{} + {}",
+            overlap(lo_col, hi_col, base, base + 1),
+            overlap(lo_col, hi_col, base + 2, base + 3)
+        )
+    };
+    let provisional = |w: usize| {
+        overlap(
+            "last_at",
+            &format!("{LEAST}($19, last_at + $20)"),
+            15 + 2 * w,
+            16 + 2 * w,
+        )
+    };
+    for chunk in org_ids.chunks(CHUNK) {
+        let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", 22 + i)).collect();
+        let list = list.join(", ");
+        let sql = format!(
+            "SELECT org_id, \
+               CAST(COALESCE(SUM(CASE WHEN hour >= $1 AND hour < $2 THEN seconds ELSE 0 END), 0) AS BIGINT), \
+               CAST(COALESCE(SUM(CASE WHEN hour >= $3 AND hour < $4 THEN seconds ELSE 0 END), 0) AS BIGINT), \
+               CAST(0 AS BIGINT) \
+             FROM org_hourly WHERE org_id IN ({list}) AND hour >= $5 AND hour < $6 GROUP BY org_id \
+             UNION ALL \
+             SELECT org_id, CAST(SUM({se0}) AS BIGINT), CAST(SUM({se1}) AS BIGINT), CAST(0 AS BIGINT) FROM spans \
+             WHERE org_id IN ({list}) AND kind = 'running' AND ( \
+               (end_at > $7 AND start_at < $8) OR (end_at > $9 AND start_at < $10) OR \
+               (end_at > $11 AND start_at < $12) OR (end_at > $13 AND start_at < $14)) \
+             GROUP BY org_id \
+             UNION ALL \
+             SELECT org_id, CAST(SUM({oe0} + {p0}) AS BIGINT), CAST(SUM({oe1} + {p1}) AS BIGINT), \
+               CAST(SUM(CASE WHEN COALESCE(heard_at, last_at) >= $19 - $21 THEN 1 ELSE 0 END) AS BIGINT) \
+             FROM sessions WHERE org_id IN ({list}) AND phase = 'running' GROUP BY org_id",
+            se0 = sum_edges("start_at", "end_at", 0),
+            se1 = sum_edges("start_at", "end_at", 1),
+            oe0 = sum_edges("span_start", "last_at", 0),
+            oe1 = sum_edges("span_start", "last_at", 1),
+            p0 = provisional(0),
+            p1 = provisional(1),
+        );
+        let mut q = sqlx::query_as::<_, (String, i64, i64, i64)>(&sql)
+            .bind(full[0].0)
+            .bind(full[0].1)
+            .bind(full[1].0)
+            .bind(full[1].1)
+            .bind(lo)
+            .bind(hi);
+        for e in edges.iter().flatten() {
+            q = q.bind(e.0).bind(e.1);
+        }
+        for w in ws {
+            q = q.bind(w.start).bind(w.end);
+        }
+        q = q.bind(now).bind(rules.interval).bind(rules.lease);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for (org, m, w, n) in q.fetch_all(&mut *conn).await? {
+            let e = out.entry(org).or_default();
+            e.month += m;
+            e.week += w;
+            e.running += n;
+        }
+    }
+    Ok(out)
+}
+
+const SESSION_JOIN: &str =
+    " JOIN sessions s ON s.org_id = h.org_id AND s.session_id = h.session_id";
+
+#[async_trait]
+impl LedgerStore for Backend {
+    async fn ingest(
+        &self,
+        requests: &[Vec<Heartbeat>],
+        rules: &Rules,
+        shard: i64,
+    ) -> StoreResult<Vec<RequestOutcome>> {
+        retry_group("sessions kept changing owner during ingest", || {
+            ingest_once(self.write(), requests, rules, shard)
+        })
+        .await
+    }
+
+    async fn end_session(
+        &self,
+        session_id: &str,
+        scope_org: Option<&str>,
+        status: EndStatus,
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<Option<Session>> {
+        let mut tx = begin_write(self.write()).await?;
+        let Some(mut s) = lock_sessions(&mut tx, &[session_id]).await?.pop() else {
+            return Ok(None);
+        };
+        if scope_org.is_some_and(|o| o != s.org_id) {
+            return Ok(None);
+        }
+        let (led, fx) = ledger::end_session(&s.ledger, now, status, rules);
+        if !fx.ignored {
+            s.ledger = led;
+            let mut booking = Booking::default();
+            booking.add(&s, &fx);
+            write_booking(&mut tx, 0, &booking).await?;
+            tx.commit().await?;
+        }
+        Ok(Some(s))
+    }
+
+    async fn expire_sessions(&self, now: Secs, rules: &Rules, limit: i64) -> StoreResult<usize> {
+        let mut tx = begin_write(self.write()).await?;
+        let mut rows = unwrap_all(
+            sqlx::query_as::<_, Rec<Session>>(&format!(
+                "SELECT * FROM sessions WHERE phase = 'running' AND last_at < $1 \
+                 ORDER BY session_id LIMIT $2{SKIP_LOCKED}"
+            ))
+            .bind(now - 2 * rules.lease)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?,
+        );
+        rows.extend(unwrap_all(
+            sqlx::query_as::<_, Rec<Session>>(&format!(
+                "SELECT * FROM sessions WHERE phase IN ('parked', 'admitted', 'silent') \
+                 AND span_start <= $1 ORDER BY session_id LIMIT $2{SKIP_LOCKED}"
+            ))
+            .bind(now - ledger::PARKED_EXPIRY_SECS)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?,
+        ));
+        let mut booking = Booking::default();
+        for mut s in rows {
+            if let Some((led, fx)) = ledger::expire(&s.ledger, now, rules) {
+                s.ledger = led;
+                booking.add(&s, &fx);
+            }
+        }
+        let changed = booking.sessions.len();
+        write_booking(&mut tx, 0, &booking).await?;
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<Session>> {
+        Ok(
+            sqlx::query_as::<_, Rec<Session>>("SELECT * FROM sessions WHERE session_id = $1")
+                .bind(session_id)
+                .fetch_optional(self.read())
+                .await?
+                .map(|r| r.0),
+        )
+    }
+
+    async fn sessions_of_org(&self, org_id: &str) -> StoreResult<Vec<Session>> {
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Session>>(
+                "SELECT * FROM sessions WHERE org_id = $1 ORDER BY session_id",
+            )
+            .bind(org_id)
+            .fetch_all(self.read())
+            .await?,
+        ))
+    }
+
+    async fn running_sessions(&self, org_id: &str) -> StoreResult<Vec<Session>> {
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Session>>(
+                "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'",
+            )
+            .bind(org_id)
+            .fetch_all(self.read())
+            .await?,
+        ))
+    }
+
+    async fn list_sessions(
+        &self,
+        org_id: &str,
+        phase: Option<Phase>,
+        from: Secs,
+        to: Secs,
+        after: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<Session>> {
+        let (after_at, after_id) = after.unwrap_or((i64::MIN, String::new()));
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Session>>(
+                "SELECT * FROM sessions WHERE org_id = $1 AND ($2 IS NULL OR phase = $2) \
+                   AND created_at >= $3 AND created_at < $4 \
+                   AND (created_at > $5 OR (created_at = $5 AND session_id > $6)) \
+                 ORDER BY created_at, session_id LIMIT $7",
+            )
+            .bind(org_id)
+            .bind(phase.map(Phase::as_str))
+            .bind(from)
+            .bind(to)
+            .bind(after_at)
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(self.read())
+            .await?,
+        ))
+    }
+
+    async fn window_usage(
+        &self,
+        org_ids: &[&str],
+        windows: &Windows,
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<HashMap<String, WindowTotals>> {
+        let mut conn = self.read().acquire().await?;
+        window_usage_on(&mut conn, org_ids, windows, now, rules).await
+    }
+
+    async fn session_counts(
+        &self,
+        org_id: &str,
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<SessionCounts> {
+        let (running, parked): (i64, i64) = sqlx::query_as(
+            "SELECT \
+               CAST(COALESCE(SUM(CASE WHEN phase = 'running' AND COALESCE(heard_at, last_at) >= $2 THEN 1 ELSE 0 END), 0) AS BIGINT), \
+               CAST(COALESCE(SUM(CASE WHEN phase = 'parked' THEN 1 ELSE 0 END), 0) AS BIGINT) \
+             FROM sessions WHERE org_id = $1 AND phase IN ('running', 'parked')",
+        )
+        .bind(org_id)
+        .bind(now - rules.lease)
+        .fetch_one(self.read())
+        .await?;
+        Ok(SessionCounts { running, parked })
+    }
+
+    async fn running_spans(&self, org_id: &str) -> StoreResult<Vec<(String, Secs, Secs)>> {
+        Ok(sqlx::query_as(
+            "SELECT session_id, start_at, end_at FROM spans WHERE org_id = $1 AND kind = 'running' \
+             UNION ALL \
+             SELECT session_id, span_start, last_at FROM sessions \
+             WHERE org_id = $1 AND phase = 'running' AND last_at > span_start \
+             ORDER BY 1, 2",
+        )
+        .bind(org_id)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    async fn session_spans(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Vec<(Secs, Secs, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT start_at, end_at, kind FROM spans WHERE org_id = $1 AND session_id = $2 \
+             ORDER BY start_at",
+        )
+        .bind(org_id)
+        .bind(session_id)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    async fn hourly_totals(&self, org_id: &str) -> StoreResult<Vec<(Secs, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT hour, CAST(SUM(seconds) AS BIGINT) FROM org_hourly WHERE org_id = $1 \
+             GROUP BY hour ORDER BY hour",
+        )
+        .bind(org_id)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    async fn session_hourly_totals(&self, org_id: &str) -> StoreResult<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT session_id, CAST(SUM(seconds) AS BIGINT) FROM session_hourly \
+             WHERE org_id = $1 GROUP BY session_id ORDER BY session_id",
+        )
+        .bind(org_id)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    /// Each piece carries the grouping key (an hour, a day's start, a session, or the
+    /// session's project, user or agent) and dummies for the rest, so `breakdown::group`
+    /// merges them with running sessions' pieces as they are.
+    async fn session_hour_pieces(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+        by: GroupBy,
+    ) -> StoreResult<Vec<Piece>> {
+        // By time, the org's own hourly rollup (written in the same transaction, so equal)
+        // has a row an hour, not a row a session-hour.
+        let time = |key: &str| {
+            format!(
+                "SELECT {key} AS hour, '' AS session_id, NULL AS project_id, NULL AS started_by, \
+                   NULL AS agent, CAST(SUM(seconds) AS BIGINT) AS seconds FROM org_hourly \
+                 WHERE org_id = $1 AND hour >= $2 AND hour < $3 GROUP BY {key}"
+            )
+        };
+        // By session, project, user or agent: the per-session rollup, joined for the names.
+        let by_session = |select: &str, join: &str, key: &str| {
+            format!(
+                "SELECT {select}, CAST(SUM(h.seconds) AS BIGINT) AS seconds FROM session_hourly h{join} \
+                 WHERE h.org_id = $1 AND h.hour >= $2 AND h.hour < $3 GROUP BY {key}"
+            )
+        };
+        let sql = match by {
+            GroupBy::Hour => time("hour"),
+            GroupBy::Day => time("(hour / 86400) * 86400"),
+            GroupBy::Session => by_session("CAST(0 AS BIGINT) AS hour, h.session_id, NULL AS project_id, NULL AS started_by, NULL AS agent", "", "h.session_id"),
+            GroupBy::Project => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, s.project_id, NULL AS started_by, NULL AS agent", SESSION_JOIN, "s.project_id"),
+            GroupBy::User => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, NULL AS project_id, s.started_by, NULL AS agent", SESSION_JOIN, "s.started_by"),
+            GroupBy::Agent => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, NULL AS project_id, NULL AS started_by, s.agent", SESSION_JOIN, "s.agent"),
+        };
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Piece>>(&sql)
+                .bind(org_id)
+                .bind(from)
+                .bind(to)
+                .fetch_all(self.read())
+                .await?,
+        ))
+    }
+}

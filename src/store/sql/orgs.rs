@@ -1,0 +1,133 @@
+// Orgs, keys and tokens (`OrgStore`), written once for both dialects.
+
+async fn select_orgs<'e, E: sqlx::Executor<'e, Database = DB>>(
+    ex: E,
+    ids: &[&str],
+) -> StoreResult<Vec<Org>> {
+    select_orgs_in(ex, ids).await.map(unwrap_all)
+}
+
+#[async_trait]
+impl OrgStore for Backend {
+    async fn upsert_org(&self, org: &OrgUpsert, now: Secs) -> StoreResult<Org> {
+        Ok(sqlx::query_as::<_, Rec<Org>>(
+            "INSERT INTO orgs (org_id, name, plan_id, suspended, created_at, updated_at) \
+             VALUES ($1, COALESCE($2, $1), COALESCE($3, 'free'), COALESCE($4, FALSE), $5, $5) \
+             ON CONFLICT (org_id) DO UPDATE SET \
+               name = COALESCE($2, orgs.name), plan_id = COALESCE($3, orgs.plan_id), \
+               suspended = COALESCE($4, orgs.suspended), updated_at = $5 \
+             RETURNING *",
+        )
+        .bind(&org.org_id)
+        .bind(&org.name)
+        .bind(&org.plan_id)
+        .bind(org.suspended)
+        .bind(now)
+        .fetch_one(self.write())
+        .await?
+        .0)
+    }
+
+    async fn get_org(&self, org_id: &str) -> StoreResult<Option<Org>> {
+        Ok(
+            sqlx::query_as::<_, Rec<Org>>("SELECT * FROM orgs WHERE org_id = $1")
+                .bind(org_id)
+                .fetch_optional(self.read())
+                .await?
+                .map(|r| r.0),
+        )
+    }
+
+    async fn get_orgs(&self, org_ids: &[&str]) -> StoreResult<Vec<Org>> {
+        let mut rows = Vec::with_capacity(org_ids.len());
+        for chunk in org_ids.chunks(CHUNK) {
+            rows.extend(select_orgs(self.read(), chunk).await?);
+        }
+        Ok(rows)
+    }
+
+    async fn list_orgs(&self) -> StoreResult<Vec<Org>> {
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Org>>("SELECT * FROM orgs ORDER BY org_id")
+                .fetch_all(self.read())
+                .await?,
+        ))
+    }
+
+    async fn orgs_before(&self, end: Secs) -> StoreResult<Vec<Org>> {
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Org>>(&format!(
+                "SELECT * FROM orgs WHERE created_at < $1 ORDER BY org_id{BYTE_ORDER}"
+            ))
+            .bind(end)
+            .fetch_all(self.read())
+            .await?,
+        ))
+    }
+
+    async fn first_org_created(&self) -> StoreResult<Option<Secs>> {
+        Ok(sqlx::query_scalar("SELECT MIN(created_at) FROM orgs")
+            .fetch_one(self.read())
+            .await?)
+    }
+
+    async fn upsert_key(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        limit: Option<i64>,
+        now: Secs,
+    ) -> StoreResult<Key> {
+        Ok(sqlx::query_as::<_, Rec<Key>>(
+            "INSERT INTO api_keys (org_id, key_id, concurrency_limit, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $4) \
+             ON CONFLICT (org_id, key_id) DO UPDATE SET \
+               concurrency_limit = $3, updated_at = $4 \
+             RETURNING *",
+        )
+        .bind(org_id)
+        .bind(key_id)
+        .bind(limit)
+        .bind(now)
+        .fetch_one(self.write())
+        .await?
+        .0)
+    }
+
+    async fn get_key(&self, org_id: &str, key_id: &str) -> StoreResult<Option<Key>> {
+        Ok(sqlx::query_as::<_, Rec<Key>>(
+            "SELECT * FROM api_keys WHERE org_id = $1 AND key_id = $2",
+        )
+        .bind(org_id)
+        .bind(key_id)
+        .fetch_optional(self.read())
+        .await?
+        .map(|r| r.0))
+    }
+
+    async fn insert_token(&self, t: &TokenRow) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO tokens (token_id, secret_hash, scopes, org_id, label, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (secret_hash) DO UPDATE SET scopes = $3, org_id = $4, label = $5",
+        )
+        .bind(&t.token_id)
+        .bind(&t.secret_hash)
+        .bind(&t.scopes)
+        .bind(&t.org_id)
+        .bind(&t.label)
+        .bind(t.created_at)
+        .execute(self.write())
+        .await?;
+        Ok(())
+    }
+
+    async fn token_by_hash(&self, hash: &str) -> StoreResult<Option<TokenRow>> {
+        Ok(
+            sqlx::query_as::<_, TokenRow>("SELECT * FROM tokens WHERE secret_hash = $1")
+                .bind(hash)
+                .fetch_optional(self.read())
+                .await?,
+        )
+    }
+}

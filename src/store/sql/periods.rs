@@ -1,0 +1,250 @@
+// Closed periods and the finance export (`PeriodStore`), written once for both dialects.
+//
+// A session's line for a period: its booked running seconds from the per-session hourly
+// rollup, its closed spans clipped to the period, and the stretch it is in up to its last
+// heartbeat. For the first open period after a closed one, its adjustment: what the
+// rollup now holds for the closed period less what was frozen (app/periods.rs).
+
+/// Rows sent down the channel at a time.
+const LINE_BATCH: usize = 1024;
+
+/// The stretch a session is in, clipped to the period `[$1, $2)`, is not empty.
+fn open_stretch() -> String {
+    format!(
+        "(s.phase IN ('running', 'parked') AND {LEAST}(s.last_at, $2) > {GREATEST}(s.span_start, $1))"
+    )
+}
+
+/// The live lines of `[$1, $2)`, with adjustments against the closed period `[$3, $4)`.
+fn live_lines_sql() -> String {
+    let open = open_stretch();
+    format!(
+        "SELECT s.org_id, s.session_id, s.project_id, s.started_by, s.agent, \
+           COALESCE(r.secs, 0) AS running_seconds, \
+           COALESCE(k.parked, 0) + CASE WHEN s.phase = 'parked' AND {open} \
+             THEN {LEAST}(s.last_at, $2) - {GREATEST}(s.span_start, $1) ELSE 0 END AS parked_seconds, \
+           COALESCE(k.n, 0) + CASE WHEN {open} THEN 1 ELSE 0 END AS spans, \
+           COALESCE(k.first_start, CASE WHEN {open} THEN {GREATEST}(s.span_start, $1) END) AS first_start, \
+           CASE WHEN {open} THEN {LEAST}(s.last_at, $2) ELSE k.last_end END AS last_end, \
+           CASE WHEN s.ended_at <= $2 THEN s.end_status END AS end_status, \
+           COALESCE(a.secs, 0) - COALESCE(f.running_seconds, 0) AS adjustment_seconds \
+         FROM sessions s \
+         LEFT JOIN (SELECT org_id, session_id, CAST(SUM(seconds) AS BIGINT) AS secs FROM session_hourly \
+             WHERE hour >= $1 AND hour < $2 GROUP BY org_id, session_id) r \
+           ON r.org_id = s.org_id AND r.session_id = s.session_id \
+         LEFT JOIN (SELECT org_id, session_id, COUNT(*) AS n, \
+               CAST(SUM(CASE WHEN kind = 'parked' THEN {LEAST}(end_at, $2) - {GREATEST}(start_at, $1) ELSE 0 END) AS BIGINT) AS parked, \
+               MIN({GREATEST}(start_at, $1)) AS first_start, MAX({LEAST}(end_at, $2)) AS last_end \
+             FROM spans WHERE start_at < $2 AND end_at > $1 GROUP BY org_id, session_id) k \
+           ON k.org_id = s.org_id AND k.session_id = s.session_id \
+         LEFT JOIN (SELECT org_id, session_id, CAST(SUM(seconds) AS BIGINT) AS secs FROM session_hourly \
+             WHERE hour >= $3 AND hour < $4 GROUP BY org_id, session_id) a \
+           ON a.org_id = s.org_id AND a.session_id = s.session_id \
+         LEFT JOIN period_sessions f \
+           ON f.period_start = $3 AND f.org_id = s.org_id AND f.session_id = s.session_id \
+         WHERE (s.created_at >= $1 AND s.created_at < $2) OR r.secs IS NOT NULL OR k.n IS NOT NULL \
+           OR {open} OR COALESCE(a.secs, 0) <> COALESCE(f.running_seconds, 0)"
+    )
+}
+
+const FROZEN_LINES_SQL: &str = "SELECT org_id, session_id, project_id, started_by, agent, \
+       running_seconds, parked_seconds, spans, first_start, last_end, end_status, adjustment_seconds \
+     FROM period_sessions WHERE period_start = $1";
+
+/// The closed period a live query adjusts against, as `($3, $4)` (empty when none).
+fn adjusting(q: &LineQuery) -> (Secs, Secs) {
+    q.adjusts.map_or((0, 0), |l| (l.start, l.end))
+}
+
+#[async_trait]
+impl PeriodStore for Backend {
+    async fn send_session_lines(
+        &self,
+        q: &LineQuery,
+        tx: &mpsc::Sender<Vec<SessionLine>>,
+    ) -> StoreResult<()> {
+        use futures_util::TryStreamExt;
+        let sql = if q.closed {
+            format!("{FROZEN_LINES_SQL} ORDER BY org_id, session_id")
+        } else {
+            format!(
+                "{} ORDER BY s.org_id{BYTE_ORDER}, s.session_id{BYTE_ORDER}",
+                live_lines_sql()
+            )
+        };
+        let (ls, le) = adjusting(q);
+        let mut query = sqlx::query_as::<_, Rec<SessionLine>>(&sql).bind(q.period.start);
+        if !q.closed {
+            query = query.bind(q.period.end).bind(ls).bind(le);
+        }
+        let mut rows = query.fetch(self.read());
+        let mut batch = Vec::with_capacity(LINE_BATCH);
+        while let Some(Rec(line)) = rows.try_next().await? {
+            batch.push(line);
+            if batch.len() == LINE_BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(LINE_BATCH));
+                if tx.send(full).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let _ = tx.send(batch).await;
+        }
+        Ok(())
+    }
+
+    async fn count_session_lines(&self, q: &LineQuery) -> StoreResult<i64> {
+        if q.closed {
+            return Ok(sqlx::query_scalar(
+                "SELECT COUNT(*) FROM period_sessions WHERE period_start = $1",
+            )
+            .bind(q.period.start)
+            .fetch_one(self.read())
+            .await?);
+        }
+        let (ls, le) = adjusting(q);
+        Ok(
+            sqlx::query_scalar(&format!("SELECT COUNT(*) FROM ({}) x", live_lines_sql()))
+                .bind(q.period.start)
+                .bind(q.period.end)
+                .bind(ls)
+                .bind(le)
+                .fetch_one(self.read())
+                .await?,
+        )
+    }
+
+    async fn live_org_sums(&self, q: &LineQuery) -> StoreResult<Vec<(String, i64, i64)>> {
+        let (ls, le) = adjusting(q);
+        Ok(sqlx::query_as(&format!(
+            "SELECT org_id, CAST(SUM(running_seconds) AS BIGINT), CAST(SUM(adjustment_seconds) AS BIGINT) \
+             FROM ({}) x GROUP BY org_id",
+            live_lines_sql()
+        ))
+        .bind(q.period.start)
+        .bind(q.period.end)
+        .bind(ls)
+        .bind(le)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    async fn frozen_orgs(&self, period_start: Secs) -> StoreResult<Vec<FrozenOrgRow>> {
+        Ok(sqlx::query_as::<_, FrozenOrgRow>(
+            "SELECT * FROM period_orgs WHERE period_start = $1 ORDER BY org_id",
+        )
+        .bind(period_start)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    async fn get_period(&self, period_start: Secs) -> StoreResult<Option<PeriodRow>> {
+        Ok(
+            sqlx::query_as::<_, PeriodRow>("SELECT * FROM periods WHERE period_start = $1")
+                .bind(period_start)
+                .fetch_optional(self.read())
+                .await?,
+        )
+    }
+
+    async fn list_periods(&self) -> StoreResult<Vec<PeriodRow>> {
+        Ok(
+            sqlx::query_as::<_, PeriodRow>("SELECT * FROM periods ORDER BY period_start DESC")
+                .fetch_all(self.read())
+                .await?,
+        )
+    }
+
+    async fn close_period(
+        &self,
+        q: &LineQuery,
+        now: Secs,
+        terms: TermsOf<'_>,
+    ) -> StoreResult<Option<PeriodRow>> {
+        let mut tx = begin_write(self.write()).await?;
+        // Taken first: a second closer waits here on PostgreSQL, then finds it done.
+        let claimed = sqlx::query(
+            "INSERT INTO periods (period_start, period_end, closed_at, orgs, sessions, agent_seconds, \
+               adjustment_seconds) VALUES ($1, $2, $3, 0, 0, 0, 0) ON CONFLICT (period_start) DO NOTHING",
+        )
+        .bind(q.period.start)
+        .bind(q.period.end)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if claimed.rows_affected() == 0 {
+            return Ok(None);
+        }
+        let (ls, le) = adjusting(q);
+        let sessions = sqlx::query(&format!(
+            "INSERT INTO period_sessions (period_start, org_id, session_id, project_id, started_by, \
+               agent, running_seconds, parked_seconds, spans, first_start, last_end, end_status, \
+               adjustment_seconds) SELECT $1, x.* FROM ({}) x",
+            live_lines_sql()
+        ))
+        .bind(q.period.start)
+        .bind(q.period.end)
+        .bind(ls)
+        .bind(le)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let sums: HashMap<String, (i64, i64)> = sqlx::query_as::<_, (String, i64, i64)>(
+            "SELECT org_id, CAST(SUM(running_seconds) AS BIGINT), CAST(SUM(adjustment_seconds) AS BIGINT) \
+             FROM period_sessions WHERE period_start = $1 GROUP BY org_id",
+        )
+        .bind(q.period.start)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|(org, run, adj)| (org, (run, adj)))
+        .collect();
+        let orgs = unwrap_all(
+            sqlx::query_as::<_, Rec<Org>>(&format!(
+                "SELECT * FROM orgs WHERE created_at < $1 ORDER BY org_id{BYTE_ORDER}"
+            ))
+            .bind(q.period.end)
+            .fetch_all(&mut *tx)
+            .await?,
+        );
+        let (mut total, mut adjusted) = (0, 0);
+        for org in &orgs {
+            let (run, adj) = sums.get(&org.org_id).copied().unwrap_or((0, 0));
+            let t: Terms = terms(org);
+            total += run;
+            adjusted += adj;
+            sqlx::query(
+                "INSERT INTO period_orgs (period_start, org_id, plan_id, stripe_customer_id, \
+                   stripe_subscription_id, agent_seconds, adjustment_seconds, included_hours, \
+                   unit_price, price, currency) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(q.period.start)
+            .bind(&org.org_id)
+            .bind(&t.plan_id)
+            .bind(&org.stripe_customer_id)
+            .bind(&org.stripe_subscription_id)
+            .bind(run)
+            .bind(adj)
+            .bind(t.included_hours.to_string())
+            .bind(t.unit_price.to_string())
+            .bind(t.price.to_string())
+            .bind(&t.currency)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let row = sqlx::query_as::<_, PeriodRow>(
+            "UPDATE periods SET orgs = $2, sessions = $3, agent_seconds = $4, adjustment_seconds = $5 \
+             WHERE period_start = $1 RETURNING *",
+        )
+        .bind(q.period.start)
+        .bind(orgs.len() as i64)
+        .bind(sessions as i64)
+        .bind(total)
+        .bind(adjusted)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some(row))
+    }
+}

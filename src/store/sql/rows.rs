@@ -1,0 +1,138 @@
+// The core's types read from rows (the core knows nothing of sqlx): `FromRow` for `Rec<T>`.
+
+/// `FromRow` for `Rec<$t>`, each field read from the column of its name.
+macro_rules! from_row {
+    ($t:ident { $($field:ident),* $(,)? }) => {
+        impl<'r> sqlx::FromRow<'r, Row> for Rec<$t> {
+            fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
+                use sqlx::Row as _;
+                Ok(Rec($t {
+                    $($field: row.try_get(stringify!($field))?,)*
+                }))
+            }
+        }
+    };
+}
+
+from_row!(Org {
+    org_id,
+    name,
+    plan_id,
+    suspended,
+    period_start,
+    period_end,
+    stripe_customer_id,
+    stripe_subscription_id,
+    subscription_status,
+    created_at,
+    updated_at,
+    past_due_since,
+    cancel_at_period_end,
+    scheduled_plan_id,
+    scheduled_at,
+    stripe_synced_at,
+});
+
+from_row!(Key {
+    org_id,
+    key_id,
+    concurrency_limit,
+    created_at,
+    updated_at,
+});
+
+from_row!(Decision {
+    org_id,
+    decision_id,
+    decided_at,
+    session_id,
+    key_id,
+    decision,
+    reason,
+    rule,
+    plan_id,
+    suspended,
+    month_start,
+    month_end,
+    month_used,
+    month_limit,
+    week_start,
+    week_end,
+    week_used,
+    week_limit,
+    running,
+    concurrency_limit,
+    upgrade_plan,
+});
+
+from_row!(Piece {
+    hour,
+    session_id,
+    project_id,
+    started_by,
+    agent,
+    seconds,
+});
+
+from_row!(SessionLine {
+    org_id,
+    session_id,
+    project_id,
+    started_by,
+    agent,
+    running_seconds,
+    parked_seconds,
+    spans,
+    first_start,
+    last_end,
+    end_status,
+    adjustment_seconds,
+});
+
+/// A column holding one of an enum's names, or the decode error that names the column.
+fn named<T>(row: &Row, column: &str, parse: fn(&str) -> Option<T>) -> Result<T, sqlx::Error> {
+    use sqlx::Row as _;
+    let text: String = row.try_get(column)?;
+    parse(&text).ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: format!("`{text}` is not a value this service writes").into(),
+    })
+}
+
+impl<'r> sqlx::FromRow<'r, Row> for Rec<Session> {
+    fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
+        use sqlx::Row as _;
+        let end_status: Option<String> = row.try_get("end_status")?;
+        let end_status = match end_status {
+            Some(s) => Some(EndStatus::parse(&s).ok_or_else(|| sqlx::Error::ColumnDecode {
+                index: "end_status".into(),
+                source: format!("`{s}` is not an end status").into(),
+            })?),
+            None => None,
+        };
+        Ok(Rec(Session {
+            org_id: row.try_get("org_id")?,
+            session_id: row.try_get("session_id")?,
+            key_id: row.try_get("key_id")?,
+            agent: row.try_get("agent")?,
+            project_id: row.try_get("project_id")?,
+            started_by: row.try_get("started_by")?,
+            vm_id: row.try_get("vm_id")?,
+            ledger: SessionLedger {
+                phase: named(row, "phase", Phase::parse)?,
+                last_seq: row.try_get("last_seq")?,
+                last_at: row.try_get("last_at")?,
+                span_start: row.try_get("span_start")?,
+                billed_seconds: row.try_get("billed_seconds")?,
+                heartbeats: row.try_get("heartbeats")?,
+                silences: row.try_get("silences")?,
+                ended_at: row.try_get("ended_at")?,
+                end_status,
+            },
+            unadmitted: row.try_get("unadmitted")?,
+            created_at: row.try_get("created_at")?,
+            heard_at: row.try_get("heard_at")?,
+            slot_at: row.try_get("slot_at")?,
+        }))
+    }
+}

@@ -1,0 +1,317 @@
+// Stripe's tables (`StripeStore`), written once for both dialects.
+
+async fn record_stripe_change(
+    tx: &mut Tx,
+    org_id: &str,
+    source: &str,
+    detail: &str,
+    now: Secs,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO stripe_changes (org_id, changed_at, seq, source, detail) \
+         SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4 FROM stripe_changes \
+         WHERE org_id = $1 AND changed_at = $2",
+    )
+    .bind(org_id)
+    .bind(now)
+    .bind(source)
+    .bind(detail)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl StripeStore for Backend {
+    async fn insert_stripe_event(
+        &self,
+        event_id: &str,
+        kind: &str,
+        created: Secs,
+        payload: &str,
+        now: Secs,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "INSERT INTO stripe_events (event_id, type, created, payload, received_at, state, \
+               attempts, next_attempt_at) VALUES ($1, $2, $3, $4, $5, 'pending', 0, $5) \
+             ON CONFLICT (event_id) DO NOTHING",
+        )
+        .bind(event_id)
+        .bind(kind)
+        .bind(created)
+        .bind(payload)
+        .bind(now)
+        .execute(self.write())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn claim_stripe_events(
+        &self,
+        now: Secs,
+        hold: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<StripeEventRow>> {
+        let mut rows: Vec<StripeEventRow> = claim_due(
+            self.write(),
+            "stripe_events",
+            "event_id",
+            "next_attempt_at",
+            "created, event_id",
+            now,
+            hold,
+            limit,
+        )
+        .await?;
+        rows.sort_by(|a, b| (a.created, &a.event_id).cmp(&(b.created, &b.event_id)));
+        Ok(rows)
+    }
+
+    async fn finish_stripe_event(
+        &self,
+        event_id: &str,
+        state: &str,
+        org_id: Option<&str>,
+        error: Option<&str>,
+        next_attempt_at: Secs,
+        now: Secs,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE stripe_events SET state = $2, org_id = COALESCE($3, org_id), last_error = $4, \
+               next_attempt_at = $5, processed_at = CASE WHEN $2 = 'pending' THEN NULL ELSE $6 END \
+             WHERE event_id = $1",
+        )
+        .bind(event_id)
+        .bind(state)
+        .bind(org_id)
+        .bind(error)
+        .bind(next_attempt_at)
+        .bind(now)
+        .execute(self.write())
+        .await?;
+        Ok(())
+    }
+
+    async fn list_stripe_events(
+        &self,
+        state: Option<&str>,
+        before: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<StripeEventRow>> {
+        let (at, id) = before.unwrap_or((i64::MAX, String::new()));
+        Ok(sqlx::query_as::<_, StripeEventRow>(
+            "SELECT * FROM stripe_events WHERE ($1 IS NULL OR state = $1) \
+               AND (received_at < $2 OR (received_at = $2 AND event_id < $3)) \
+             ORDER BY received_at DESC, event_id DESC LIMIT $4",
+        )
+        .bind(state)
+        .bind(at)
+        .bind(id)
+        .bind(limit)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    async fn requeue_stripe_event(&self, event_id: &str, now: Secs) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE stripe_events SET state = 'pending', attempts = 0, next_attempt_at = $2, \
+               processed_at = NULL WHERE event_id = $1 AND state = 'quarantined'",
+        )
+        .bind(event_id)
+        .bind(now)
+        .execute(self.write())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn org_by_stripe_customer(&self, customer_id: &str) -> StoreResult<Option<Org>> {
+        Ok(
+            sqlx::query_as::<_, Rec<Org>>("SELECT * FROM orgs WHERE stripe_customer_id = $1")
+                .bind(customer_id)
+                .fetch_optional(self.read())
+                .await?
+                .map(|r| r.0),
+        )
+    }
+
+    async fn apply_subscription_state(
+        &self,
+        org_id: &str,
+        decide: DecideState<'_>,
+        source: &str,
+        now: Secs,
+    ) -> StoreResult<Option<(Org, Org)>> {
+        let mut tx = begin_write(self.write()).await?;
+        let before = sqlx::query_as::<_, Rec<Org>>(&format!(
+            "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
+        ))
+        .bind(org_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(Rec(before)) = before else {
+            return Ok(None);
+        };
+        let Some(s) = decide(&before) else {
+            return Ok(None);
+        };
+        if before.stripe_synced_at.is_some_and(|at| at > s.synced_at) {
+            return Ok(None);
+        }
+        // A downgrade asked for on another subscription, or on one that ended, is void.
+        let keep_schedule = before.stripe_subscription_id == s.subscription_id
+            && !matches!(s.status.as_deref(), Some("canceled" | "incomplete_expired"));
+        let Rec(after) = sqlx::query_as::<_, Rec<Org>>(
+            "UPDATE orgs SET plan_id = $2, stripe_customer_id = $3, stripe_subscription_id = $4, \
+               subscription_status = $5, period_start = $6, period_end = $7, \
+               cancel_at_period_end = $8, past_due_since = $9, stripe_synced_at = $10, updated_at = $11, \
+               scheduled_plan_id = CASE WHEN $12 THEN scheduled_plan_id ELSE NULL END, \
+               scheduled_at = CASE WHEN $12 THEN scheduled_at ELSE NULL END \
+             WHERE org_id = $1 RETURNING *",
+        )
+        .bind(&s.org_id)
+        .bind(&s.plan_id)
+        .bind(&s.customer_id)
+        .bind(&s.subscription_id)
+        .bind(&s.status)
+        .bind(s.period_start)
+        .bind(s.period_end)
+        .bind(s.cancel_at_period_end)
+        .bind(s.past_due_since)
+        .bind(s.synced_at)
+        .bind(now)
+        .bind(keep_schedule)
+        .fetch_one(&mut *tx)
+        .await?;
+        let changes = rush_meter_core::org::describe_changes(&before, &after);
+        if !changes.is_empty() {
+            record_stripe_change(&mut tx, &s.org_id, source, &changes, now).await?;
+        }
+        tx.commit().await?;
+        Ok(Some((before, after)))
+    }
+
+    async fn list_stripe_changes(
+        &self,
+        org_id: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<(Secs, String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT changed_at, source, detail FROM stripe_changes WHERE org_id = $1 \
+             ORDER BY changed_at DESC, seq DESC LIMIT $2",
+        )
+        .bind(org_id)
+        .bind(limit)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    async fn link_stripe_customer(
+        &self,
+        org_id: &str,
+        customer_id: &str,
+        now: Secs,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE orgs SET stripe_customer_id = $2, updated_at = $3 \
+             WHERE org_id = $1 AND (stripe_customer_id IS NULL OR stripe_customer_id = $2)",
+        )
+        .bind(org_id)
+        .bind(customer_id)
+        .bind(now)
+        .execute(self.write())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn begin_stripe_request(&self, r: &StripeRequestRow) -> StoreResult<StripeRequestRow> {
+        sqlx::query(
+            "INSERT INTO stripe_requests (org_id, operation, idempotency_key, target, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        )
+        .bind(&r.org_id)
+        .bind(&r.operation)
+        .bind(&r.idempotency_key)
+        .bind(&r.target)
+        .bind(r.created_at)
+        .execute(self.write())
+        .await?;
+        Ok(sqlx::query_as::<_, StripeRequestRow>(
+            "SELECT * FROM stripe_requests WHERE org_id = $1 AND operation = $2 AND target = $3 \
+               AND completed_at IS NULL",
+        )
+        .bind(&r.org_id)
+        .bind(&r.operation)
+        .bind(&r.target)
+        .fetch_one(self.write())
+        .await?)
+    }
+
+    async fn open_stripe_request(
+        &self,
+        org_id: &str,
+        operation: &str,
+        target: &str,
+    ) -> StoreResult<Option<StripeRequestRow>> {
+        Ok(sqlx::query_as::<_, StripeRequestRow>(
+            "SELECT * FROM stripe_requests WHERE org_id = $1 AND operation = $2 AND target = $3 \
+               AND completed_at IS NULL ORDER BY created_at DESC LIMIT 1",
+        )
+        .bind(org_id)
+        .bind(operation)
+        .bind(target)
+        .fetch_optional(self.write())
+        .await?)
+    }
+
+    async fn complete_stripe_request(
+        &self,
+        org_id: &str,
+        idempotency_key: &str,
+        object_id: &str,
+        now: Secs,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE stripe_requests SET completed_at = $3, object_id = $4 \
+             WHERE org_id = $1 AND idempotency_key = $2",
+        )
+        .bind(org_id)
+        .bind(idempotency_key)
+        .bind(now)
+        .bind(object_id)
+        .execute(self.write())
+        .await?;
+        Ok(())
+    }
+
+    async fn schedule_plan(
+        &self,
+        org_id: &str,
+        plan: Option<(&str, Secs)>,
+        now: Secs,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE orgs SET scheduled_plan_id = $2, scheduled_at = $3, updated_at = $4 \
+             WHERE org_id = $1",
+        )
+        .bind(org_id)
+        .bind(plan.map(|p| p.0))
+        .bind(plan.map(|p| p.1))
+        .bind(now)
+        .execute(self.write())
+        .await?;
+        Ok(())
+    }
+
+    async fn due_downgrades(&self, now: Secs, limit: i64) -> StoreResult<Vec<Org>> {
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Org>>(
+                "SELECT * FROM orgs WHERE scheduled_plan_id IS NOT NULL AND scheduled_at <= $1 \
+                 ORDER BY scheduled_at LIMIT $2",
+            )
+            .bind(now)
+            .bind(limit)
+            .fetch_all(self.read())
+            .await?,
+        ))
+    }
+}

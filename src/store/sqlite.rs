@@ -1,0 +1,370 @@
+//! SQLite: the dialect's words, the pools (one writer, several readers), and the
+//! set-based statements: multi-row VALUES. SQLite prepares in-process, so a text that
+//! varies with the row count costs little.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{QueryBuilder, SqlitePool};
+
+use super::PoolSettings;
+
+pub type DB = sqlx::Sqlite;
+type Row = sqlx::sqlite::SqliteRow;
+/// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
+const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+/// The single writer connection and BEGIN IMMEDIATE already serialise writers.
+const FOR_UPDATE: &str = "";
+const SKIP_LOCKED: &str = "";
+/// SQLite's multi-argument scalar MIN and MAX.
+const LEAST: &str = "MIN";
+const GREATEST: &str = "MAX";
+/// SQLite compares text byte by byte (BINARY) already.
+const BYTE_ORDER: &str = "";
+
+include!("sql/common.rs");
+include!("sql/rows.rs");
+include!("sql/orgs.rs");
+include!("sql/ledger.rs");
+include!("sql/gate.rs");
+include!("sql/stripe.rs");
+include!("sql/periods.rs");
+include!("sql/notifications.rs");
+
+/// Writes go through one connection; reads through a pool of read-only ones.
+pub struct Lite {
+    read: SqlitePool,
+    write: SqlitePool,
+}
+
+type Backend = Lite;
+
+impl Lite {
+    pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Lite> {
+        let opts = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(settings.acquire_timeout.max(Duration::from_secs(30)))
+            .connect_with(opts.clone())
+            .await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(settings.max_connections.min(8))
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_with(opts.read_only(true))
+            .await?;
+        Ok(Lite { read, write })
+    }
+
+    fn read(&self) -> &SqlitePool {
+        &self.read
+    }
+
+    fn write(&self) -> &SqlitePool {
+        &self.write
+    }
+}
+
+#[async_trait]
+impl super::Admin for Lite {
+    fn backend(&self) -> super::Backend {
+        super::Backend::Sqlite
+    }
+
+    async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        sqlx::migrate!("migrations/sqlite").run(&self.write).await
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        ping(&self.read).await
+    }
+
+    /// A file: reachable while the process runs.
+    async fn connect_fresh(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.read.close().await;
+        self.write.close().await;
+    }
+
+    fn pools(&self) -> super::Pools<'_> {
+        super::Pools::Sqlite {
+            read: &self.read,
+            write: &self.write,
+        }
+    }
+
+    async fn digest(&self) -> StoreResult<Vec<(String, i64, i64)>> {
+        digest(&self.read).await
+    }
+}
+
+/// Query text built at run time varies with its row count: prepare it once, uncached.
+fn once<'q, 'a>(
+    q: &'q mut QueryBuilder<'a, DB>,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'a>> {
+    q.build().persistent(false)
+}
+
+/// `SELECT * FROM <table> WHERE <column> IN (ids…)`, plus `tail`.
+fn select_in<'a>(head: &str, ids: &'a [&str], tail: &str) -> QueryBuilder<'a, DB> {
+    let mut q = QueryBuilder::<DB>::new(head);
+    q.push(" IN (");
+    let mut sep = q.separated(", ");
+    for id in ids {
+        sep.push_bind(*id);
+    }
+    q.push(")");
+    q.push(tail);
+    q
+}
+
+/// Write what one transaction books: session rows, both rollups, closed spans.
+async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
+    let sessions: Vec<Session> = b.sessions.values().cloned().collect();
+    let org_hours: Vec<(&(String, Secs), &i64)> = b.org_hours.iter().collect();
+    let session_hours: Vec<(&(String, Secs, String), &i64)> = b.session_hours.iter().collect();
+    let spans = &b.spans;
+    for chunk in sessions.chunks(CHUNK) {
+        write_session_rows(tx, chunk, true).await?;
+    }
+    for chunk in org_hours.chunks(CHUNK) {
+        add_org_hours(tx, shard, chunk).await?;
+    }
+    for chunk in session_hours.chunks(CHUNK) {
+        add_session_hours(tx, chunk).await?;
+    }
+    for chunk in spans.chunks(CHUNK) {
+        insert_spans(tx, chunk).await?;
+    }
+    Ok(())
+}
+
+/// Insert sessions first seen now, skipping any that exist; returns how many were inserted.
+async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+    write_session_rows(tx, rows, false).await
+}
+
+/// Write whole session rows: overwrite existing ones (`upsert`), or insert only new ones.
+/// Returns the rows written.
+async fn write_session_rows(tx: &mut Tx, rows: &[Session], upsert: bool) -> StoreResult<u64> {
+    let mut q = QueryBuilder::<DB>::new(format!("INSERT INTO sessions ({SESSION_COLUMNS}) "));
+    q.push_values(rows, |mut b, r| {
+        b.push_bind(&r.org_id)
+            .push_bind(&r.session_id)
+            .push_bind(&r.key_id)
+            .push_bind(&r.agent)
+            .push_bind(&r.project_id)
+            .push_bind(&r.started_by)
+            .push_bind(&r.vm_id)
+            .push_bind(r.ledger.phase.as_str())
+            .push_bind(r.ledger.last_seq)
+            .push_bind(r.ledger.last_at)
+            .push_bind(r.ledger.span_start)
+            .push_bind(r.ledger.billed_seconds)
+            .push_bind(r.ledger.heartbeats)
+            .push_bind(r.ledger.silences)
+            .push_bind(r.unadmitted)
+            .push_bind(r.created_at)
+            .push_bind(r.ledger.ended_at)
+            .push_bind(r.ledger.end_status.map(EndStatus::as_str))
+            .push_bind(r.heard_at);
+    });
+    q.push(if upsert {
+        SESSION_UPSERT
+    } else {
+        " ON CONFLICT DO NOTHING"
+    });
+    Ok(once(&mut q).execute(&mut **tx).await?.rows_affected())
+}
+
+async fn add_org_hours(
+    tx: &mut Tx,
+    shard: i64,
+    rows: &[(&(String, Secs), &i64)],
+) -> StoreResult<()> {
+    let mut q = QueryBuilder::<DB>::new("INSERT INTO org_hourly (org_id, hour, shard, seconds) ");
+    q.push_values(rows, |mut b, ((org, hour), secs)| {
+        b.push_bind(org)
+            .push_bind(*hour)
+            .push_bind(shard)
+            .push_bind(*secs);
+    });
+    q.push(ORG_HOURS_CONFLICT);
+    once(&mut q).execute(&mut **tx).await?;
+    Ok(())
+}
+
+async fn add_session_hours(
+    tx: &mut Tx,
+    rows: &[(&(String, Secs, String), &i64)],
+) -> StoreResult<()> {
+    let mut q =
+        QueryBuilder::<DB>::new("INSERT INTO session_hourly (org_id, hour, session_id, seconds) ");
+    q.push_values(rows, |mut b, ((org, hour, session), secs)| {
+        b.push_bind(org)
+            .push_bind(*hour)
+            .push_bind(session)
+            .push_bind(*secs);
+    });
+    q.push(SESSION_HOURS_CONFLICT);
+    once(&mut q).execute(&mut **tx).await?;
+    Ok(())
+}
+
+async fn insert_spans(tx: &mut Tx, rows: &[(String, String, ledger::Span)]) -> StoreResult<()> {
+    let mut q =
+        QueryBuilder::<DB>::new("INSERT INTO spans (org_id, session_id, start_at, end_at, kind) ");
+    q.push_values(rows, |mut b, (org, session, span)| {
+        b.push_bind(org)
+            .push_bind(session)
+            .push_bind(span.interval.start)
+            .push_bind(span.interval.end)
+            .push_bind(span_kind(span.kind));
+    });
+    once(&mut q).execute(&mut **tx).await?;
+    Ok(())
+}
+
+async fn select_sessions_for_update(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<Rec<Session>>> {
+    let mut q = select_in(
+        "SELECT * FROM sessions WHERE session_id",
+        ids,
+        " ORDER BY session_id",
+    );
+    Ok(q.build_query_as::<Rec<Session>>()
+        .persistent(false)
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
+    let mut q = select_in("SELECT org_id FROM orgs WHERE org_id", ids, "");
+    Ok(q.build_query_scalar::<String>()
+        .persistent(false)
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+async fn select_orgs_in<'e, E: sqlx::Executor<'e, Database = DB>>(
+    ex: E,
+    ids: &[&str],
+) -> StoreResult<Vec<Rec<Org>>> {
+    let mut q = select_in("SELECT * FROM orgs WHERE org_id", ids, "");
+    Ok(q.build_query_as::<Rec<Org>>()
+        .persistent(false)
+        .fetch_all(ex)
+        .await?)
+}
+
+// The gate's statements go row by row: SQLite runs them in-process, under the write lock
+// that BEGIN IMMEDIATE already holds, so a round trip costs microseconds.
+
+async fn lock_keys(tx: &mut Tx, keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> {
+    let mut rows = Vec::with_capacity(keys.len());
+    for (org, key) in keys {
+        rows.extend(
+            sqlx::query_as::<_, Rec<Key>>(
+                "SELECT * FROM api_keys WHERE org_id = $1 AND key_id = $2",
+            )
+            .bind(*org)
+            .bind(*key)
+            .fetch_optional(&mut **tx)
+            .await?
+            .map(|r| r.0),
+        );
+    }
+    Ok(rows)
+}
+
+async fn slot_counts(
+    tx: &mut Tx,
+    keys: &[(&str, &str)],
+    since: Secs,
+) -> StoreResult<Vec<(String, String, i64)>> {
+    let sql =
+        format!("SELECT COUNT(*) FROM sessions WHERE org_id = $2 AND key_id = $3 AND {SLOT_HELD}");
+    let mut counts = Vec::with_capacity(keys.len());
+    for (org, key) in keys {
+        let n: i64 = sqlx::query_scalar(&sql)
+            .bind(since)
+            .bind(*org)
+            .bind(*key)
+            .fetch_one(&mut **tx)
+            .await?;
+        counts.push((org.to_string(), key.to_string(), n));
+    }
+    Ok(counts)
+}
+
+/// Write what a group of admissions decided: new sessions, slots, decision records. False
+/// (and the transaction must be abandoned) if one of the new sessions existed already.
+async fn write_admissions(
+    tx: &mut Tx,
+    created: &[Session],
+    resumed: &[Session],
+    decisions: &[&Decision],
+) -> StoreResult<bool> {
+    if !created.is_empty() && write_session_rows(tx, created, false).await? < created.len() as u64 {
+        return Ok(false);
+    }
+    set_slots(tx, created.iter().chain(resumed)).await?;
+    if !decisions.is_empty() {
+        insert_decisions(tx, decisions).await?;
+    }
+    Ok(true)
+}
+
+async fn set_slots(tx: &mut Tx, rows: impl Iterator<Item = &Session>) -> StoreResult<()> {
+    for r in rows {
+        sqlx::query(
+            "UPDATE sessions SET slot_at = $1, key_id = $2, agent = $3, project_id = $4, \
+               started_by = $5 WHERE session_id = $6",
+        )
+        .bind(r.slot_at)
+        .bind(&r.key_id)
+        .bind(&r.agent)
+        .bind(&r.project_id)
+        .bind(&r.started_by)
+        .bind(&r.session_id)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+async fn insert_decisions(tx: &mut Tx, rows: &[&Decision]) -> StoreResult<()> {
+    let mut q = QueryBuilder::<DB>::new(format!("INSERT INTO decisions ({DECISION_COLUMNS}) "));
+    q.push_values(rows, |mut b, d| {
+        b.push_bind(&d.org_id)
+            .push_bind(&d.decision_id)
+            .push_bind(d.decided_at)
+            .push_bind(&d.session_id)
+            .push_bind(&d.key_id)
+            .push_bind(&d.decision)
+            .push_bind(&d.reason)
+            .push_bind(&d.rule)
+            .push_bind(&d.plan_id)
+            .push_bind(d.suspended)
+            .push_bind(d.month_start)
+            .push_bind(d.month_end)
+            .push_bind(d.month_used)
+            .push_bind(d.month_limit)
+            .push_bind(d.week_start)
+            .push_bind(d.week_end)
+            .push_bind(d.week_used)
+            .push_bind(d.week_limit)
+            .push_bind(d.running)
+            .push_bind(d.concurrency_limit)
+            .push_bind(&d.upgrade_plan);
+    });
+    once(&mut q).execute(&mut **tx).await?;
+    Ok(())
+}
