@@ -303,32 +303,40 @@ every_backend! {
     async fn graceful_shutdown_loses_nothing_acknowledged(srv: TestServer) {
         srv.create_org("acme", "free").await;
         srv.clock.set(T0);
-        let mut tasks = Vec::new();
-        for i in 0..200 {
-            let client = srv.client.clone();
-            let url = format!("{}/v1/heartbeats", srv.url);
-            tasks.push(tokio::spawn(async move {
-                let body = json!({"heartbeats": [hb("acme", &format!("s{i}"), 1, "running", T0)]});
-                match client.post(url).bearer_auth(ADMIN).json(&body).send().await {
-                    Ok(r) if r.status() == 200 => Some(format!("s{i}")),
-                    _ => None,
-                }
-            }));
-        }
-        // Stop while requests are in flight; every 200 must be in the ledger afterwards.
-        tokio::task::yield_now().await;
+        let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        // Eight supervisors send one heartbeat a request, each of a new session, until the
+        // server goes away; it is stopped while they are mid-stream.
+        let senders: Vec<_> = (0..8)
+            .map(|w| {
+                let (client, url, acked) = (srv.client.clone(), format!("{}/v1/heartbeats", srv.url), acked.clone());
+                tokio::spawn(async move {
+                    for i in 0.. {
+                        let id = format!("s{w}_{i}");
+                        let body = json!({"heartbeats": [hb("acme", &id, 1, "running", T0)]});
+                        match client.post(&url).bearer_auth(ADMIN).json(&body).send().await {
+                            Ok(r) if r.status() == 200 => acked.lock().unwrap().push(id),
+                            _ => return i,
+                        }
+                    }
+                    unreachable!("a sender stops when the server does")
+                })
+            })
+            .collect();
+        common::eventually(30, "the senders are acknowledged", || async { acked.lock().unwrap().len() >= 100 }).await;
         srv.stop().await;
-        let mut acked = Vec::new();
-        for t in tasks {
-            acked.extend(t.await.unwrap());
+        let mut sent = 0;
+        for s in senders {
+            sent += s.await.unwrap();
         }
+        let acked = acked.lock().unwrap().clone();
+        assert!(acked.len() >= 100, "{} acknowledged", acked.len());
         let (url, backend) = (srv.database_url.clone(), srv.backend);
         let db = rush_meter::store::Db::connect(&url, Default::default()).await.unwrap();
-        let stored: Vec<String> = db.sessions_of_org("acme").await.unwrap().into_iter().map(|s| s.session_id).collect();
-        for s in &acked {
-            assert!(stored.contains(s), "{backend:?}: acknowledged {s} is missing");
-        }
-        eprintln!("{backend:?}: {} of 200 acknowledged before shutdown, all stored", acked.len());
+        let stored: std::collections::HashSet<String> =
+            db.sessions_of_org("acme").await.unwrap().into_iter().map(|s| s.session_id).collect();
+        let lost: Vec<&String> = acked.iter().filter(|s| !stored.contains(*s)).collect();
+        assert!(lost.is_empty(), "{backend:?}: acknowledged but not stored: {lost:?}");
+        eprintln!("{backend:?}: {} of {sent} acknowledged before shutdown, all stored", acked.len());
     }
 
     async fn a_session_parked_for_seven_days_ends_expired(srv: TestServer) {

@@ -279,8 +279,13 @@ every_backend! {
     }
 }
 
+every_backend!(
+    serve_closes_a_month_after_the_settling_delay,
+    an_export_read_by_nobody_is_cut_short
+);
+
 /// `serve` closes a month by itself once the settling delay has passed.
-async fn closes_by_itself(backend: Backend) {
+async fn serve_closes_a_month_after_the_settling_delay(backend: Backend) {
     let opts = Options {
         period_settle: Some(3600),
         ..Options::default()
@@ -300,26 +305,15 @@ async fn closes_by_itself(backend: Backend) {
     common::eventually(15, "November is closed", || async { periods().await == 1 }).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_closes_a_month_after_the_settling_delay_sqlite() {
-    closes_by_itself(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_closes_a_month_after_the_settling_delay_postgres() {
-    closes_by_itself(Backend::Postgres).await;
-}
-
 /// An export whose client stops reading is cut short after `export_stall`: its database
 /// connection is freed and the body ends in an error, never as if it were complete.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_export_read_by_nobody_is_cut_short() {
+async fn an_export_read_by_nobody_is_cut_short(backend: Backend) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let opts = Options {
         export_stall: std::time::Duration::from_secs(1),
         ..Options::default()
     };
-    let Some(srv) = TestServer::start_with(Backend::Sqlite, opts).await else {
+    let Some(srv) = TestServer::start_with(backend, opts).await else {
         return;
     };
     srv.create_org("org_1", "pro").await;

@@ -108,7 +108,7 @@ async fn run(srv: &TestServer, seq: &mut i64, from: i64, to: i64) {
     }
 }
 
-async fn once_per_threshold_with_retries(backend: Backend) {
+async fn a_threshold_notifies_once_and_is_retried_until_delivered(backend: Backend) {
     let (url, got) = receiver(2).await;
     let Some(srv) = TestServer::start_with(backend, options(&url)).await else {
         return;
@@ -208,12 +208,4 @@ async fn once_per_threshold_with_retries(backend: Backend) {
     assert!(received.iter().all(|r| r.signed_at > 0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_threshold_notifies_once_and_is_retried_until_delivered_sqlite() {
-    once_per_threshold_with_retries(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_threshold_notifies_once_and_is_retried_until_delivered_postgres() {
-    once_per_threshold_with_retries(Backend::Postgres).await;
-}
+every_backend!(a_threshold_notifies_once_and_is_retried_until_delivered);

@@ -63,9 +63,15 @@ async fn document(srv: &TestServer) -> Value {
     doc
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn every_documented_operation_is_routed_and_no_other_method_is() {
-    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+every_backend!(
+    every_documented_operation_is_routed_and_no_other_method_is,
+    every_error_status_is_described_in_the_error_format,
+    the_frameworks_refusals_are_in_the_error_format,
+    path_parameters_are_each_declared_once_required_and_described
+);
+
+async fn every_documented_operation_is_routed_and_no_other_method_is(backend: Backend) {
+    let Some(srv) = TestServer::start(backend).await else {
         return;
     };
     let doc = document(&srv).await;
@@ -110,9 +116,8 @@ async fn every_documented_operation_is_routed_and_no_other_method_is() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn every_error_status_is_described_in_the_error_format() {
-    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+async fn every_error_status_is_described_in_the_error_format(backend: Backend) {
+    let Some(srv) = TestServer::start(backend).await else {
         return;
     };
     let doc = document(&srv).await;
@@ -226,8 +231,7 @@ fn no_route_bypasses_the_document() {
 
 /// Axum's own refusals (a path that is not UTF-8, a body over the limit, on every route
 /// that takes one) are answered in the error format, with a status the document lists.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_frameworks_refusals_are_in_the_error_format() {
+async fn the_frameworks_refusals_are_in_the_error_format(backend: Backend) {
     let opts = common::Options {
         max_body_bytes: 1024,
         stripe: rush_meter::config::StripeConfig {
@@ -236,7 +240,7 @@ async fn the_frameworks_refusals_are_in_the_error_format() {
         },
         ..common::Options::default()
     };
-    let Some(srv) = TestServer::start_with(Backend::Sqlite, opts).await else {
+    let Some(srv) = TestServer::start_with(backend, opts).await else {
         return;
     };
     let doc = document(&srv).await;
@@ -279,9 +283,8 @@ async fn the_frameworks_refusals_are_in_the_error_format() {
 /// Every parameter is named once per operation; each `{name}` of a path is exactly one
 /// required path parameter with a description; and ids carry the id pattern, so a client
 /// generator gets them right.
-#[tokio::test(flavor = "multi_thread")]
-async fn path_parameters_are_each_declared_once_required_and_described() {
-    let Some(srv) = TestServer::start(Backend::Sqlite).await else {
+async fn path_parameters_are_each_declared_once_required_and_described(backend: Backend) {
+    let Some(srv) = TestServer::start(backend).await else {
         return;
     };
     let doc = document(&srv).await;

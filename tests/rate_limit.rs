@@ -8,8 +8,9 @@ use rush_meter::config::RateLimit as Limit;
 use rush_meter::tokens::Scope;
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flooding_token_is_limited_and_others_are_not() {
+every_backend!(a_flooding_token_is_limited_and_others_are_not);
+
+async fn a_flooding_token_is_limited_and_others_are_not(backend: Backend) {
     let limit = Limit {
         per_sec: 50.0,
         burst: 50.0,
@@ -18,7 +19,7 @@ async fn a_flooding_token_is_limited_and_others_are_not() {
         rate_limit: Some(limit),
         ..Options::default()
     };
-    let Some(srv) = TestServer::start_with(Backend::Sqlite, opts).await else {
+    let Some(srv) = TestServer::start_with(backend, opts).await else {
         return;
     };
     srv.create_org("org_1", "team").await;

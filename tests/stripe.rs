@@ -85,32 +85,14 @@ async fn all_done(srv: &TestServer) -> bool {
     v["events"].as_array().unwrap().is_empty()
 }
 
-/// Each test once on SQLite and once on PostgreSQL.
-macro_rules! on_both_backends {
-    ($($name:ident),*) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+every_backend!(
     signatures_are_checked_before_anything_is_stored,
     events_delivered_five_times_at_once_take_effect_once,
-    events_in_any_order_leave_stripes_state
+    events_in_any_order_leave_stripes_state,
+    subscriptions_follow_stripe_through_real_webhooks,
+    stripe_down_never_blocks_the_gate_and_reconcile_repairs_lost_webhooks,
+    a_crash_between_stripes_answer_and_the_commit_leaves_one_customer,
+    the_invoice_report_sets_the_ledger_against_stripes_invoices,
 );
 
 async fn signatures_are_checked_before_anything_is_stored(backend: Backend) {
@@ -377,12 +359,11 @@ async fn wait_for_plan(srv: &TestServer, org: &str, plan: &str, what: &str) {
     eventually(20, what, || async { plan_of(srv, org).await.0 == plan }).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn subscriptions_follow_stripe_through_real_webhooks() {
+async fn subscriptions_follow_stripe_through_real_webhooks(backend: Backend) {
     let Some(ls) = LocalStripe::start().await else {
         return;
     };
-    let Some(srv) = start(Backend::Sqlite, with_stripe(&ls), real_now()).await else {
+    let Some(srv) = start(backend, with_stripe(&ls), real_now()).await else {
         return;
     };
     ls.register_webhook(&format!("{}/v1/stripe/webhook", srv.url), SECRET)
@@ -597,8 +578,7 @@ async fn subscriptions_follow_stripe_through_real_webhooks() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stripe_down_never_blocks_the_gate_and_reconcile_repairs_lost_webhooks() {
+async fn stripe_down_never_blocks_the_gate_and_reconcile_repairs_lost_webhooks(backend: Backend) {
     let Some(ls) = LocalStripe::start().await else {
         return;
     };
@@ -612,7 +592,7 @@ async fn stripe_down_never_blocks_the_gate_and_reconcile_repairs_lost_webhooks()
         api_base: format!("http://127.0.0.1:{closed}"),
         ..with_stripe(&ls)
     };
-    let Some(srv) = start(Backend::Postgres, down, real_now()).await else {
+    let Some(srv) = start(backend, down, real_now()).await else {
         return;
     };
     srv.create_org("org_1", "free").await;
@@ -705,12 +685,11 @@ async fn customers_of(ls: &LocalStripe, org: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_between_stripes_answer_and_the_commit_leaves_one_customer() {
+async fn a_crash_between_stripes_answer_and_the_commit_leaves_one_customer(backend: Backend) {
     let Some(ls) = LocalStripe::start().await else {
         return;
     };
-    let Some((db, _dir)) = common::fresh_database(Backend::Sqlite).await else {
+    let Some((db, _dir)) = common::fresh_database(backend).await else {
         return;
     };
     let stripe = [
@@ -780,13 +759,12 @@ async fn a_crash_between_stripes_answer_and_the_commit_leaves_one_customer() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_invoice_report_sets_the_ledger_against_stripes_invoices() {
+async fn the_invoice_report_sets_the_ledger_against_stripes_invoices(backend: Backend) {
     let Some(ls) = LocalStripe::start().await else {
         return;
     };
     let now = real_now();
-    let Some(srv) = start(Backend::Sqlite, with_stripe(&ls), now).await else {
+    let Some(srv) = start(backend, with_stripe(&ls), now).await else {
         return;
     };
     ls.register_webhook(&format!("{}/v1/stripe/webhook", srv.url), SECRET)

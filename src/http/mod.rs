@@ -131,7 +131,7 @@ impl MakeRequestId for RandomRequestId {
 
 /// The routes and the OpenAPI document, from the same `routes!` lists: a handler is served
 /// exactly at the path its `#[utoipa::path]` documents.
-pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use routes::*;
     use utoipa::OpenApi;
     use utoipa_axum::{router::OpenApiRouter, routes};
@@ -164,7 +164,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 }
 
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    let (routes, _) = routes();
+    let (routes, _) = api();
     let api = routes
         .fallback(routes::ops::not_found)
         .method_not_allowed_fallback(routes::ops::method_not_allowed)

@@ -264,14 +264,3 @@ error_group!(
     /// The database is down.
     Unready = [503]
 );
-
-/// The document as served at `/openapi.json`, built once.
-pub fn served() -> &'static str {
-    static JSON: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        super::routes()
-            .1
-            .to_pretty_json()
-            .expect("an OpenAPI document always serializes")
-    });
-    &JSON
-}

@@ -28,6 +28,10 @@ pub enum Backend {
     Postgres,
 }
 
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
+}
+
 /// The PostgreSQL server tests use; each test gets its own database on it.
 pub fn pg_base_url() -> String {
     std::env::var("RUSH_METER_TEST_PG")
@@ -444,34 +448,32 @@ pub async fn run_on<T: OnBackend, Fut: Future<Output = ()>>(
 }
 
 /// The one way to run a test on every backend: each `async fn name(srv: TestServer)` or
-/// `async fn name(backend: Backend)` becomes the tests `name::sqlite` and
-/// `name::postgres`.
+/// `async fn name(backend: Backend)` written inside it (or, for functions written outside,
+/// each name listed: `every_backend!(a, b)`) becomes the tests `name::sqlite` and
+/// `name::postgres`. A test that compares the backends with each other (the seeded
+/// simulation, the drills' report) runs them in turn over `Backend::ALL`.
 #[macro_export]
 macro_rules! every_backend {
-    ($(async fn $name:ident($arg:ident : $ty:ty) $body:block)*) => {
+    ($($name:ident),+ $(,)?) => {
         $(
             mod $name {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
-                    $crate::common::run_on(
-                        $crate::common::Backend::Sqlite,
-                        super::$name,
-                    )
-                    .await
+                    $crate::common::run_on($crate::common::Backend::Sqlite, super::$name).await
                 }
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
-                    $crate::common::run_on(
-                        $crate::common::Backend::Postgres,
-                        super::$name,
-                    )
-                    .await
+                    $crate::common::run_on($crate::common::Backend::Postgres, super::$name).await
                 }
             }
-
+        )+
+    };
+    ($(async fn $name:ident($arg:ident : $ty:ty) $body:block)*) => {
+        $(
             #[allow(unused_mut)]
             async fn $name(mut $arg: $ty) $body
         )*
+        $crate::every_backend!($($name),*);
     };
 }

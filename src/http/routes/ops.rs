@@ -78,10 +78,18 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 #[utoipa::path(get, path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)))]
 pub async fn openapi() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        crate::http::openapi::served(),
-    )
+    ([(header::CONTENT_TYPE, "application/json")], served())
+}
+
+/// The document as served at `/openapi.json`, built once.
+fn served() -> &'static str {
+    static JSON: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        crate::http::api()
+            .1
+            .to_pretty_json()
+            .expect("an OpenAPI document always serializes")
+    });
+    &JSON
 }
 
 pub async fn not_found() -> ApiError {
