@@ -1,6 +1,5 @@
 //! Finance's export lines, CSV (RFC 4180, with the `csv` crate) or JSON Lines: pure
-//! functions of what the store read, so the same rows always make the same bytes. And the
-//! months a period is: a billing period here is a calendar month in UTC.
+//! functions of what the store read, so the same rows always make the same bytes.
 //!
 //! Rounding (docs/exports.md): seconds are whole; hours are seconds / 3600 to 4 places and
 //! money to 2, both rounded once from exact whole seconds, half away from zero.
@@ -8,9 +7,8 @@
 use serde::Serialize;
 
 use crate::charges::{charge, decimal_hours, money, Terms};
-use crate::time::{
-    calendar_month, format_rfc3339, hours, to_datetime, write_rfc3339, Interval, Secs,
-};
+pub use crate::periods::{due_month, month_name, months_between, parse_month};
+use crate::time::{format_rfc3339, hours, write_rfc3339, Interval, Secs};
 
 pub const ORG_COLUMNS: [&str; 14] = [
     "period_start",
@@ -165,7 +163,7 @@ pub struct Lines {
 }
 
 enum Out {
-    Csv(csv::Writer<Vec<u8>>),
+    Csv(Box<csv::Writer<Vec<u8>>>),
     Jsonl(Vec<u8>),
 }
 
@@ -173,10 +171,12 @@ enum Out {
 const ROOM: usize = 1 << 17;
 
 /// RFC 4180: fields quoted only where they must be, lines ending in CRLF.
-fn csv_writer() -> csv::Writer<Vec<u8>> {
-    csv::WriterBuilder::new()
-        .terminator(csv::Terminator::CRLF)
-        .from_writer(Vec::with_capacity(ROOM))
+fn csv_writer() -> Box<csv::Writer<Vec<u8>>> {
+    Box::new(
+        csv::WriterBuilder::new()
+            .terminator(csv::Terminator::CRLF)
+            .from_writer(Vec::with_capacity(ROOM)),
+    )
 }
 
 fn text(v: &Option<String>) -> &[u8] {
@@ -310,46 +310,6 @@ fn json_line<T: Serialize>(v: &T, out: &mut Vec<u8>) {
     out.push(b'\n');
 }
 
-// ----- periods -----
-
-/// `YYYY-MM` as its calendar month in UTC.
-pub fn parse_month(s: &str) -> Result<Interval, String> {
-    let bad = || format!("period: `{s}` is not a month such as 2026-11 (YYYY-MM)");
-    if s.len() != 7 {
-        return Err(bad());
-    }
-    let date =
-        chrono::NaiveDate::parse_from_str(&format!("{s}-01"), "%Y-%m-%d").map_err(|_| bad())?;
-    let start = date
-        .and_hms_opt(0, 0, 0)
-        .expect("midnight exists")
-        .and_utc()
-        .timestamp();
-    Ok(calendar_month(start))
-}
-
-/// A month as `YYYY-MM`.
-pub fn month_name(period: Interval) -> String {
-    to_datetime(period.start).format("%Y-%m").to_string()
-}
-
-/// The last month whose end is at least `settle` seconds before `now`.
-pub fn due_month(now: Secs, settle: Secs) -> Interval {
-    let current = calendar_month(now - settle);
-    calendar_month(current.start - 1)
-}
-
-/// The months from `from` (a month's start) through `through`, in order.
-pub fn months_between(from: Secs, through: Interval) -> Vec<Interval> {
-    let mut out = Vec::new();
-    let mut m = calendar_month(from);
-    while m.start <= through.start {
-        out.push(m);
-        m = calendar_month(m.end);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,40 +319,6 @@ mod tests {
         let mut lines = Lines::new(Format::Csv);
         f(&mut lines);
         String::from_utf8(lines.take()).unwrap()
-    }
-
-    fn month(s: &str) -> Interval {
-        parse_month(s).unwrap()
-    }
-
-    #[test]
-    fn months_parse_strictly() {
-        let nov = month("2026-11");
-        assert_eq!(format_rfc3339(nov.start), "2026-11-01T00:00:00Z");
-        assert_eq!(format_rfc3339(nov.end), "2026-12-01T00:00:00Z");
-        assert_eq!(month_name(nov), "2026-11");
-        for bad in ["2026-13", "2026-1", "26-11", "2026-11-01", "", "november"] {
-            assert!(parse_month(bad).is_err(), "{bad}");
-        }
-        let feb = month("2028-02");
-        assert_eq!(feb.len(), 29 * 86_400);
-    }
-
-    #[test]
-    fn the_due_month_waits_for_the_settling_delay() {
-        let dec1 = month("2026-12").start;
-        assert_eq!(due_month(dec1 + 3_600, 3_600), month("2026-11"));
-        assert_eq!(due_month(dec1 + 3_599, 3_600), month("2026-10"));
-    }
-
-    #[test]
-    fn months_between_runs_through_year_ends() {
-        let got: Vec<String> = months_between(month("2026-11").start, month("2027-02"))
-            .into_iter()
-            .map(month_name)
-            .collect();
-        assert_eq!(got, ["2026-11", "2026-12", "2027-01", "2027-02"]);
-        assert!(months_between(month("2027-03").start, month("2027-02")).is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! - `gate`: admissions decided in a group, exactly as one at a time.
 //! - `heartbeats`: a supervisor's batch checked, and a group of batches applied.
 //! - `breakdown`, `timeline`, `prompt`, `thresholds`: what the console reads.
-//! - `charges`, `export`: money, and finance's export lines.
+//! - `charges`, `export`, `periods`: money, finance's export lines, billing periods.
 //! - `signature`, `retry`, `wire`, `ids`, `names`: small rules several shells share.
 
 #[macro_use]
@@ -26,6 +26,7 @@ pub mod heartbeats;
 pub mod ids;
 pub mod ledger;
 pub mod org;
+pub mod periods;
 pub mod plans;
 pub mod prompt;
 pub mod retry;

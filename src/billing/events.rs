@@ -193,18 +193,23 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> BillingResult<Outcome> {
         else {
             return Ok(Outcome::Ignored("customer without metadata.org_id".into()));
         };
-        // A customer naming an org linked to another one changes nothing: logged, not
-        // retried. A store failure is retried with the event's backoff.
-        return match b.link_customer(&org, customer).await {
-            Ok(()) => Ok(Outcome::Applied(Some(org))),
-            Err(BillingError::Unmatched(why)) => {
-                tracing::warn!(%why, "customer event not applied");
-                Ok(Outcome::Ignored(why))
-            }
-            Err(e) => Err(e),
-        };
+        return linked(b.link_customer(&org, customer).await, org);
     }
     Ok(Outcome::Ignored(format!("type {kind} is not acted on")))
+}
+
+/// What linking a customer came to: a customer naming an org that does not exist, or one
+/// linked to another customer, changes nothing (logged, not retried); any other failure
+/// (the store's) is retried with the event's backoff.
+fn linked(result: BillingResult<()>, org: String) -> BillingResult<Outcome> {
+    match result {
+        Ok(()) => Ok(Outcome::Applied(Some(org))),
+        Err(BillingError::Unmatched(why)) => {
+            tracing::warn!(%why, "customer event not applied");
+            Ok(Outcome::Ignored(why))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn parse_subscription(object: &serde_json::Value) -> BillingResult<Subscription> {
@@ -233,6 +238,23 @@ mod tests {
             next_state(&Ok(Outcome::Ignored("x".into())), 1, 100),
             ("ignored", 100)
         );
+    }
+
+    #[test]
+    fn a_customer_link_that_fails_in_the_store_is_retried_not_ignored() {
+        let down = BillingError::Store(crate::store::StoreError::Unavailable(
+            sqlx::Error::PoolTimedOut,
+        ));
+        let r = linked(Err(down), "org_1".into());
+        assert!(r.is_err(), "retried with the event's backoff");
+        assert_eq!(next_state(&r, 1, 100), ("pending", 110));
+        let r = linked(
+            Err(BillingError::Unmatched("no such org".into())),
+            "org_1".into(),
+        );
+        assert_eq!(next_state(&r, 1, 100), ("ignored", 100));
+        let r = linked(Ok(()), "org_1".into());
+        assert_eq!(r.unwrap(), Outcome::Applied(Some("org_1".into())));
     }
 
     #[test]

@@ -81,6 +81,33 @@ pub fn time_param(name: &str, value: Option<&str>) -> ApiResult<Option<Secs>> {
         .transpose()
 }
 
+/// `[from, to)` of a listing's query: `to` defaults to `default_to`, `from` to what
+/// `default_from` makes of `to`; refused unless `from` is before `to`.
+pub fn time_range(
+    from: Option<&str>,
+    to: Option<&str>,
+    default_to: Secs,
+    default_from: impl FnOnce(Secs) -> Secs,
+) -> ApiResult<(Secs, Secs)> {
+    let to = time_param("to", to)?.unwrap_or(default_to);
+    let from = time_param("from", from)?.unwrap_or_else(|| default_from(to));
+    if from >= to {
+        return Err(ApiError::invalid("from", "from must be before to"));
+    }
+    Ok((from, to))
+}
+
+/// An optional parameter naming one of an enum's values, or the 422 that lists them.
+pub fn named_param<T>(
+    name: &str,
+    value: Option<&str>,
+    parse: fn(&str) -> Result<T, rush_meter_core::names::Unknown>,
+) -> ApiResult<Option<T>> {
+    value
+        .map(|v| super::error::parse_named(name, v, parse))
+        .transpose()
+}
+
 /// A page of a listing: after the `cursor` of the page before, at most `limit` rows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Page {

@@ -154,7 +154,7 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
                 .collect::<Vec<_>>(),
         )
         .bind(org_hours.iter().map(|((_, h), _)| *h).collect::<Vec<_>>())
-        .bind(org_hours.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+        .bind(org_hours.values().copied().collect::<Vec<_>>())
         .bind(
             session_hours
                 .iter()
@@ -173,7 +173,7 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
                 .map(|((_, _, s), _)| s.clone())
                 .collect::<Vec<_>>(),
         )
-        .bind(session_hours.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+        .bind(session_hours.values().copied().collect::<Vec<_>>())
         .bind(spans.iter().map(|(o, _, _)| o.clone()).collect::<Vec<_>>())
         .bind(spans.iter().map(|(_, s, _)| s.clone()).collect::<Vec<_>>())
         .bind(

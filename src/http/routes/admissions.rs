@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::http::auth::Principal;
 use crate::http::error::{parse_id, parse_named};
-use crate::http::extract::{time_param, JsonBody, OrgPath, OrgReader, Page, Query};
+use crate::http::extract::{named_param, time_range, JsonBody, OrgPath, OrgReader, Page, Query};
 use crate::http::openapi::{BadBody, BadId, BadQuery, Conflicting, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::tokens::Scope;
@@ -198,16 +198,13 @@ pub async fn list_decisions(
     query: Query<DecisionsQuery>,
 ) -> ApiResult<Json<DecisionPage>> {
     let q = query.read()?;
-    let to = time_param("to", q.to.as_deref())?.unwrap_or_else(|| state.clock.now() + 1);
-    let from = time_param("from", q.from.as_deref())?.unwrap_or(to - 30 * 86_400);
-    if from >= to {
-        return Err(ApiError::invalid("from", "from must be before to"));
-    }
-    let only = q
-        .decision
-        .as_deref()
-        .map(|d| parse_named("decision", d, Verdict::parse_named))
-        .transpose()?;
+    let (from, to) = time_range(
+        q.from.as_deref(),
+        q.to.as_deref(),
+        state.clock.now() + 1,
+        |to| to - 30 * 86_400,
+    )?;
+    let only = named_param("decision", q.decision.as_deref(), Verdict::parse_named)?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
     if state.db.get_org(org_id.as_str()).await?.is_none() {
         return Err(ApiError::org_not_found(org_id.as_str()));

@@ -12,8 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::app::periods::{close_through, line_query, produce, Chunk};
 use crate::http::auth::Principal;
-use crate::http::error::parse_named;
-use crate::http::extract::Query;
+use crate::http::extract::{named_param, Query};
 use crate::http::openapi::{BadPath, BadQuery, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::tokens::Scope;
@@ -57,14 +56,9 @@ pub async fn get_usage_export(
         .as_deref()
         .ok_or_else(|| ApiError::invalid("period", "period is required, as YYYY-MM"))
         .and_then(|p| parse_month(p).map_err(|m| ApiError::invalid("period", m)))?;
-    let by = match q.by.as_deref() {
-        None => By::Org,
-        Some(b) => parse_named("by", b, By::parse_named)?,
-    };
-    let format = match q.format.as_deref() {
-        None => Format::Csv,
-        Some(f) => parse_named("format", f, Format::parse_named)?,
-    };
+    let by = named_param("by", q.by.as_deref(), By::parse_named)?.unwrap_or(By::Org);
+    let format =
+        named_param("format", q.format.as_deref(), Format::parse_named)?.unwrap_or(Format::Csv);
     let now = state.clock.now();
     let lq = line_query(&state.db, period, now).await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Chunk>(4);

@@ -8,8 +8,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::app::notifier::DeliveryState;
 use crate::http::auth::Principal;
-use crate::http::error::{parse_id, parse_named};
-use crate::http::extract::{Page, Query};
+use crate::http::error::parse_id;
+use crate::http::extract::{named_param, Page, Query};
 use crate::http::openapi::{BadQuery, Guarded};
 use crate::http::{ApiResult, AppState};
 use crate::tokens::Scope;
@@ -70,11 +70,7 @@ pub async fn list_notifications(
 ) -> ApiResult<Json<NotificationList>> {
     principal.require_any(&[Scope::Admin])?;
     let q = query.read()?;
-    let only = q
-        .state
-        .as_deref()
-        .map(|s| parse_named("state", s, DeliveryState::parse_named))
-        .transpose()?;
+    let only = named_param("state", q.state.as_deref(), DeliveryState::parse_named)?;
     if let Some(org) = q.org_id.as_deref() {
         parse_id("org_id", org)?;
     }

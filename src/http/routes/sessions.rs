@@ -11,7 +11,9 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::http::auth::Principal;
 use crate::http::error::{parse_id, parse_named};
-use crate::http::extract::{time_param, JsonBody, OrgPath, OrgReader, Page, Query, SessionPath};
+use crate::http::extract::{
+    named_param, time_range, JsonBody, OrgPath, OrgReader, Page, Query, SessionPath,
+};
 use crate::http::openapi::{BadBody, BadId, BadQuery, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::tokens::Scope;
@@ -209,17 +211,9 @@ pub async fn list_sessions(
     query: Query<SessionsQuery>,
 ) -> ApiResult<Json<SessionPage>> {
     let q = query.read()?;
-    let phase = q
-        .state
-        .as_deref()
-        .map(|s| parse_named("state", s, Phase::parse_named))
-        .transpose()?;
+    let phase = named_param("state", q.state.as_deref(), Phase::parse_named)?;
     let now = state.clock.now();
-    let to = time_param("to", q.to.as_deref())?.unwrap_or(now + 1);
-    let from = time_param("from", q.from.as_deref())?.unwrap_or(0);
-    if from >= to {
-        return Err(ApiError::invalid("from", "from must be before to"));
-    }
+    let (from, to) = time_range(q.from.as_deref(), q.to.as_deref(), now + 1, |_| 0)?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
     if state.db.get_org(org_id.as_str()).await?.is_none() {
         return Err(ApiError::org_not_found(org_id.as_str()));

@@ -13,8 +13,8 @@ use utoipa::{IntoParams, ToSchema};
 use crate::billing::checkout::{self, Change};
 use crate::billing::events::EventState;
 use crate::http::auth::Principal;
-use crate::http::error::{parse_id, parse_named};
-use crate::http::extract::{JsonBody, OrgPath, Page, Query};
+use crate::http::error::parse_id;
+use crate::http::extract::{named_param, JsonBody, OrgPath, Page, Query};
 use crate::http::openapi::{BadBody, BadId, BadPath, BadQuery, Guarded, StripeCalls, Unsigned};
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::store::StripeEventRow;
@@ -158,11 +158,7 @@ pub async fn list_events(
 ) -> ApiResult<Json<EventPage>> {
     principal.require_any(&[Scope::Admin])?;
     let q = query.read()?;
-    let only = q
-        .state
-        .as_deref()
-        .map(|s| parse_named("state", s, EventState::parse_named))
-        .transpose()?;
+    let only = named_param("state", q.state.as_deref(), EventState::parse_named)?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
     let rows = state
         .db

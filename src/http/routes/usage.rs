@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::app::standing::standing;
-use crate::http::error::parse_named;
-use crate::http::extract::{time_param, OrgPath, OrgReader, Query};
+use crate::http::extract::{named_param, time_param, OrgPath, OrgReader, Query};
 use crate::http::openapi::{BadId, BadQuery, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};
 
@@ -179,10 +178,8 @@ pub async fn get_breakdown(
     query: Query<BreakdownQuery>,
 ) -> ApiResult<Json<Breakdown>> {
     let q = query.read()?;
-    let by = match q.group_by.as_deref() {
-        None => GroupBy::Day,
-        Some(g) => parse_named("group_by", g, GroupBy::parse_named)?,
-    };
+    let by = named_param("group_by", q.group_by.as_deref(), GroupBy::parse_named)?
+        .unwrap_or(GroupBy::Day);
     let now = state.clock.now();
     let org = state.org(org_id.as_str()).await?;
     let month = month_window(now, org.billing_period());

@@ -89,27 +89,27 @@ from_row!(SessionLine {
     adjustment_seconds,
 });
 
-/// A column holding one of an enum's names, or the decode error that names the column.
-fn named<T>(row: &Row, column: &str, parse: fn(&str) -> Option<T>) -> Result<T, sqlx::Error> {
+/// A column holding one of an enum's names (or NULL), or the decode error that names
+/// the column.
+fn named<T>(row: &Row, column: &str, parse: fn(&str) -> Option<T>) -> Result<Option<T>, sqlx::Error> {
     use sqlx::Row as _;
-    let text: String = row.try_get(column)?;
-    parse(&text).ok_or_else(|| sqlx::Error::ColumnDecode {
-        index: column.to_owned(),
-        source: format!("`{text}` is not a value this service writes").into(),
+    let text: Option<String> = row.try_get(column)?;
+    text.map(|t| {
+        parse(&t).ok_or_else(|| sqlx::Error::ColumnDecode {
+            index: column.to_owned(),
+            source: format!("`{t}` is not a value this service writes").into(),
+        })
     })
+    .transpose()
 }
 
 impl<'r> sqlx::FromRow<'r, Row> for Rec<Session> {
     fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
         use sqlx::Row as _;
-        let end_status: Option<String> = row.try_get("end_status")?;
-        let end_status = match end_status {
-            Some(s) => Some(EndStatus::parse(&s).ok_or_else(|| sqlx::Error::ColumnDecode {
-                index: "end_status".into(),
-                source: format!("`{s}` is not an end status").into(),
-            })?),
-            None => None,
-        };
+        let phase = named(row, "phase", Phase::parse)?.ok_or_else(|| sqlx::Error::ColumnDecode {
+            index: "phase".into(),
+            source: "a session without a phase".into(),
+        })?;
         Ok(Rec(Session {
             org_id: row.try_get("org_id")?,
             session_id: row.try_get("session_id")?,
@@ -119,7 +119,7 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Session> {
             started_by: row.try_get("started_by")?,
             vm_id: row.try_get("vm_id")?,
             ledger: SessionLedger {
-                phase: named(row, "phase", Phase::parse)?,
+                phase,
                 last_seq: row.try_get("last_seq")?,
                 last_at: row.try_get("last_at")?,
                 span_start: row.try_get("span_start")?,
@@ -127,7 +127,7 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Session> {
                 heartbeats: row.try_get("heartbeats")?,
                 silences: row.try_get("silences")?,
                 ended_at: row.try_get("ended_at")?,
-                end_status,
+                end_status: named(row, "end_status", EndStatus::parse)?,
             },
             unadmitted: row.try_get("unadmitted")?,
             created_at: row.try_get("created_at")?,

@@ -1,175 +1,17 @@
-//! The gate: may an org start (or resume) a run now? Pure: the store gathers the facts
-//! inside the transaction that holds the key's lock, and writes what this decides.
+//! A group of admissions decided in one transaction, one request after another, exactly
+//! as if each were alone: each allowed one takes its slot before the next is looked at.
 
 use std::collections::{BTreeSet, HashMap};
 
-use serde::Serialize;
-
+use super::{
+    decide, upgrade_for, AdmissionRequest, AdmitReject, Decision, Facts, Reason, Rule, Verdict,
+};
 use crate::ledger::Phase;
 use crate::org::{effective_concurrency_limit, Key, Org};
 use crate::plans::{Plan, Plans};
 use crate::session::Session;
 use crate::standing::{WindowTotals, WindowUsage};
 use crate::time::{Secs, Windows};
-
-named! {
-    /// The coding agent a session runs.
-    pub enum Agent {
-        Claude = "claude",
-        Codex = "codex",
-        Opencode = "opencode",
-    }
-}
-
-named! {
-    /// What the gate answered.
-    pub enum Verdict {
-        Allow = "allow",
-        Deny = "deny",
-    }
-}
-
-/// What the orchestrator asks the gate.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AdmissionRequest {
-    pub org_id: String,
-    pub key_id: String,
-    pub session_id: String,
-    pub agent: Agent,
-    pub project_id: Option<String>,
-    pub started_by: Option<String>,
-}
-
-/// Why an admission request could not be decided at all.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AdmitReject {
-    UnknownOrg,
-    UnknownKey,
-    SessionOfAnotherOrg,
-    SessionEnded,
-}
-
-/// One decision of the gate, as recorded: what it answered, by which rule, and every
-/// figure it was decided from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decision {
-    pub org_id: String,
-    pub decision_id: String,
-    pub decided_at: Secs,
-    pub session_id: String,
-    pub key_id: String,
-    /// `allow` or `deny` (`Verdict`).
-    pub decision: String,
-    pub reason: Option<String>,
-    pub rule: String,
-    pub plan_id: String,
-    pub suspended: bool,
-    pub month_start: Secs,
-    pub month_end: Secs,
-    pub month_used: i64,
-    pub month_limit: i64,
-    pub week_start: Secs,
-    pub week_end: Secs,
-    pub week_used: i64,
-    pub week_limit: i64,
-    pub running: i64,
-    pub concurrency_limit: i64,
-    pub upgrade_plan: Option<String>,
-}
-
-/// Why a run is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reason {
-    OrgSuspended,
-    SubscriptionInactive,
-    MonthlyCeilingReached,
-    WeeklyCeilingReached,
-    ConcurrencyLimitReached,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::OrgSuspended => "org_suspended",
-            Reason::SubscriptionInactive => "subscription_inactive",
-            Reason::MonthlyCeilingReached => "monthly_ceiling_reached",
-            Reason::WeeklyCeilingReached => "weekly_ceiling_reached",
-            Reason::ConcurrencyLimitReached => "concurrency_limit_reached",
-        }
-    }
-}
-
-/// The rule that decided, recorded with every decision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Rule {
-    /// The session already holds a slot: the same answer again, no second slot.
-    AlreadyAdmitted,
-    /// Every check passed.
-    WithinLimits,
-    Denied(Reason),
-}
-
-impl Rule {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Rule::AlreadyAdmitted => "already_admitted",
-            Rule::WithinLimits => "within_limits",
-            Rule::Denied(r) => r.as_str(),
-        }
-    }
-
-    pub fn allows(self) -> bool {
-        !matches!(self, Rule::Denied(_))
-    }
-}
-
-/// What a decision is made from.
-#[derive(Clone, Debug)]
-pub struct Facts<'a> {
-    pub suspended: bool,
-    pub plan: &'a Plan,
-    pub month: &'a WindowUsage,
-    pub week: &'a WindowUsage,
-    /// Slots the key's other sessions hold.
-    pub running: i64,
-    pub limit: i64,
-    pub holds_slot: bool,
-}
-
-/// The gate's rules, in the order they bind.
-pub fn decide(f: &Facts) -> Rule {
-    if f.holds_slot {
-        Rule::AlreadyAdmitted
-    } else if f.suspended {
-        Rule::Denied(Reason::OrgSuspended)
-    } else if f.month.exhausted() {
-        Rule::Denied(Reason::MonthlyCeilingReached)
-    } else if f.week.exhausted() {
-        Rule::Denied(Reason::WeeklyCeilingReached)
-    } else if f.running >= f.limit {
-        Rule::Denied(Reason::ConcurrencyLimitReached)
-    } else {
-        Rule::WithinLimits
-    }
-}
-
-/// The cheapest dearer plan whose ceilings or concurrency would have allowed the run.
-pub fn upgrade_for<'p>(plans: &'p Plans, reason: Reason, f: &Facts) -> Option<&'p Plan> {
-    let fits = |p: &Plan| match reason {
-        Reason::MonthlyCeilingReached | Reason::WeeklyCeilingReached => {
-            p.monthly_limit_seconds > f.month.used_seconds
-                && p.weekly_limit_seconds > f.week.used_seconds
-        }
-        Reason::ConcurrencyLimitReached => p.concurrency_max > f.running,
-        Reason::OrgSuspended | Reason::SubscriptionInactive => false,
-    };
-    plans
-        .iter()
-        .filter(|p| p.price > f.plan.price && fits(p))
-        .min_by(|a, b| a.price.cmp(&b.price).then_with(|| a.id.cmp(&b.id)))
-}
 
 /// Does this session hold one of its key's slots at `now`? A running session does while it
 /// is heard from within the lease; an admitted (or resumed) one from its admission until it
@@ -369,99 +211,10 @@ fn take_slot(row: &mut Session, req: &AdmissionRequest, now: Secs) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::Interval;
+    use crate::gate::Agent;
 
     fn plans() -> Plans {
         crate::shipped_plans()
-    }
-
-    fn window(used: i64, limit: i64) -> WindowUsage {
-        WindowUsage::new(Interval::new(0, 10).unwrap(), used, limit)
-    }
-
-    #[test]
-    fn rules_bind_in_order() {
-        let p = plans();
-        let free = p.free();
-        let (m, w) = (window(0, 100), window(0, 50));
-        let base = Facts {
-            suspended: false,
-            plan: free,
-            month: &m,
-            week: &w,
-            running: 0,
-            limit: 4,
-            holds_slot: false,
-        };
-        assert_eq!(decide(&base), Rule::WithinLimits);
-        let full_week = window(50, 50);
-        let f = Facts {
-            week: &full_week,
-            ..base.clone()
-        };
-        assert_eq!(decide(&f), Rule::Denied(Reason::WeeklyCeilingReached));
-        let full_month = window(100, 100);
-        let f = Facts {
-            week: &full_week,
-            month: &full_month,
-            ..base.clone()
-        };
-        assert_eq!(decide(&f), Rule::Denied(Reason::MonthlyCeilingReached));
-        let f = Facts {
-            running: 4,
-            ..base.clone()
-        };
-        assert_eq!(decide(&f), Rule::Denied(Reason::ConcurrencyLimitReached));
-        let f = Facts {
-            running: 4,
-            suspended: true,
-            ..base.clone()
-        };
-        assert_eq!(decide(&f), Rule::Denied(Reason::OrgSuspended));
-        let f = Facts {
-            running: 9,
-            holds_slot: true,
-            ..base
-        };
-        assert_eq!(decide(&f), Rule::AlreadyAdmitted);
-    }
-
-    #[test]
-    fn upgrade_is_the_cheapest_plan_that_fits() {
-        let p = plans();
-        let (m, w) = (window(4 * 3600, 5 * 3600), window(2 * 3600, 2 * 3600));
-        let f = Facts {
-            suspended: false,
-            plan: p.free(),
-            month: &m,
-            week: &w,
-            running: 0,
-            limit: 4,
-            holds_slot: false,
-        };
-        assert_eq!(
-            upgrade_for(&p, Reason::WeeklyCeilingReached, &f).map(|x| x.id.as_str()),
-            Some("pro")
-        );
-        let big = window(20 * 3600, 2 * 3600);
-        let f2 = Facts {
-            week: &big,
-            ..f.clone()
-        };
-        assert_eq!(
-            upgrade_for(&p, Reason::WeeklyCeilingReached, &f2).map(|x| x.id.as_str()),
-            Some("team")
-        );
-        let f3 = Facts {
-            running: 10,
-            plan: p.get("pro").unwrap(),
-            ..f.clone()
-        };
-        assert_eq!(
-            upgrade_for(&p, Reason::ConcurrencyLimitReached, &f3).map(|x| x.id.as_str()),
-            Some("team")
-        );
-        assert!(upgrade_for(&p, Reason::OrgSuspended, &f).is_none());
     }
 
     fn group_facts(limit: i64, held: i64) -> GroupFacts {
