@@ -51,6 +51,34 @@ impl Booking {
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
     }
+
+    /// The booking cut by `key` of each row's org (the shard its rows live on, say): one
+    /// booking a key, each written by statements of its own.
+    pub fn split_by<K: Ord>(self, key: impl Fn(&str) -> K) -> BTreeMap<K, Booking> {
+        let mut out: BTreeMap<K, Booking> = BTreeMap::new();
+        for ((org, hour), secs) in self.org_hours {
+            out.entry(key(&org))
+                .or_default()
+                .org_hours
+                .insert((org, hour), secs);
+        }
+        for ((org, hour, session), secs) in self.session_hours {
+            out.entry(key(&org))
+                .or_default()
+                .session_hours
+                .insert((org, hour, session), secs);
+        }
+        for span in self.spans {
+            out.entry(key(&span.0)).or_default().spans.push(span);
+        }
+        for (id, s) in self.sessions {
+            out.entry(key(&s.org_id))
+                .or_default()
+                .sessions
+                .insert(id, s);
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -87,5 +115,29 @@ mod tests {
             "the running span closed at the park"
         );
         assert_eq!(booking.sessions["s"].ledger.billed_seconds, 30);
+    }
+
+    #[test]
+    fn a_booking_splits_by_org_without_losing_a_row() {
+        let mut b = Booking::default();
+        for org in ["a", "b", "c"] {
+            let s = Session::admitted(org, &format!("s_{org}"), 0);
+            let fx = Effects {
+                billed: crate::time::Interval::new(0, 10),
+                closed: vec![Span {
+                    kind: VmState::Running,
+                    interval: crate::time::Interval::new(0, 10).unwrap(),
+                }],
+                ignored: false,
+            };
+            b.add(&s, &fx);
+        }
+        let parts = b.clone().split_by(|org| org == "b");
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[&true].billed_seconds(), 10);
+        assert_eq!(parts[&false].billed_seconds(), 20);
+        let rows = |b: &Booking| (b.sessions.len(), b.spans.len(), b.session_hours.len());
+        let (t, f) = (rows(&parts[&true]), rows(&parts[&false]));
+        assert_eq!((t.0 + f.0, t.1 + f.1, t.2 + f.2), rows(&b));
     }
 }

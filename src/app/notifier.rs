@@ -200,6 +200,7 @@ impl Notifier {
                 }
                 self.db
                     .finish_notification(
+                        &row.org_id,
                         &row.notification_id,
                         row.attempts,
                         state,

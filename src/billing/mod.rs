@@ -187,7 +187,7 @@ impl Billing {
             Ok(())
         } else {
             Err(BillingError::Unmatched(format!(
-                "org {org_id} is linked to another Stripe customer than {customer}"
+                "org {org_id} is linked to another Stripe customer than {customer}, or {customer} to another org"
             )))
         }
     }

@@ -251,7 +251,8 @@ pub trait StripeStore: Send + Sync {
         org_id: &str,
         limit: i64,
     ) -> StoreResult<Vec<(Secs, String, String)>>;
-    /// Link an org to its Stripe customer; false if it has another one already.
+    /// Link an org to its Stripe customer; false if it has another one already, or the
+    /// customer is another org's.
     async fn link_stripe_customer(
         &self,
         org_id: &str,
@@ -343,8 +344,10 @@ pub trait NotificationStore: Send + Sync {
         limit: i64,
     ) -> StoreResult<Vec<NotificationRow>>;
     /// Record how a delivery went, only while the claim that made `attempts` holds it.
+    #[allow(clippy::too_many_arguments)]
     async fn finish_notification(
         &self,
+        org_id: &str,
         notification_id: &str,
         attempts: i64,
         state: &str,

@@ -20,6 +20,15 @@ const GREATEST: &str = "GREATEST";
 /// Byte order for ids, whatever the database's locale (exports sort by it).
 const BYTE_ORDER: &str = " COLLATE \"C\"";
 
+/// `org_id` among the orgs of parameter `$n` (bound with `org_list`).
+fn org_in(n: usize) -> String {
+    format!("org_id = ANY(${n})")
+}
+
+fn org_list(orgs: &[&str]) -> Vec<String> {
+    orgs.iter().map(|o| o.to_string()).collect()
+}
+
 include!("sql/common.rs");
 include!("sql/rows.rs");
 include!("sql/orgs.rs");
@@ -32,6 +41,21 @@ include!("sql/notifications.rs");
 /// One pool serves reads and writes: PostgreSQL orders concurrent writers by row locks.
 pub struct Pg {
     pool: PgPool,
+    sharding: std::sync::RwLock<Sharding>,
+    /// The shard of each org seen, when the tables are spread (an org never moves between
+    /// shards: a rebalance moves whole shards, keeping their ids).
+    shards: std::sync::Mutex<HashMap<String, i64>>,
+}
+
+/// How an org's rows are spread over the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sharding {
+    /// One PostgreSQL: every org's rows are in one place, and any statement is one shard's.
+    One,
+    /// Tables hash-partitioned by org_id into this many partitions: each is a shard.
+    Partitions(i32),
+    /// Tables distributed by Citus: its shards.
+    Citus,
 }
 
 type Backend = Pg;
@@ -48,7 +72,87 @@ impl Pg {
             .acquire_timeout(settings.acquire_timeout)
             .connect_with(opts)
             .await?;
-        Ok(Pg { pool })
+        let pg = Pg {
+            pool,
+            sharding: std::sync::RwLock::new(Sharding::One),
+            shards: std::sync::Mutex::default(),
+        };
+        pg.detect_sharding().await?;
+        Ok(pg)
+    }
+
+    /// Whether the org tables are distributed (Citus) or hash-partitioned by org_id, read
+    /// from the catalog; `sessions` stands for them all (they are co-located).
+    async fn detect_sharding(&self) -> StoreResult<()> {
+        let citus: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let distributed = citus
+            && sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_dist_partition \
+                 WHERE logicalrelid = to_regclass('sessions'))",
+            )
+            .fetch_one(&self.pool)
+            .await?;
+        let partitions: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_inherits i JOIN pg_partitioned_table p \
+               ON p.partrelid = i.inhparent \
+             WHERE i.inhparent = to_regclass('sessions') AND p.partstrat = 'h'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let sharding = if distributed {
+            Sharding::Citus
+        } else if partitions > 0 {
+            Sharding::Partitions(i32::try_from(partitions).unwrap_or(i32::MAX))
+        } else {
+            Sharding::One
+        };
+        *self.sharding.write().expect("sharding lock") = sharding;
+        Ok(())
+    }
+
+    /// The shard of each of `orgs` (in order): 0 for all on one PostgreSQL.
+    async fn shard_ids(&self, tx: &mut Tx, orgs: &[&str]) -> StoreResult<Vec<i64>> {
+        let sharding = *self.sharding.read().expect("sharding lock");
+        let lookup = match sharding {
+            Sharding::One => return Ok(vec![0; orgs.len()]),
+            Sharding::Partitions(_) => {
+                "SELECT o, CAST(r AS BIGINT) FROM UNNEST($1::text[]) AS o, \
+                   generate_series(0, $2 - 1) AS r \
+                 WHERE satisfies_hash_partition('sessions'::regclass, $2, r, o)"
+            }
+            Sharding::Citus => {
+                "SELECT o, get_shard_id_for_distribution_column('sessions', o) \
+                 FROM UNNEST($1::text[]) AS o"
+            }
+        };
+        let missing: Vec<&str> = {
+            let known = self.shards.lock().expect("shard cache lock");
+            orgs.iter()
+                .copied()
+                .filter(|o| !known.contains_key(*o))
+                .collect()
+        };
+        if !missing.is_empty() {
+            let modulus = match sharding {
+                Sharding::Partitions(n) => n,
+                _ => 0,
+            };
+            let found: Vec<(String, i64)> = sqlx::query_as(lookup)
+                .bind(&missing)
+                .bind(modulus)
+                .fetch_all(&mut **tx)
+                .await?;
+            self.shards.lock().expect("shard cache lock").extend(found);
+        }
+        let known = self.shards.lock().expect("shard cache lock");
+        Ok(orgs
+            .iter()
+            .map(|o| known.get(*o).copied().unwrap_or(0))
+            .collect())
     }
 
     fn read(&self) -> &PgPool {
@@ -67,7 +171,12 @@ impl super::Admin for Pg {
     }
 
     async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        sqlx::migrate!("migrations/postgres").run(&self.pool).await
+        sqlx::migrate!("migrations/postgres")
+            .run(&self.pool)
+            .await?;
+        self.detect_sharding()
+            .await
+            .map_err(|e| sqlx::migrate::MigrateError::Execute(sqlx::Error::Protocol(e.to_string())))
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -203,22 +312,76 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
 /// Insert sessions first seen now, skipping any another writer inserted first; returns
 /// how many were inserted.
 async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+    // Counted from RETURNING: a distributed PostgreSQL reports the rows offered to an
+    // INSERT … SELECT … ON CONFLICT DO NOTHING, not the rows inserted (citus#3377).
     let sql = format!(
-        "INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}) ON CONFLICT DO NOTHING"
+        "INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}) \
+         ON CONFLICT DO NOTHING RETURNING 1"
     );
     Ok(bind_sessions(sqlx::query(&sql), rows)
-        .execute(&mut **tx)
+        .fetch_all(&mut **tx)
         .await?
-        .rows_affected())
+        .len() as u64)
 }
 
-/// Locks are taken in `session_id` byte order (the order the caller's chunks follow, whatever
-/// the database's collation), so writers on several instances never deadlock.
-async fn select_sessions_for_update(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<Rec<Session>>> {
+/// Up to `limit` sessions of `orgs` (one shard's) where `condition` (ending in a
+/// comparison with `since`) holds, skipping rows another writer holds.
+async fn lock_sessions_where(
+    tx: &mut Tx,
+    orgs: &[&str],
+    condition: &str,
+    since: Secs,
+    limit: i64,
+) -> StoreResult<Vec<Rec<Session>>> {
+    Ok(sqlx::query_as::<_, Rec<Session>>(&format!(
+        "SELECT * FROM sessions WHERE org_id = ANY($2) AND {condition}$1 \
+         ORDER BY session_id LIMIT $3{SKIP_LOCKED}"
+    ))
+    .bind(since)
+    .bind(orgs)
+    .bind(limit)
+    .fetch_all(&mut **tx)
+    .await?)
+}
+
+/// Claim the ids of sessions first seen now (a session id belongs to one org); returns how
+/// many were claimed: fewer than given when another writer claimed one first.
+async fn claim_session_ids(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+    Ok(sqlx::query(
+        "INSERT INTO session_owners (session_id, org_id) \
+         SELECT * FROM UNNEST($1::text[], $2::text[]) ON CONFLICT DO NOTHING RETURNING 1",
+    )
+    .bind(column(rows, |r| r.session_id.clone()))
+    .bind(column(rows, |r| r.org_id.clone()))
+    .fetch_all(&mut **tx)
+    .await?
+    .len() as u64)
+}
+
+/// The owner of each of these session ids that has one.
+async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<(String, String)>> {
+    Ok(
+        sqlx::query_as("SELECT session_id, org_id FROM session_owners WHERE session_id = ANY($1)")
+            .bind(ids)
+            .fetch_all(&mut **tx)
+            .await?,
+    )
+}
+
+/// Lock and read the sessions with these ids of these orgs (one shard's). Locks are taken
+/// in `session_id` byte order (the order the caller's chunks follow, whatever the
+/// database's collation), shard after shard, so writers on several instances never
+/// deadlock.
+async fn select_sessions_for_update(
+    tx: &mut Tx,
+    orgs: &[&str],
+    ids: &[&str],
+) -> StoreResult<Vec<Rec<Session>>> {
     Ok(sqlx::query_as::<_, Rec<Session>>(
-        "SELECT * FROM sessions WHERE session_id = ANY($1) \
+        "SELECT * FROM sessions WHERE org_id = ANY($1) AND session_id = ANY($2) \
          ORDER BY session_id COLLATE \"C\" FOR UPDATE",
     )
+    .bind(orgs)
     .bind(ids)
     .fetch_all(&mut **tx)
     .await?)
@@ -252,18 +415,21 @@ fn key_columns(keys: &[(&str, &str)]) -> (Vec<String>, Vec<String>) {
         .unzip()
 }
 
-/// Lock and read these keys, in byte order (as the caller sorted them, whatever the
-/// database's collation), so that gate writers on several instances never deadlock.
-async fn lock_keys(tx: &mut Tx, keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> {
-    let (orgs, ids) = key_columns(keys);
+/// Lock and read these keys (of one shard's orgs, `orgs`), in byte order (as the caller
+/// sorted them, whatever the database's collation), so that gate writers on several
+/// instances never deadlock.
+async fn lock_keys(tx: &mut Tx, orgs: &[&str], keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> {
+    let (key_orgs, ids) = key_columns(keys);
     Ok(unwrap_all(
         sqlx::query_as::<_, Rec<Key>>(
             "SELECT k.* FROM api_keys k JOIN UNNEST($1::text[], $2::text[]) AS u(org_id, key_id) \
-           ON k.org_id = u.org_id AND k.key_id = u.key_id \
-         ORDER BY k.org_id COLLATE \"C\", k.key_id COLLATE \"C\" FOR UPDATE OF k",
+               ON k.org_id = u.org_id AND k.key_id = u.key_id \
+             WHERE k.org_id = ANY($3) \
+             ORDER BY k.org_id COLLATE \"C\", k.key_id COLLATE \"C\" FOR UPDATE OF k",
         )
-        .bind(orgs)
+        .bind(key_orgs)
         .bind(ids)
+        .bind(orgs)
         .fetch_all(&mut **tx)
         .await?,
     ))
@@ -272,19 +438,21 @@ async fn lock_keys(tx: &mut Tx, keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> 
 /// Slots held per key (keys holding none are absent).
 async fn slot_counts(
     tx: &mut Tx,
+    orgs: &[&str],
     keys: &[(&str, &str)],
     since: Secs,
 ) -> StoreResult<Vec<(String, String, i64)>> {
-    let (orgs, ids) = key_columns(keys);
+    let (key_orgs, ids) = key_columns(keys);
     Ok(sqlx::query_as(&format!(
         "SELECT s.org_id, s.key_id, COUNT(*) FROM sessions s \
            JOIN UNNEST($2::text[], $3::text[]) AS u(org_id, key_id) \
            ON s.org_id = u.org_id AND s.key_id = u.key_id \
-         WHERE {SLOT_HELD} GROUP BY s.org_id, s.key_id"
+         WHERE s.org_id = ANY($4) AND {SLOT_HELD} GROUP BY s.org_id, s.key_id"
     ))
     .bind(since)
-    .bind(orgs)
+    .bind(key_orgs)
     .bind(ids)
+    .bind(orgs)
     .fetch_all(&mut **tx)
     .await?)
 }
@@ -294,6 +462,7 @@ async fn slot_counts(
 /// abandoned) if one of the new sessions existed already.
 async fn write_admissions(
     tx: &mut Tx,
+    orgs: &[&str],
     created: &[Session],
     resumed: &[Session],
     decisions: &[&Decision],
@@ -303,9 +472,10 @@ async fn write_admissions(
            SELECT * FROM UNNEST({SESSION_ARRAYS}, $20::int8[]) ON CONFLICT DO NOTHING RETURNING 1), \
          r AS (UPDATE sessions SET slot_at = u.slot_at, key_id = u.key_id, agent = u.agent, \
            project_id = u.project_id, started_by = u.started_by \
-           FROM UNNEST($21::text[], $22::int8[], $23::text[], $24::text[], $25::text[], $26::text[]) \
-             AS u(session_id, slot_at, key_id, agent, project_id, started_by) \
-           WHERE sessions.session_id = u.session_id), \
+           FROM UNNEST($21::text[], $22::int8[], $23::text[], $24::text[], $25::text[], $26::text[], \
+             $48::text[]) AS u(session_id, slot_at, key_id, agent, project_id, started_by, org_id) \
+           WHERE sessions.org_id = ANY($49) AND sessions.org_id = u.org_id \
+             AND sessions.session_id = u.session_id), \
          d AS (INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST($27::text[], \
            $28::text[], $29::int8[], $30::text[], $31::text[], $32::text[], $33::text[], \
            $34::text[], $35::text[], $36::bool[], $37::int8[], $38::int8[], $39::int8[], \
@@ -346,6 +516,8 @@ async fn write_admissions(
         .bind(col(rows, |d| d.running))
         .bind(col(rows, |d| d.concurrency_limit))
         .bind(col(rows, |d| d.upgrade_plan.clone()))
+        .bind(column(resumed, |r| r.org_id.clone()))
+        .bind(orgs)
         .fetch_one(&mut **tx)
         .await?;
     let inserted: i64 = sqlx::Row::try_get(&row, 0)?;

@@ -23,6 +23,15 @@ const GREATEST: &str = "MAX";
 /// SQLite compares text byte by byte (BINARY) already.
 const BYTE_ORDER: &str = "";
 
+/// `org_id` among the orgs of parameter `$n` (a JSON array, bound with `org_list`).
+fn org_in(n: usize) -> String {
+    format!("org_id IN (SELECT value FROM json_each(${n}))")
+}
+
+fn org_list(orgs: &[&str]) -> String {
+    serde_json::to_string(orgs).expect("ids serialise")
+}
+
 include!("sql/common.rs");
 include!("sql/rows.rs");
 include!("sql/orgs.rs");
@@ -63,6 +72,11 @@ impl Lite {
 
     fn read(&self) -> &SqlitePool {
         &self.read
+    }
+
+    /// One instance, one file: every org on shard 0.
+    async fn shard_ids(&self, _tx: &mut Tx, orgs: &[&str]) -> StoreResult<Vec<i64>> {
+        Ok(vec![0; orgs.len()])
     }
 
     fn write(&self) -> &SqlitePool {
@@ -116,14 +130,19 @@ fn once<'q, 'a>(
 /// `SELECT * FROM <table> WHERE <column> IN (ids…)`, plus `tail`.
 fn select_in<'a>(head: &str, ids: &'a [&str], tail: &str) -> QueryBuilder<'a, DB> {
     let mut q = QueryBuilder::<DB>::new(head);
+    push_in(&mut q, ids);
+    q.push(tail);
+    q
+}
+
+/// ` IN (ids…)`.
+fn push_in<'a>(q: &mut QueryBuilder<'a, DB>, ids: &'a [&str]) {
     q.push(" IN (");
     let mut sep = q.separated(", ");
     for id in ids {
         sep.push_bind(*id);
     }
     q.push(")");
-    q.push(tail);
-    q
 }
 
 /// Write what one transaction books: session rows, both rollups, closed spans.
@@ -233,13 +252,63 @@ async fn insert_spans(tx: &mut Tx, rows: &[(String, String, ledger::Span)]) -> S
     Ok(())
 }
 
-async fn select_sessions_for_update(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<Rec<Session>>> {
+/// The sessions with these ids of these orgs (the single writer holds the lock already).
+async fn select_sessions_for_update(
+    tx: &mut Tx,
+    orgs: &[&str],
+    ids: &[&str],
+) -> StoreResult<Vec<Rec<Session>>> {
     let mut q = select_in(
-        "SELECT * FROM sessions WHERE session_id",
-        ids,
-        " ORDER BY session_id",
+        "SELECT * FROM sessions WHERE org_id",
+        orgs,
+        " AND session_id",
     );
+    push_in(&mut q, ids);
+    q.push(" ORDER BY session_id");
     Ok(q.build_query_as::<Rec<Session>>()
+        .persistent(false)
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+/// Up to `limit` sessions of `orgs` where `condition` (ending in a comparison with
+/// `since`) holds.
+async fn lock_sessions_where(
+    tx: &mut Tx,
+    orgs: &[&str],
+    condition: &str,
+    since: Secs,
+    limit: i64,
+) -> StoreResult<Vec<Rec<Session>>> {
+    let mut q = select_in("SELECT * FROM sessions WHERE org_id", orgs, " AND ");
+    q.push(condition);
+    q.push_bind(since);
+    q.push(" ORDER BY session_id LIMIT ");
+    q.push_bind(limit);
+    Ok(q.build_query_as::<Rec<Session>>()
+        .persistent(false)
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+/// Claim the ids of sessions first seen now; returns how many were claimed.
+async fn claim_session_ids(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+    let mut q = QueryBuilder::<DB>::new("INSERT INTO session_owners (session_id, org_id) ");
+    q.push_values(rows, |mut b, r| {
+        b.push_bind(&r.session_id).push_bind(&r.org_id);
+    });
+    q.push(" ON CONFLICT DO NOTHING");
+    Ok(once(&mut q).execute(&mut **tx).await?.rows_affected())
+}
+
+/// The owner of each of these session ids that has one.
+async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<(String, String)>> {
+    let mut q = select_in(
+        "SELECT session_id, org_id FROM session_owners WHERE session_id",
+        ids,
+        "",
+    );
+    Ok(q.build_query_as::<(String, String)>()
         .persistent(false)
         .fetch_all(&mut **tx)
         .await?)
@@ -267,7 +336,7 @@ async fn select_orgs_in<'e, E: sqlx::Executor<'e, Database = DB>>(
 // The gate's statements go row by row: SQLite runs them in-process, under the write lock
 // that BEGIN IMMEDIATE already holds, so a round trip costs microseconds.
 
-async fn lock_keys(tx: &mut Tx, keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> {
+async fn lock_keys(tx: &mut Tx, _orgs: &[&str], keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> {
     let mut rows = Vec::with_capacity(keys.len());
     for (org, key) in keys {
         rows.extend(
@@ -286,6 +355,7 @@ async fn lock_keys(tx: &mut Tx, keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> 
 
 async fn slot_counts(
     tx: &mut Tx,
+    _orgs: &[&str],
     keys: &[(&str, &str)],
     since: Secs,
 ) -> StoreResult<Vec<(String, String, i64)>> {
@@ -308,6 +378,7 @@ async fn slot_counts(
 /// (and the transaction must be abandoned) if one of the new sessions existed already.
 async fn write_admissions(
     tx: &mut Tx,
+    _orgs: &[&str],
     created: &[Session],
     resumed: &[Session],
     decisions: &[&Decision],
@@ -326,13 +397,14 @@ async fn set_slots(tx: &mut Tx, rows: impl Iterator<Item = &Session>) -> StoreRe
     for r in rows {
         sqlx::query(
             "UPDATE sessions SET slot_at = $1, key_id = $2, agent = $3, project_id = $4, \
-               started_by = $5 WHERE session_id = $6",
+               started_by = $5 WHERE org_id = $6 AND session_id = $7",
         )
         .bind(r.slot_at)
         .bind(&r.key_id)
         .bind(&r.agent)
         .bind(&r.project_id)
         .bind(&r.started_by)
+        .bind(&r.org_id)
         .bind(&r.session_id)
         .execute(&mut **tx)
         .await?;

@@ -37,8 +37,11 @@ pub fn holds_slot(s: &Session, now: Secs, lease: Secs) -> bool {
 pub struct GroupFacts {
     pub orgs: HashMap<String, Org>,
     pub keys: HashMap<(String, String), Key>,
-    /// The named sessions that exist.
+    /// The named sessions that exist in the orgs that name them, locked.
     pub sessions: HashMap<String, Session>,
+    /// The org of each named session that exists but was not locked: another org's (a
+    /// session id belongs to one org).
+    pub owners: HashMap<String, String>,
     /// Slots held per key, by every session of the key (the SQL twin of `holds_slot`).
     pub slots: HashMap<(String, String), i64>,
     /// Window usage per org, in the windows `Windows::at(now, billing period)` gives.
@@ -73,6 +76,13 @@ pub fn decide_group(
             let org = facts.orgs.get(&req.org_id).ok_or(AdmitReject::UnknownOrg)?;
             let key_id = (req.org_id.clone(), req.key_id.clone());
             let key = facts.keys.get(&key_id).ok_or(AdmitReject::UnknownKey)?;
+            if facts
+                .owners
+                .get(&req.session_id)
+                .is_some_and(|owner| *owner != req.org_id)
+            {
+                return Err(AdmitReject::SessionOfAnotherOrg);
+            }
             let session = facts.sessions.get(&req.session_id);
             if let Some(s) = session {
                 if s.org_id != req.org_id {
@@ -309,11 +319,18 @@ mod tests {
         let mut other = Session::admitted("p", "x", 0);
         other.key_id = Some("k".into());
         facts.sessions.insert("x".into(), other);
+        facts.owners.insert("y".into(), "p".into());
         let mut unknown_key = request("s");
         unknown_key.key_id = "nope".into();
         let mut unknown_org = request("s");
         unknown_org.org_id = "nope".into();
-        let reqs = [unknown_org, unknown_key, request("e"), request("x")];
+        let reqs = [
+            unknown_org,
+            unknown_key,
+            request("e"),
+            request("x"),
+            request("y"),
+        ];
         let out = decide_group(&plans(), &reqs, facts, 1000, 60, ids());
         let got: Vec<_> = out.answers.into_iter().map(|a| a.unwrap_err()).collect();
         assert_eq!(
@@ -322,6 +339,7 @@ mod tests {
                 AdmitReject::UnknownOrg,
                 AdmitReject::UnknownKey,
                 AdmitReject::SessionEnded,
+                AdmitReject::SessionOfAnotherOrg,
                 AdmitReject::SessionOfAnotherOrg
             ]
         );

@@ -44,17 +44,20 @@ pub struct Screened {
 }
 
 /// Decide each request whole, in arrival order. `sessions` are the locked sessions the
-/// group names; `found` the orgs the store found among `unproven_orgs`.
+/// group names (each found in the org that names it); `owners` the org of each named
+/// session that exists but was not locked (another org's); `found` the orgs the store
+/// found among `unproven_orgs`.
 pub fn screen(
     requests: &[Vec<Heartbeat>],
     sessions: &HashMap<String, Session>,
+    owners: &HashMap<String, String>,
     found: &[String],
 ) -> Screened {
     let mut known: HashSet<&str> = sessions.values().map(|s| s.org_id.as_str()).collect();
     known.extend(found.iter().map(String::as_str));
     let mut out = Screened::default();
     for request in requests {
-        let verdict = check_request(request, &known, sessions, &out.created);
+        let verdict = check_request(request, &known, sessions, owners, &out.created);
         if verdict.is_ok() {
             for h in request {
                 if !sessions.contains_key(h.session_id.as_str()) {
@@ -94,6 +97,7 @@ fn check_request(
     request: &[Heartbeat],
     known_orgs: &HashSet<&str>,
     sessions: &HashMap<String, Session>,
+    owners: &HashMap<String, String>,
     created: &BTreeMap<String, Session>,
 ) -> Result<(), IngestReject> {
     for (index, h) in request.iter().enumerate() {
@@ -106,7 +110,8 @@ fn check_request(
         let owner = sessions
             .get(h.session_id.as_str())
             .or_else(|| created.get(h.session_id.as_str()))
-            .map(|s| s.org_id.as_str());
+            .map(|s| s.org_id.as_str())
+            .or_else(|| owners.get(h.session_id.as_str()).map(String::as_str));
         if owner.is_some_and(|o| o != h.org_id.as_str()) {
             return Err(IngestReject::SessionOfAnotherOrg {
                 index,
@@ -215,9 +220,11 @@ mod tests {
                 hb("a", "s4", 1, 10, VmState::Running),
                 hb("c", "s4", 2, 11, VmState::Running),
             ],
+            vec![hb("a", "elsewhere", 1, 10, VmState::Running)],
         ];
         assert_eq!(unproven_orgs(&requests, &sessions), ["a", "c", "nobody"]);
-        let out = screen(&requests, &sessions, &["a".into(), "c".into()]);
+        let owners = HashMap::from([("elsewhere".to_owned(), "b".to_owned())]);
+        let out = screen(&requests, &sessions, &owners, &["a".into(), "c".into()]);
         assert_eq!(out.verdicts[0], Ok(()));
         assert!(matches!(
             out.verdicts[1],
@@ -231,6 +238,11 @@ mod tests {
             out.verdicts[3],
             Err(IngestReject::SessionOfAnotherOrg { index: 1, .. })
         ));
+        // A session of another org that this group's locks did not find.
+        assert!(matches!(
+            out.verdicts[4],
+            Err(IngestReject::SessionOfAnotherOrg { index: 0, .. })
+        ));
         assert_eq!(out.created.keys().collect::<Vec<_>>(), ["s1"]);
     }
 
@@ -241,7 +253,7 @@ mod tests {
             vec![hb("a", "s", 1, 10, VmState::Running)],
         ];
         let mut sessions = HashMap::new();
-        let screened = screen(&requests, &sessions, &["a".into()]);
+        let screened = screen(&requests, &sessions, &HashMap::new(), &["a".into()]);
         assert_eq!(screened.created["s"].ledger.last_at, 10);
         sessions.extend(screened.created);
         let (answers, booking) = apply(&requests, screened.verdicts, &mut sessions, &RULES);

@@ -4,7 +4,7 @@
 // `SKIP_LOCKED`, `LEAST`, `GREATEST`, `BYTE_ORDER` and the set-based statements first.
 // Only this file has `use` items: the others are included into the same module.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use rush_meter_core::booking::Booking;
@@ -49,6 +49,74 @@ fn sorted_unique<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
     v
 }
 
+impl Backend {
+    /// `orgs` grouped by the shard their rows live on: shards in order, orgs in byte
+    /// order within each, the order every writer takes its locks in. Each statement that
+    /// locks, upserts or claims org rows is sent once a shard, so that a distributed
+    /// PostgreSQL routes it to one node; on one PostgreSQL (or SQLite) there is one shard,
+    /// and one statement for all.
+    async fn by_shard<'a>(
+        &self,
+        tx: &mut Tx,
+        orgs: impl Iterator<Item = &'a str>,
+    ) -> StoreResult<BTreeMap<i64, Vec<&'a str>>> {
+        let orgs = sorted_unique(orgs);
+        let ids = self.shard_ids(tx, &orgs).await?;
+        let mut out: BTreeMap<i64, Vec<&'a str>> = BTreeMap::new();
+        for (org, shard) in orgs.into_iter().zip(ids) {
+            out.entry(shard).or_default().push(org);
+        }
+        Ok(out)
+    }
+
+    /// Lock and read the sessions that `(org, session)` pairs name, each looked for in the
+    /// org that names it, shard after shard.
+    async fn lock_sessions(
+        &self,
+        tx: &mut Tx,
+        named: &[(&str, &str)],
+    ) -> StoreResult<HashMap<String, Session>> {
+        let shards = self.by_shard(tx, named.iter().map(|(o, _)| *o)).await?;
+        let mut found = HashMap::with_capacity(named.len());
+        for orgs in shards.values() {
+            let ids = sorted_unique(
+                named
+                    .iter()
+                    .filter(|(o, _)| orgs.binary_search(o).is_ok())
+                    .map(|(_, s)| *s),
+            );
+            for chunk in ids.chunks(CHUNK) {
+                for Rec(s) in select_sessions_for_update(tx, orgs, chunk).await? {
+                    found.insert(s.session_id.clone(), s);
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The owner of each of `ids` that exists.
+    async fn owners(&self, tx: &mut Tx, ids: &[&str]) -> StoreResult<HashMap<String, String>> {
+        let mut owners = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(CHUNK) {
+            owners.extend(select_owners(tx, chunk).await?);
+        }
+        Ok(owners)
+    }
+}
+
+/// Claim the ids of sessions first seen now, then insert their rows; false if another
+/// writer claimed one of the ids first (the transaction must then start over).
+async fn insert_new_sessions(tx: &mut Tx, rows: &[Session]) -> StoreResult<bool> {
+    let mut inserted = 0;
+    for chunk in rows.chunks(CHUNK) {
+        if claim_session_ids(tx, chunk).await? < chunk.len() as u64 {
+            return Ok(false);
+        }
+        inserted += insert_new_session_rows(tx, chunk).await?;
+    }
+    Ok(inserted == rows.len() as u64)
+}
+
 /// The values of `Rec`s read by `query_as`.
 fn unwrap_all<T>(rows: Vec<Rec<T>>) -> Vec<T> {
     rows.into_iter().map(|r| r.0).collect()
@@ -74,17 +142,23 @@ where
     }
 }
 
-/// The claim of a work queue (Stripe events, notifications): take up to `limit` rows of
-/// `table` that are pending and due by `due_col`, oldest first by `order`, count an
-/// attempt and hold them `hold` seconds, so an instance that dies mid-work leaves them to
-/// the others; rows another instance holds are skipped. Rows come back unordered.
-#[allow(clippy::too_many_arguments)]
+/// A work queue (Stripe events, notifications): its table, key, due column and order.
+struct Queue {
+    table: &'static str,
+    key: &'static str,
+    due: &'static str,
+    order: &'static str,
+}
+
+/// The claim of a work queue: take up to `limit` rows that are pending and due, oldest
+/// first, of `orgs` only when given (a queue of org rows is claimed one shard's orgs at a
+/// time), count an attempt and hold them `hold` seconds, so an instance that dies mid-work
+/// leaves them to the others; rows another instance holds are skipped. Rows come back
+/// unordered.
 async fn claim_due<R>(
-    pool: &Pool<DB>,
-    table: &str,
-    key: &str,
-    due_col: &str,
-    order: &str,
+    tx: &mut Tx,
+    q: &Queue,
+    orgs: Option<&[&str]>,
     now: Secs,
     hold: Secs,
     limit: i64,
@@ -92,21 +166,33 @@ async fn claim_due<R>(
 where
     R: for<'r> sqlx::FromRow<'r, Row> + Send + Unpin,
 {
-    let mut tx = begin_write(pool).await?;
-    let rows = sqlx::query_as::<_, R>(&format!(
-        "UPDATE {table} SET attempts = attempts + 1, {due_col} = $1 + $2 \
-         WHERE {key} IN (SELECT {key} FROM {table} \
-           WHERE state = 'pending' AND {due_col} <= $1 \
+    let Queue {
+        table,
+        key,
+        due,
+        order,
+    } = q;
+    let of_orgs = if orgs.is_some() {
+        format!("{} AND ", org_in(4))
+    } else {
+        String::new()
+    };
+    let sql = format!(
+        "UPDATE {table} SET attempts = attempts + 1, {due} = $1 + $2 \
+         WHERE {of_orgs}{key} IN (SELECT {key} FROM {table} \
+           WHERE {of_orgs}state = 'pending' AND {due} <= $1 \
            ORDER BY {order} LIMIT $3{SKIP_LOCKED}) \
          RETURNING *"
-    ))
+    );
+    let query = sqlx::query_as::<_, R>(&sql)
     .bind(now)
     .bind(hold)
-    .bind(limit)
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(rows)
+    .bind(limit);
+    let query = match orgs {
+        Some(orgs) => query.bind(org_list(orgs)),
+        None => query,
+    };
+    Ok(query.fetch_all(&mut **tx).await?)
 }
 
 async fn ping(pool: &Pool<DB>) -> StoreResult<()> {
@@ -128,7 +214,9 @@ async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
          UNION ALL SELECT 'periods', COUNT(*), CAST(COALESCE(SUM(agent_seconds + adjustment_seconds), 0) AS BIGINT) FROM periods \
          UNION ALL SELECT 'period_orgs', COUNT(*), CAST(COALESCE(SUM(agent_seconds), 0) AS BIGINT) FROM period_orgs \
          UNION ALL SELECT 'period_sessions', COUNT(*), CAST(COALESCE(SUM(running_seconds + parked_seconds), 0) AS BIGINT) FROM period_sessions \
-         UNION ALL SELECT 'notifications', COUNT(*), CAST(COALESCE(SUM(attempts), 0) AS BIGINT) FROM notifications",
+         UNION ALL SELECT 'notifications', COUNT(*), CAST(COALESCE(SUM(attempts), 0) AS BIGINT) FROM notifications \
+         UNION ALL SELECT 'session_owners', COUNT(*), CAST(0 AS BIGINT) FROM session_owners \
+         UNION ALL SELECT 'stripe_customers', COUNT(*), CAST(0 AS BIGINT) FROM stripe_customers",
     )
     .fetch_all(pool)
     .await?)

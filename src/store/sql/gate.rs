@@ -17,19 +17,30 @@ const DECISION_COLUMNS: &str = "org_id, decision_id, decided_at, session_id, key
 /// limit. Every decision is recorded in the same transaction. `None` when a session it
 /// would create appeared meanwhile (start over and see it).
 async fn admit_once(
-    pool: &Pool<DB>,
+    store: &Backend,
     plans: &Plans,
     requests: &[AdmissionRequest],
     now: Secs,
     rules: &Rules,
 ) -> StoreResult<Option<Vec<Result<Decision, AdmitReject>>>> {
-    let mut tx = begin_write(pool).await?;
+    let mut tx = begin_write(store.write()).await?;
     let mut facts = GroupFacts::default();
-
+    let shards = store
+        .by_shard(&mut tx, requests.iter().map(|r| r.org_id.as_str()))
+        .await?;
     let keys = sorted_unique(requests.iter().map(|r| (r.org_id.as_str(), r.key_id.as_str())));
-    for chunk in keys.chunks(CHUNK) {
-        for k in lock_keys(&mut tx, chunk).await? {
-            facts.keys.insert((k.org_id.clone(), k.key_id.clone()), k);
+    let keys_of = |orgs: &[&str]| -> Vec<(&str, &str)> {
+        keys.iter()
+            .filter(|(o, _)| orgs.binary_search(o).is_ok())
+            .copied()
+            .collect()
+    };
+    // Keys first, shard after shard, then sessions: the order every writer locks in.
+    for orgs in shards.values() {
+        for chunk in keys_of(orgs).chunks(CHUNK) {
+            for k in lock_keys(&mut tx, orgs, chunk).await? {
+                facts.keys.insert((k.org_id.clone(), k.key_id.clone()), k);
+            }
         }
     }
     let org_ids = sorted_unique(requests.iter().map(|r| r.org_id.as_str()));
@@ -38,13 +49,30 @@ async fn admit_once(
             facts.orgs.insert(o.org_id.clone(), o);
         }
     }
-    let session_ids = sorted_unique(requests.iter().map(|r| r.session_id.as_str()));
-    for s in lock_sessions(&mut tx, &session_ids).await? {
-        facts.sessions.insert(s.session_id.clone(), s);
+    let named: Vec<(&str, &str)> = requests
+        .iter()
+        .map(|r| (r.org_id.as_str(), r.session_id.as_str()))
+        .collect();
+    facts.sessions = store.lock_sessions(&mut tx, &named).await?;
+    let missing = sorted_unique(
+        named
+            .iter()
+            .map(|(_, s)| *s)
+            .filter(|s| !facts.sessions.contains_key(*s)),
+    );
+    facts.owners = store.owners(&mut tx, &missing).await?;
+    if named
+        .iter()
+        .any(|(o, s)| facts.owners.get(*s).is_some_and(|owner| owner == o))
+    {
+        // One of its sessions was created after its lock was looked for: start over.
+        return Ok(None);
     }
-    for chunk in keys.chunks(CHUNK) {
-        for (org, key, n) in slot_counts(&mut tx, chunk, now - rules.lease).await? {
-            facts.slots.insert((org, key), n);
+    for orgs in shards.values() {
+        for chunk in keys_of(orgs).chunks(CHUNK) {
+            for (org, key, n) in slot_counts(&mut tx, orgs, chunk, now - rules.lease).await? {
+                facts.slots.insert((org, key), n);
+            }
         }
     }
     let mut usage = HashMap::new();
@@ -63,8 +91,24 @@ async fn admit_once(
         created.len() + resumed.len() <= CHUNK && decisions.len() <= CHUNK,
         "group too big"
     );
-    if !write_admissions(&mut tx, created, resumed, &decisions).await? {
+    if !created.is_empty() && claim_session_ids(&mut tx, created).await? < created.len() as u64 {
+        // A session it would create was claimed by another writer meanwhile.
         return Ok(None);
+    }
+    for orgs in shards.values() {
+        let written = if shards.len() == 1 {
+            write_admissions(&mut tx, orgs, created, resumed, &decisions).await?
+        } else {
+            let mine = |org: &str| orgs.binary_search(&org).is_ok();
+            let pick = |rows: &[Session]| -> Vec<Session> {
+                rows.iter().filter(|s| mine(&s.org_id)).cloned().collect()
+            };
+            let ds: Vec<&Decision> = decisions.iter().copied().filter(|d| mine(&d.org_id)).collect();
+            write_admissions(&mut tx, orgs, &pick(created), &pick(resumed), &ds).await?
+        };
+        if !written {
+            return Ok(None);
+        }
     }
     tx.commit().await?;
     Ok(Some(outcome.answers))
@@ -80,7 +124,7 @@ impl GateStore for Backend {
         rules: &Rules,
     ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
         retry_group("sessions kept appearing during admission", || {
-            admit_once(self.write(), plans, requests, now, rules)
+            admit_once(self, plans, requests, now, rules)
         })
         .await
     }

@@ -10,7 +10,7 @@ const SESSION_COLUMNS: &str = "org_id, session_id, key_id, agent, project_id, st
      unadmitted, created_at, ended_at, end_status, heard_at";
 
 /// Overwrites every column of a locked session row with the new state.
-const SESSION_UPSERT: &str = " ON CONFLICT (session_id) DO UPDATE SET \
+const SESSION_UPSERT: &str = " ON CONFLICT (org_id, session_id) DO UPDATE SET \
      key_id = excluded.key_id, agent = excluded.agent, project_id = excluded.project_id, \
      started_by = excluded.started_by, vm_id = excluded.vm_id, phase = excluded.phase, \
      last_seq = excluded.last_seq, last_at = excluded.last_at, \
@@ -25,15 +25,6 @@ const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, shard) DO UPDATE \
 const SESSION_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, session_id) DO UPDATE \
      SET seconds = session_hourly.seconds + excluded.seconds";
 
-/// Lock and read the sessions with these ids, in id order.
-async fn lock_sessions(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<Session>> {
-    let mut rows = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(CHUNK) {
-        rows.extend(unwrap_all(select_sessions_for_update(tx, chunk).await?));
-    }
-    Ok(rows)
-}
-
 /// Sorted ids of the orgs that exist among `ids`.
 async fn existing_orgs(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
     let mut found = Vec::with_capacity(ids.len());
@@ -44,37 +35,42 @@ async fn existing_orgs(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
     Ok(found)
 }
 
-/// Insert sessions first seen now; false if another writer inserted any of them first.
-async fn insert_new_sessions(tx: &mut Tx, rows: &[Session]) -> StoreResult<bool> {
-    let mut inserted = 0;
-    for chunk in rows.chunks(CHUNK) {
-        inserted += insert_new_session_rows(tx, chunk).await?;
-    }
-    Ok(inserted == rows.len() as u64)
-}
-
 /// One try of a heartbeat group: `None` when another instance created one of its new
-/// sessions first (start over and see its owner).
+/// sessions first, or one of its sessions meanwhile (start over and see it).
 async fn ingest_once(
-    pool: &Pool<DB>,
+    store: &Backend,
     requests: &[Vec<Heartbeat>],
     rules: &Rules,
     shard: i64,
 ) -> StoreResult<Option<Vec<RequestOutcome>>> {
-    let mut tx = begin_write(pool).await?;
-    let ids = sorted_unique(requests.iter().flatten().map(|h| h.session_id.as_str()));
-    let mut sessions: HashMap<String, Session> = lock_sessions(&mut tx, &ids)
-        .await?
-        .into_iter()
-        .map(|s| (s.session_id.clone(), s))
+    let mut tx = begin_write(store.write()).await?;
+    let named: Vec<(&str, &str)> = requests
+        .iter()
+        .flatten()
+        .map(|h| (h.org_id.as_str(), h.session_id.as_str()))
         .collect();
+    let mut sessions = store.lock_sessions(&mut tx, &named).await?;
+    // A named session not found in its org: another org's, or one created meanwhile.
+    let missing = sorted_unique(
+        named
+            .iter()
+            .map(|(_, s)| *s)
+            .filter(|s| !sessions.contains_key(*s)),
+    );
+    let owners = store.owners(&mut tx, &missing).await?;
+    if named
+        .iter()
+        .any(|(o, s)| owners.get(*s).is_some_and(|owner| owner == o))
+    {
+        return Ok(None);
+    }
     let unproven = heartbeats::unproven_orgs(requests, &sessions);
     let found = if unproven.is_empty() {
         Vec::new()
     } else {
         existing_orgs(&mut tx, &unproven).await?
     };
-    let screened = heartbeats::screen(requests, &sessions, &found);
+    let screened = heartbeats::screen(requests, &sessions, &owners, &found);
     if !screened.created.is_empty() {
         let new: Vec<Session> = screened.created.values().cloned().collect();
         if !insert_new_sessions(&mut tx, &new).await? {
@@ -83,9 +79,52 @@ async fn ingest_once(
         sessions.extend(screened.created);
     }
     let (answers, booking) = heartbeats::apply(requests, screened.verdicts, &mut sessions, rules);
-    write_booking(&mut tx, shard, &booking).await?;
+    store.write_booking(&mut tx, shard, booking).await?;
     tx.commit().await?;
     Ok(Some(answers))
+}
+
+impl Backend {
+    /// Write a booking, one shard's rows at a time.
+    async fn write_booking(&self, tx: &mut Tx, shard: i64, booking: Booking) -> StoreResult<()> {
+        if booking.is_empty() {
+            return Ok(());
+        }
+        let orgs: Vec<String> = booking.sessions.values().map(|s| s.org_id.clone()).collect();
+        let shards = self.by_shard(tx, orgs.iter().map(String::as_str)).await?;
+        if shards.len() == 1 {
+            return write_booking(tx, shard, &booking).await;
+        }
+        let shard_of: HashMap<&str, i64> = shards
+            .iter()
+            .flat_map(|(id, orgs)| orgs.iter().map(move |o| (*o, *id)))
+            .collect();
+        for part in booking.split_by(|org| shard_of.get(org).copied().unwrap_or(0)).values() {
+            write_booking(tx, shard, part).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Up to `limit` sessions of `orgs` (one shard's) that time alone changes: silent past two
+/// leases, or idle for a week; rows another instance holds are skipped.
+async fn select_expiring(
+    tx: &mut Tx,
+    orgs: &[&str],
+    silent_since: Secs,
+    idle_since: Secs,
+    limit: i64,
+) -> StoreResult<Vec<Session>> {
+    let mut rows = Vec::new();
+    for (condition, since) in [
+        ("phase = 'running' AND last_at < ", silent_since),
+        ("phase IN ('parked', 'admitted', 'silent') AND span_start <= ", idle_since),
+    ] {
+        rows.extend(unwrap_all(
+            lock_sessions_where(tx, orgs, condition, since, limit).await?,
+        ));
+    }
+    Ok(rows)
 }
 
 /// `GREATEST(0, LEAST(hi, $b) - GREATEST(lo, $a))`: seconds of `[lo, hi)` inside `[$a, $b)`.
@@ -195,7 +234,7 @@ impl LedgerStore for Backend {
         shard: i64,
     ) -> StoreResult<Vec<RequestOutcome>> {
         retry_group("sessions kept changing owner during ingest", || {
-            ingest_once(self.write(), requests, rules, shard)
+            ingest_once(self, requests, rules, shard)
         })
         .await
     }
@@ -209,45 +248,48 @@ impl LedgerStore for Backend {
         rules: &Rules,
     ) -> StoreResult<Option<Session>> {
         let mut tx = begin_write(self.write()).await?;
-        let Some(mut s) = lock_sessions(&mut tx, &[session_id]).await?.pop() else {
+        let Some(org) = self.owners(&mut tx, &[session_id]).await?.remove(session_id) else {
             return Ok(None);
         };
-        if scope_org.is_some_and(|o| o != s.org_id) {
+        if scope_org.is_some_and(|o| o != org) {
             return Ok(None);
         }
+        let locked = self.lock_sessions(&mut tx, &[(&org, session_id)]).await?;
+        let Some(mut s) = locked.into_values().next() else {
+            return Ok(None);
+        };
         let (led, fx) = ledger::end_session(&s.ledger, now, status, rules);
         if !fx.ignored {
             s.ledger = led;
             let mut booking = Booking::default();
             booking.add(&s, &fx);
-            write_booking(&mut tx, 0, &booking).await?;
+            self.write_booking(&mut tx, 0, booking).await?;
             tx.commit().await?;
         }
         Ok(Some(s))
     }
 
+    /// Each instance takes rows the others have not locked, one shard's orgs at a time.
     async fn expire_sessions(&self, now: Secs, rules: &Rules, limit: i64) -> StoreResult<usize> {
+        let silent_since = now - 2 * rules.lease;
+        let idle_since = now - ledger::PARKED_EXPIRY_SECS;
         let mut tx = begin_write(self.write()).await?;
-        let mut rows = unwrap_all(
-            sqlx::query_as::<_, Rec<Session>>(&format!(
-                "SELECT * FROM sessions WHERE phase = 'running' AND last_at < $1 \
-                 ORDER BY session_id LIMIT $2{SKIP_LOCKED}"
-            ))
-            .bind(now - 2 * rules.lease)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?,
-        );
-        rows.extend(unwrap_all(
-            sqlx::query_as::<_, Rec<Session>>(&format!(
-                "SELECT * FROM sessions WHERE phase IN ('parked', 'admitted', 'silent') \
-                 AND span_start <= $1 ORDER BY session_id LIMIT $2{SKIP_LOCKED}"
-            ))
-            .bind(now - ledger::PARKED_EXPIRY_SECS)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?,
-        ));
+        // Which orgs have sessions to expire: read first, so the locks name their orgs.
+        let orgs: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT org_id FROM sessions WHERE \
+               (phase = 'running' AND last_at < $1) OR \
+               (phase IN ('parked', 'admitted', 'silent') AND span_start <= $2) \
+             LIMIT $3",
+        )
+        .bind(silent_since)
+        .bind(idle_since)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut rows = Vec::new();
+        for orgs in self.by_shard(&mut tx, orgs.iter().map(String::as_str)).await?.values() {
+            rows.extend(select_expiring(&mut tx, orgs, silent_since, idle_since, limit).await?);
+        }
         let mut booking = Booking::default();
         for mut s in rows {
             if let Some((led, fx)) = ledger::expire(&s.ledger, now, rules) {
@@ -256,19 +298,26 @@ impl LedgerStore for Backend {
             }
         }
         let changed = booking.sessions.len();
-        write_booking(&mut tx, 0, &booking).await?;
+        self.write_booking(&mut tx, 0, booking).await?;
         tx.commit().await?;
         Ok(changed)
     }
 
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<Session>> {
-        Ok(
-            sqlx::query_as::<_, Rec<Session>>("SELECT * FROM sessions WHERE session_id = $1")
+        let owner: Option<String> =
+            sqlx::query_scalar("SELECT org_id FROM session_owners WHERE session_id = $1")
                 .bind(session_id)
                 .fetch_optional(self.read())
-                .await?
-                .map(|r| r.0),
+                .await?;
+        let Some(org) = owner else { return Ok(None) };
+        Ok(sqlx::query_as::<_, Rec<Session>>(
+            "SELECT * FROM sessions WHERE org_id = $1 AND session_id = $2",
         )
+        .bind(org)
+        .bind(session_id)
+        .fetch_optional(self.read())
+        .await?
+        .map(|r| r.0))
     }
 
     async fn sessions_of_org(&self, org_id: &str) -> StoreResult<Vec<Session>> {

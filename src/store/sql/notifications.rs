@@ -36,17 +36,31 @@ impl NotificationStore for Backend {
         hold: Secs,
         limit: i64,
     ) -> StoreResult<Vec<NotificationRow>> {
-        let mut rows: Vec<NotificationRow> = claim_due(
-            self.write(),
-            "notifications",
-            "notification_id",
-            "next_at",
-            "created_at, notification_id",
-            now,
-            hold,
-            limit,
+        let queue = Queue {
+            table: "notifications",
+            key: "notification_id",
+            due: "next_at",
+            order: "created_at, notification_id",
+        };
+        let mut tx = begin_write(self.write()).await?;
+        // Which orgs have notifications due: read first, so each claim names its orgs.
+        let orgs: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT org_id FROM notifications WHERE state = 'pending' AND next_at <= $1 \
+             LIMIT $2",
         )
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
         .await?;
+        let mut rows: Vec<NotificationRow> = Vec::new();
+        for orgs in self.by_shard(&mut tx, orgs.iter().map(String::as_str)).await?.values() {
+            let left = limit - rows.len() as i64;
+            if left <= 0 {
+                break;
+            }
+            rows.extend(claim_due::<NotificationRow>(&mut tx, &queue, Some(orgs), now, hold, left).await?);
+        }
+        tx.commit().await?;
         rows.sort_by(|a, b| {
             (a.created_at, &a.notification_id).cmp(&(b.created_at, &b.notification_id))
         });
@@ -57,6 +71,7 @@ impl NotificationStore for Backend {
     /// outcome: only the holder of `attempts` writes.
     async fn finish_notification(
         &self,
+        org_id: &str,
         notification_id: &str,
         attempts: i64,
         state: &str,
@@ -67,7 +82,7 @@ impl NotificationStore for Backend {
         sqlx::query(
             "UPDATE notifications SET state = $2, last_error = $3, next_at = $4, \
                sent_at = CASE WHEN $2 = 'sent' THEN $5 ELSE sent_at END \
-             WHERE notification_id = $1 AND state = 'pending' AND attempts = $6",
+             WHERE org_id = $7 AND notification_id = $1 AND state = 'pending' AND attempts = $6",
         )
         .bind(notification_id)
         .bind(state)
@@ -75,6 +90,7 @@ impl NotificationStore for Backend {
         .bind(next_at)
         .bind(now)
         .bind(attempts)
+        .bind(org_id)
         .execute(self.write())
         .await?;
         Ok(())

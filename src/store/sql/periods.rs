@@ -65,7 +65,7 @@ impl PeriodStore for Backend {
     ) -> StoreResult<()> {
         use futures_util::TryStreamExt;
         let sql = if q.closed {
-            format!("{FROZEN_LINES_SQL} ORDER BY org_id, session_id")
+            format!("{FROZEN_LINES_SQL} ORDER BY org_id{BYTE_ORDER}, session_id{BYTE_ORDER}")
         } else {
             format!(
                 "{} ORDER BY s.org_id{BYTE_ORDER}, s.session_id{BYTE_ORDER}",
@@ -132,7 +132,7 @@ impl PeriodStore for Backend {
 
     async fn frozen_orgs(&self, period_start: Secs) -> StoreResult<Vec<FrozenOrgRow>> {
         Ok(sqlx::query_as::<_, FrozenOrgRow>(
-            "SELECT * FROM period_orgs WHERE period_start = $1 ORDER BY org_id",
+            &format!("SELECT * FROM period_orgs WHERE period_start = $1 ORDER BY org_id{BYTE_ORDER}"),
         )
         .bind(period_start)
         .fetch_all(self.read())

@@ -1,5 +1,24 @@
 // Stripe's tables (`StripeStore`), written once for both dialects.
 
+/// Record that `customer` is `org`'s (a Stripe customer belongs to one org), in the
+/// transaction that links them; false if it is another org's.
+async fn claim_customer(tx: &mut Tx, customer: &str, org: &str) -> StoreResult<bool> {
+    sqlx::query(
+        "INSERT INTO stripe_customers (customer_id, org_id) VALUES ($1, $2) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(customer)
+    .bind(org)
+    .execute(&mut **tx)
+    .await?;
+    let owner: String =
+        sqlx::query_scalar("SELECT org_id FROM stripe_customers WHERE customer_id = $1")
+            .bind(customer)
+            .fetch_one(&mut **tx)
+            .await?;
+    Ok(owner == org)
+}
+
 async fn record_stripe_change(
     tx: &mut Tx,
     org_id: &str,
@@ -18,6 +37,16 @@ async fn record_stripe_change(
     .bind(detail)
     .execute(&mut **tx)
     .await?;
+    Ok(())
+}
+
+/// An org's former customer is no longer its.
+async fn release_customer(tx: &mut Tx, customer: &str, org: &str) -> StoreResult<()> {
+    sqlx::query("DELETE FROM stripe_customers WHERE customer_id = $1 AND org_id = $2")
+        .bind(customer)
+        .bind(org)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
@@ -52,17 +81,17 @@ impl StripeStore for Backend {
         hold: Secs,
         limit: i64,
     ) -> StoreResult<Vec<StripeEventRow>> {
-        let mut rows: Vec<StripeEventRow> = claim_due(
-            self.write(),
-            "stripe_events",
-            "event_id",
-            "next_attempt_at",
-            "created, event_id",
-            now,
-            hold,
-            limit,
-        )
-        .await?;
+        // Events arrive before their org is known: a table shared by every org (a
+        // reference table on Citus), claimed whole.
+        let queue = Queue {
+            table: "stripe_events",
+            key: "event_id",
+            due: "next_attempt_at",
+            order: "created, event_id",
+        };
+        let mut tx = begin_write(self.write()).await?;
+        let mut rows: Vec<StripeEventRow> = claim_due(&mut tx, &queue, None, now, hold, limit).await?;
+        tx.commit().await?;
         rows.sort_by(|a, b| (a.created, &a.event_id).cmp(&(b.created, &b.event_id)));
         Ok(rows)
     }
@@ -125,13 +154,15 @@ impl StripeStore for Backend {
     }
 
     async fn org_by_stripe_customer(&self, customer_id: &str) -> StoreResult<Option<Org>> {
-        Ok(
-            sqlx::query_as::<_, Rec<Org>>("SELECT * FROM orgs WHERE stripe_customer_id = $1")
+        let owner: Option<String> =
+            sqlx::query_scalar("SELECT org_id FROM stripe_customers WHERE customer_id = $1")
                 .bind(customer_id)
                 .fetch_optional(self.read())
-                .await?
-                .map(|r| r.0),
-        )
+                .await?;
+        match owner {
+            Some(org) => self.get_org(&org).await,
+            None => Ok(None),
+        }
     }
 
     async fn apply_subscription_state(
@@ -182,6 +213,17 @@ impl StripeStore for Backend {
         .bind(keep_schedule)
         .fetch_one(&mut *tx)
         .await?;
+        if before.stripe_customer_id.as_deref() != Some(s.customer_id.as_str()) {
+            if !claim_customer(&mut tx, &s.customer_id, &s.org_id).await? {
+                return Err(StoreError::Conflict(format!(
+                    "Stripe customer {} belongs to another org than {}",
+                    s.customer_id, s.org_id
+                )));
+            }
+            if let Some(old) = &before.stripe_customer_id {
+                release_customer(&mut tx, old, &s.org_id).await?;
+            }
+        }
         let changes = rush_meter_core::org::describe_changes(&before, &after);
         if !changes.is_empty() {
             record_stripe_change(&mut tx, &s.org_id, source, &changes, now).await?;
@@ -211,6 +253,10 @@ impl StripeStore for Backend {
         customer_id: &str,
         now: Secs,
     ) -> StoreResult<bool> {
+        let mut tx = begin_write(self.write()).await?;
+        if !claim_customer(&mut tx, customer_id, org_id).await? {
+            return Ok(false);
+        }
         let done = sqlx::query(
             "UPDATE orgs SET stripe_customer_id = $2, updated_at = $3 \
              WHERE org_id = $1 AND (stripe_customer_id IS NULL OR stripe_customer_id = $2)",
@@ -218,9 +264,13 @@ impl StripeStore for Backend {
         .bind(org_id)
         .bind(customer_id)
         .bind(now)
-        .execute(self.write())
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() == 1)
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn begin_stripe_request(&self, r: &StripeRequestRow) -> StoreResult<StripeRequestRow> {
