@@ -110,6 +110,7 @@ impl Pg {
         } else {
             Sharding::One
         };
+        tracing::info!(layout = ?sharding, "store layout");
         *self.sharding.write().expect("sharding lock") = sharding;
         Ok(())
     }

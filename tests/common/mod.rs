@@ -83,7 +83,11 @@ pub async fn fresh_database_with(
                 .expect("configure test database");
             }
             admin.close().await;
-            Some((format!("{base}/{name}"), None))
+            let url = format!("{base}/{name}");
+            if let Some(n) = shards::partitions() {
+                shards::partition(&url, n).await;
+            }
+            Some((url, None))
         }
     }
 }
@@ -151,11 +155,7 @@ impl TestServer {
     }
 
     pub async fn start_with(backend: Backend, opts: Options) -> Option<TestServer> {
-        // RUST_LOG=debug shows the server's logs under the failing test.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
+        init_tracing(!opts.durable);
         let (database_url, dir) = fresh_database_with(backend, opts.durable).await?;
         Some(Self::start_on(backend, database_url, dir, opts).await)
     }
@@ -240,6 +240,7 @@ impl TestServer {
         if let Some(h) = self.handle.take() {
             h.await.unwrap().unwrap();
         }
+        assert_statements_audited();
     }
 
     /// Stop the server and drop its PostgreSQL database (SQLite's goes with its directory).
@@ -342,6 +343,9 @@ impl Drop for TestServer {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+        if !std::thread::panicking() {
+            assert_statements_audited();
+        }
     }
 }
 
@@ -392,7 +396,9 @@ pub async fn spawn_service_with(
     }
 }
 
+pub mod audit;
 pub mod localstripe;
+pub mod shards;
 pub mod venv;
 
 /// Poll `check` until it holds, for at most `secs` seconds (events are processed in the
@@ -416,6 +422,37 @@ where
 pub fn hb(org: &str, session: &str, seq: i64, state: &str, at: Secs) -> Value {
     json!({"org_id": org, "session_id": session, "vm_id": format!("vm_{session}"),
            "seq": seq, "state": state, "sent_at": rush_meter_core::time::format_rfc3339(at)})
+}
+
+/// The process's subscriber: the server's logs under the failing test (`RUST_LOG=debug`),
+/// and, but in the benchmarks (whose figures it would cost), the statement audit
+/// (`audit`) of every statement the store sends.
+fn init_tracing(audit_statements: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let logs = tracing_subscriber::fmt::layer()
+        .with_test_writer()
+        .with_filter(tracing_subscriber::EnvFilter::from_default_env());
+    let statements = audit_statements.then(|| {
+        audit::StatementAudit.with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_target("sqlx::query", tracing::Level::TRACE),
+        )
+    });
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(statements)
+        .try_init();
+}
+
+/// Fails the test if a statement sent so far breaks the audit's rule (`audit`).
+pub fn assert_statements_audited() {
+    let bad = audit::violations();
+    assert!(
+        bad.is_empty(),
+        "statements that lock, upsert or claim org rows without naming their orgs: {bad:#?}"
+    );
 }
 
 /// What a test run on one backend is given: a server started with the default options,

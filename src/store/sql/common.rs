@@ -94,6 +94,39 @@ impl Backend {
         Ok(found)
     }
 
+    /// The shard of each of `orgs`.
+    async fn shard_of<'a>(
+        &self,
+        tx: &mut Tx,
+        orgs: impl Iterator<Item = &'a str>,
+    ) -> StoreResult<HashMap<String, i64>> {
+        let shards = self.by_shard(tx, orgs).await?;
+        Ok(shards
+            .iter()
+            .flat_map(|(id, orgs)| orgs.iter().map(move |o| ((*o).to_owned(), *id)))
+            .collect())
+    }
+
+    /// Claim the ids of sessions first seen now, then insert their rows a shard at a
+    /// time; false if another writer claimed one of the ids first (the transaction must
+    /// then start over).
+    async fn insert_new_sessions(&self, tx: &mut Tx, mut rows: Vec<Session>) -> StoreResult<bool> {
+        for chunk in rows.chunks(CHUNK) {
+            if claim_session_ids(tx, chunk).await? < chunk.len() as u64 {
+                return Ok(false);
+            }
+        }
+        let shard_of = self.shard_of(tx, rows.iter().map(|s| s.org_id.as_str())).await?;
+        rows.sort_by_key(|s| shard_of[&s.org_id]);
+        let mut inserted = 0;
+        for part in rows.chunk_by(|a, b| shard_of[&a.org_id] == shard_of[&b.org_id]) {
+            for chunk in part.chunks(CHUNK) {
+                inserted += insert_new_session_rows(tx, chunk).await?;
+            }
+        }
+        Ok(inserted == rows.len() as u64)
+    }
+
     /// The owner of each of `ids` that exists.
     async fn owners(&self, tx: &mut Tx, ids: &[&str]) -> StoreResult<HashMap<String, String>> {
         let mut owners = HashMap::with_capacity(ids.len());
@@ -102,19 +135,6 @@ impl Backend {
         }
         Ok(owners)
     }
-}
-
-/// Claim the ids of sessions first seen now, then insert their rows; false if another
-/// writer claimed one of the ids first (the transaction must then start over).
-async fn insert_new_sessions(tx: &mut Tx, rows: &[Session]) -> StoreResult<bool> {
-    let mut inserted = 0;
-    for chunk in rows.chunks(CHUNK) {
-        if claim_session_ids(tx, chunk).await? < chunk.len() as u64 {
-            return Ok(false);
-        }
-        inserted += insert_new_session_rows(tx, chunk).await?;
-    }
-    Ok(inserted == rows.len() as u64)
 }
 
 /// The values of `Rec`s read by `query_as`.

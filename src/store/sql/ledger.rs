@@ -73,7 +73,7 @@ async fn ingest_once(
     let screened = heartbeats::screen(requests, &sessions, &owners, &found);
     if !screened.created.is_empty() {
         let new: Vec<Session> = screened.created.values().cloned().collect();
-        if !insert_new_sessions(&mut tx, &new).await? {
+        if !store.insert_new_sessions(&mut tx, new).await? {
             return Ok(None);
         }
         sessions.extend(screened.created);
@@ -91,14 +91,10 @@ impl Backend {
             return Ok(());
         }
         let orgs: Vec<String> = booking.sessions.values().map(|s| s.org_id.clone()).collect();
-        let shards = self.by_shard(tx, orgs.iter().map(String::as_str)).await?;
-        if shards.len() == 1 {
+        let shard_of = self.shard_of(tx, orgs.iter().map(String::as_str)).await?;
+        if sorted_unique(shard_of.values()).len() == 1 {
             return write_booking(tx, shard, &booking).await;
         }
-        let shard_of: HashMap<&str, i64> = shards
-            .iter()
-            .flat_map(|(id, orgs)| orgs.iter().map(move |o| (*o, *id)))
-            .collect();
         for part in booking.split_by(|org| shard_of.get(org).copied().unwrap_or(0)).values() {
             write_booking(tx, shard, part).await?;
         }

@@ -1,0 +1,535 @@
+//! Checks that the store can run on Citus, sharded by org_id, where Citus itself cannot be
+//! installed: the catalog keeps Citus's rules, the SQL an operator runs to distribute names
+//! every table, and every statement that locks, upserts or claims org rows names the orgs
+//! of one shard (a partition of a database hash-partitioned by org_id, here). The whole
+//! PostgreSQL suite also runs once on such a database (`.ci/run`,
+//! `RUSH_METER_TEST_PG_PARTITIONS`).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use common::audit::violation;
+use common::shards::{ORG_TABLES, SHARED_TABLES};
+use common::{fresh_database, hb, Backend, Options, TestServer, ADMIN, T0};
+use serde_json::json;
+
+const PARTITIONS: i32 = 4;
+
+fn on_ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// A fresh PostgreSQL database with the org tables hash-partitioned by org_id.
+async fn partitioned_database() -> Option<String> {
+    let (url, _) = fresh_database(Backend::Postgres).await?;
+    if common::shards::partitions().is_none() {
+        common::shards::partition(&url, PARTITIONS as u32).await;
+    }
+    Some(url)
+}
+
+/// Citus's table functions as far as the script needs them, keeping Citus's refusals.
+const CITUS_STAND_INS: &str = r#"
+CREATE TABLE pg_dist_partition (
+  logicalrelid regclass PRIMARY KEY, partmethod text NOT NULL, column_name text, colocation text);
+CREATE FUNCTION create_distributed_table(t regclass, col text, colocate_with text DEFAULT 'default')
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = t AND attname = col) THEN
+    RAISE EXCEPTION '% has no column %', t, col;
+  END IF;
+  IF colocate_with NOT IN ('default', 'none') AND NOT EXISTS
+      (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = colocate_with::regclass) THEN
+    RAISE EXCEPTION '% co-located with %, which is not distributed yet', t, colocate_with;
+  END IF;
+  PERFORM refuse_undistributed_references(t);
+  INSERT INTO pg_dist_partition VALUES (t, 'h', col, colocate_with);
+END $$;
+CREATE FUNCTION create_reference_table(t regclass) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM refuse_undistributed_references(t);
+  INSERT INTO pg_dist_partition VALUES (t, 'n', NULL, NULL);
+END $$;
+CREATE FUNCTION refuse_undistributed_references(t regclass) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE parent regclass;
+BEGIN
+  SELECT confrelid INTO parent FROM pg_constraint
+   WHERE conrelid = t AND contype = 'f' AND conparentid = 0 AND confrelid <> t
+     AND confrelid NOT IN (SELECT logicalrelid FROM pg_dist_partition) LIMIT 1;
+  IF parent IS NOT NULL THEN
+    RAISE EXCEPTION '% refers to %, which is not distributed yet', t, parent;
+  END IF;
+END $$;
+"#;
+
+#[tokio::test]
+async fn the_catalog_keeps_the_rules_citus_distributes_by() {
+    let Some((url, _)) = fresh_database(Backend::Postgres).await else {
+        return;
+    };
+    let db = rush_meter::store::Db::connect(&url, Default::default())
+        .await
+        .unwrap();
+    rush_meter::store::Admin::migrate(&*db).await.unwrap();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let with_org_id: BTreeSet<String> = sqlx::query_scalar(
+        "SELECT DISTINCT c.relname::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE a.attname = 'org_id' AND c.relkind IN ('r', 'p') AND n.nspname = 'public' \
+           AND NOT a.attisdropped AND NOT c.relispartition",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    let org_tables: BTreeSet<String> = ORG_TABLES.iter().map(|t| t.to_string()).collect();
+    let shared_with_org: BTreeSet<String> = with_org_id.difference(&org_tables).cloned().collect();
+    assert!(
+        shared_with_org
+            .iter()
+            .all(|t| SHARED_TABLES.contains(&t.as_str())),
+        "tables with org_id that are neither distributed by it nor shared: {shared_with_org:?}; \
+         name them in tests/common/shards.rs and migrations/citus/"
+    );
+    // Every primary key and unique index of an org table holds org_id.
+    let unique: Vec<(String, String, Vec<String>)> = sqlx::query_as(
+        "SELECT t.relname::text, i.relname::text, \
+           ARRAY(SELECT a.attname::text FROM unnest(x.indkey) k \
+                 JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k) \
+         FROM pg_index x JOIN pg_class t ON t.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid \
+         WHERE x.indisunique",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    for (table, index, columns) in &unique {
+        if org_tables.contains(table) {
+            assert!(
+                columns.iter().any(|c| c == "org_id"),
+                "{table}: unique index {index} on {columns:?} lacks org_id"
+            );
+        }
+    }
+    assert!(unique.iter().any(|(t, ..)| t == "sessions"));
+    // One collation for org_id everywhere.
+    let collations: BTreeSet<String> = sqlx::query_scalar(
+        "SELECT DISTINCT COALESCE(co.collname::text, 'default') FROM pg_attribute a \
+         JOIN pg_class c ON c.oid = a.attrelid LEFT JOIN pg_collation co ON co.oid = a.attcollation \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE a.attname = 'org_id' AND c.relkind IN ('r', 'p') AND n.nspname = 'public'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    assert_eq!(
+        collations.len(),
+        1,
+        "org_id collations differ: {collations:?}"
+    );
+    // Foreign keys only between org tables, on org_id: what Citus allows between co-located
+    // distributed tables. None from a shared table into org data.
+    let foreign: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT conrelid::regclass::text, confrelid::regclass::text, pg_get_constraintdef(oid) \
+         FROM pg_constraint WHERE contype = 'f' AND conparentid = 0",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    for (from, to, def) in &foreign {
+        assert!(
+            org_tables.contains(from) && org_tables.contains(to) && def.contains("(org_id"),
+            "foreign key {from} -> {to} ({def}) is one Citus refuses"
+        );
+    }
+    // Every table is either an org's or a shared one: a new table is born with its place.
+    let tables: BTreeSet<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relkind IN ('r', 'p') AND n.nspname = 'public' AND NOT c.relispartition \
+           AND c.relname <> '_sqlx_migrations'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    let shared: BTreeSet<String> = SHARED_TABLES.iter().map(|t| t.to_string()).collect();
+    assert_eq!(
+        tables,
+        org_tables.union(&shared).cloned().collect(),
+        "every table named in tests/common/shards.rs and migrations/citus/distribute.sql"
+    );
+    // The SQL an operator runs on a Citus coordinator, run twice against stand-ins of
+    // Citus's functions that refuse what Citus refuses: a column the table lacks, a
+    // co-location with a table not yet distributed, a foreign key to one either.
+    sqlx::raw_sql(CITUS_STAND_INS).execute(&pool).await.unwrap();
+    let script = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/citus/distribute.sql"
+    ))
+    .unwrap();
+    let script = script.replace("CREATE EXTENSION IF NOT EXISTS citus;", "");
+    for run in ["first", "second"] {
+        sqlx::raw_sql(&script)
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("distribute.sql, {run} run: {e}"));
+    }
+    let layout: Vec<(String, String, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT logicalrelid::text, partmethod, column_name, colocation FROM pg_dist_partition",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        layout.len(),
+        tables.len(),
+        "each table distributed once: {layout:?}"
+    );
+    for (table, method, column, colocation) in &layout {
+        let expected = match table.as_str() {
+            "orgs" => ("h", Some("org_id"), Some("default")),
+            t if org_tables.contains(t) => ("h", Some("org_id"), Some("orgs")),
+            "session_owners" => ("h", Some("session_id"), Some("none")),
+            "stripe_customers" => ("h", Some("customer_id"), Some("none")),
+            _ => ("n", None, None),
+        };
+        assert_eq!(
+            (method.as_str(), column.as_deref(), colocation.as_deref()),
+            expected,
+            "{table}"
+        );
+    }
+    pool.close().await;
+}
+
+#[test]
+fn the_audit_rule_tells_a_statement_that_names_its_orgs() {
+    let bad = [
+        "SELECT * FROM sessions WHERE session_id = ANY($1) FOR UPDATE",
+        "SELECT k.* FROM api_keys k JOIN UNNEST($1, $2) u ON k.org_id = u.org_id FOR UPDATE OF k",
+        "INSERT INTO sessions (a) SELECT * FROM UNNEST($1) ON CONFLICT (session_id) DO UPDATE SET a = 1",
+        "UPDATE notifications SET state = $1 WHERE notification_id = $2",
+        "UPDATE sessions SET slot_at = u.slot_at FROM UNNEST($1) u WHERE sessions.session_id = u.s",
+    ];
+    for sql in bad {
+        assert!(violation(sql).is_some(), "{sql}");
+    }
+    let good = [
+        "SELECT * FROM sessions WHERE org_id = ANY($1) AND session_id = ANY($2) FOR UPDATE",
+        "INSERT INTO sessions (a) VALUES ($1) ON CONFLICT (org_id, session_id) DO UPDATE SET a = 1",
+        "UPDATE stripe_events SET state = $1 WHERE event_id = $2",
+        "INSERT INTO session_owners (session_id, org_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        "SELECT * FROM period_sessions WHERE period_start = $1 ORDER BY org_id",
+        "UPDATE notifications SET state = $2 WHERE org_id = $7 AND notification_id = $1",
+        "UPDATE periods SET orgs = $2, sessions = $3 WHERE period_start = $1 RETURNING *",
+    ];
+    for sql in good {
+        assert!(violation(sql).is_none(), "{sql}");
+    }
+}
+
+/// Statements with their parameters, as the server logged them for one database.
+fn logged_statements(log: &str, database: &str) -> Vec<(String, Vec<String>)> {
+    let mine = format!("@{database} ");
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut last_mine = false;
+    for line in log.lines() {
+        let starts_entry = line.len() > 4 && line[..4].chars().all(|c| c.is_ascii_digit());
+        if !starts_entry {
+            if last_mine {
+                if let Some((sql, _)) = out.last_mut() {
+                    sql.push(' ');
+                    sql.push_str(line.trim());
+                }
+            }
+            continue;
+        }
+        last_mine = line.contains(&mine);
+        if !last_mine {
+            continue;
+        }
+        if let Some(i) = line.find("LOG:  execute ") {
+            let rest = &line[i + "LOG:  execute ".len()..];
+            let sql = rest.split_once(": ").map_or(rest, |(_, s)| s);
+            out.push((sql.to_owned(), Vec::new()));
+        } else if let Some(i) = line.find("LOG:  statement: ") {
+            out.push((line[i + "LOG:  statement: ".len()..].to_owned(), Vec::new()));
+        } else if let Some(i) = line.find("DETAIL:  parameters: ") {
+            if let Some((_, params)) = out.last_mut() {
+                params.extend(parameter_values(&line[i + "DETAIL:  parameters: ".len()..]));
+            }
+        } else {
+            last_mine = false;
+        }
+    }
+    out
+}
+
+/// The values of `$1 = '…', $2 = '…'`, arrays (`{a,b}`) split into their elements.
+fn parameter_values(detail: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = detail;
+    while let Some(i) = rest.find(" = '") {
+        let after = &rest[i + 4..];
+        let mut value = String::new();
+        let mut chars = after.char_indices().peekable();
+        let mut end = after.len();
+        while let Some((j, c)) = chars.next() {
+            if c == '\'' {
+                if chars.peek().is_some_and(|(_, n)| *n == '\'') {
+                    value.push('\'');
+                    chars.next();
+                } else {
+                    end = j + 1;
+                    break;
+                }
+            } else {
+                value.push(c);
+            }
+        }
+        match value.strip_prefix('{').and_then(|v| v.strip_suffix('}')) {
+            Some(array) => out.extend(array.split(',').map(|v| v.trim_matches('"').to_owned())),
+            None => out.push(value),
+        }
+        rest = &after[end..];
+    }
+    out
+}
+
+/// A statement that locks, writes or claims rows of an org table.
+fn touches_org_rows(sql: &str) -> bool {
+    let s = sql.to_lowercase();
+    let writes = ORG_TABLES.iter().any(|t| {
+        s.contains(&format!("insert into {t} "))
+            || s.contains(&format!("update {t} "))
+            || s.contains(&format!("delete from {t} "))
+    });
+    writes || s.contains(" for update") || s.contains("skip locked")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lock_upsert_and_claim_names_the_orgs_of_one_shard() {
+    let Some(url) = partitioned_database().await else {
+        return;
+    };
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let major = version.split('.').next().unwrap().to_owned();
+    let log_path = format!("/var/log/postgresql/postgresql-{major}-main.log");
+    let Ok(before) = std::fs::metadata(&log_path).map(|m| m.len()) else {
+        assert!(
+            !on_ci(),
+            "CI must audit statements from the server log at {log_path}"
+        );
+        eprintln!("NOTE: no server log at {log_path}; the statement audit did not run");
+        return;
+    };
+    sqlx::query(&format!(
+        "ALTER DATABASE {database} SET log_statement = 'all'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let partitions: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_inherits WHERE inhparent = 'sessions'::regclass",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let orgs: Vec<String> = (0..8).map(|i| format!("shard_org_{i}")).collect();
+    let shard_of: HashMap<String, i32> = sqlx::query_as(
+        "SELECT o, r FROM UNNEST($1::text[]) AS o, generate_series(0, $2 - 1) AS r \
+         WHERE satisfies_hash_partition('sessions'::regclass, $2, r, o)",
+    )
+    .bind(&orgs)
+    .bind(partitions as i32)
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    let spread: BTreeSet<i32> = shard_of.values().copied().collect();
+    assert!(
+        spread.len() > 1,
+        "the orgs fall in one partition: {shard_of:?}"
+    );
+
+    let srv = TestServer::start_on(
+        Backend::Postgres,
+        url.clone(),
+        None,
+        Options {
+            rules: rush_meter_core::ledger::Rules {
+                interval: 15,
+                lease: 45,
+            },
+            ..Options::default()
+        },
+    )
+    .await;
+    for o in &orgs {
+        srv.create_org(o, "team").await;
+        srv.admin("PUT", &format!("/v1/orgs/{o}/keys/k1"), Some(json!({})))
+            .await;
+    }
+    // Admissions of every org at once: groups that mix shards.
+    let bodies: Vec<_> = orgs
+        .iter()
+        .flat_map(|o| {
+            (0..3).map(move |i| {
+                json!({"org_id": o, "key_id": "k1", "session_id": format!("{o}_s{i}"), "agent": "codex"})
+            })
+        })
+        .collect();
+    let admits = bodies
+        .iter()
+        .map(|body| srv.call("POST", "/v1/admissions", Some(ADMIN), Some(body)));
+    for (status, v) in futures_util::future::join_all(admits).await {
+        assert_eq!(status, 200, "{v}");
+    }
+    // One batch of every org's sessions, new ones among them, and one of another org's.
+    let mut beats: Vec<_> = orgs
+        .iter()
+        .flat_map(|o| (0..4).map(move |i| hb(o, &format!("{o}_s{i}"), 1, "running", T0)))
+        .collect();
+    srv.clock.set(T0 + 10);
+    let (status, v) = srv.heartbeats(beats.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    beats.push(hb(
+        &orgs[1],
+        &format!("{}_s0", orgs[0]),
+        2,
+        "running",
+        T0 + 10,
+    ));
+    let (status, _) = srv.heartbeats(beats).await;
+    assert_eq!(status, 409, "a session of another org refuses the batch");
+    let (status, v) = srv
+        .call(
+            "POST",
+            &format!("/v1/sessions/{}_s1/end", orgs[2]),
+            Some(ADMIN),
+            Some(&json!({"status": "completed"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    // Time alone: silent sessions are booked by the expiry job.
+    srv.clock.set(T0 + 600);
+    let expired = srv
+        .db
+        .expire_sessions(T0 + 600, &srv.rules, 1000)
+        .await
+        .unwrap();
+    assert!(expired > 0);
+    // The queues and Stripe's state.
+    for o in [&orgs[0], &orgs[5]] {
+        srv.db
+            .insert_notification(o, "month", T0, 80, &format!("ntf_{o}"), "{}", T0)
+            .await
+            .unwrap();
+    }
+    let claimed = srv.db.claim_notifications(T0 + 700, 60, 10).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    for n in &claimed {
+        srv.db
+            .finish_notification(
+                &n.org_id,
+                &n.notification_id,
+                n.attempts,
+                "sent",
+                None,
+                T0,
+                T0 + 700,
+            )
+            .await
+            .unwrap();
+    }
+    assert!(srv
+        .db
+        .link_stripe_customer(&orgs[3], "cus_shard_3", T0)
+        .await
+        .unwrap());
+    srv.clock.set(1_796_083_200 + 7200); // 2026-12-01T02:00:00Z
+    let (status, v) = srv
+        .call("POST", "/v1/periods/2026-11/close", Some(ADMIN), None)
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let mut srv = srv;
+    srv.stop().await;
+    pool.close().await;
+
+    let log = std::fs::read(&log_path).unwrap();
+    let log = String::from_utf8_lossy(&log[before as usize..]);
+    let statements = logged_statements(&log, &database);
+    let known: BTreeSet<&str> = orgs.iter().map(String::as_str).collect();
+    let mut audited: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut split = false;
+    for (sql, params) in &statements {
+        if let Some(why) = violation(sql) {
+            panic!("{why}: {sql}");
+        }
+        if !touches_org_rows(sql) {
+            continue;
+        }
+        let named: BTreeSet<&str> = params
+            .iter()
+            .map(String::as_str)
+            .filter(|p| known.contains(p))
+            .collect();
+        let shards: BTreeSet<i32> = named.iter().map(|o| shard_of[*o]).collect();
+        assert!(
+            shards.len() <= 1,
+            "one statement names orgs of {} shards ({named:?}): {sql}",
+            shards.len()
+        );
+        split |= named.len() > 1;
+        let s = sql.to_lowercase();
+        for (kind, mark) in [
+            (
+                "session locks",
+                "from sessions where org_id = any($1) and session_id",
+            ),
+            ("key locks", "for update of k"),
+            (
+                "booking upserts",
+                "on conflict (org_id, session_id) do update",
+            ),
+            ("expiry claims", "skip locked"),
+            ("notification claims", "update notifications set attempts"),
+        ] {
+            if s.contains(mark) {
+                *audited.entry(kind).or_default() += 1;
+            }
+        }
+    }
+    for kind in [
+        "session locks",
+        "key locks",
+        "booking upserts",
+        "expiry claims",
+        "notification claims",
+    ] {
+        assert!(
+            audited.get(kind).copied().unwrap_or(0) > 0,
+            "the workload sent no {kind}: {audited:?} of {} statements",
+            statements.len()
+        );
+    }
+    assert!(
+        split || spread.len() == orgs.len(),
+        "no statement named two orgs of one shard"
+    );
+    eprintln!(
+        "{} statements audited over {} partitions: {audited:?}",
+        statements.len(),
+        partitions
+    );
+}
