@@ -90,9 +90,12 @@ async fn run(backend: Backend) -> Vec<Row> {
 
 fn main() {
     let rt = common::runtime();
+    let only = common::only_backend();
     let mut rows = Vec::new();
     for backend in [Backend::Postgres, Backend::Sqlite] {
-        rows.extend(rt.block_on(run(backend)));
+        if common::wanted(only.as_deref(), backend) {
+            rows.extend(rt.block_on(run(backend)));
+        }
     }
     let mut md = String::from("# Gate decisions\n\n");
     md.push_str(
@@ -144,10 +147,12 @@ fn main() {
         "halves. Two gate writers a PostgreSQL instance measured best (1: same rate, 4: 20%\n",
         "slower, smaller groups).\n",
     ));
-    std::fs::write(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/reports/admission.md"),
-        md,
-    )
-    .unwrap();
-    eprintln!("wrote reports/admission.md");
+    if only.is_none() {
+        std::fs::write(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/reports/admission.md"),
+            md,
+        )
+        .unwrap();
+        eprintln!("wrote reports/admission.md");
+    }
 }

@@ -87,7 +87,7 @@ async fn run(backend: Backend, batch: usize, clients: usize) -> Outcome {
 
 fn main() {
     let rt = common::runtime();
-    let only = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    let only = common::only_backend();
     let mut outcomes = Vec::new();
     for (backend, batch, clients) in [
         (Backend::Postgres, 100, 16),
@@ -95,10 +95,7 @@ fn main() {
         (Backend::Sqlite, 100, 16),
         (Backend::Sqlite, 1, 128),
     ] {
-        if only
-            .as_deref()
-            .is_some_and(|o| !format!("{backend:?}").eq_ignore_ascii_case(o))
-        {
+        if !common::wanted(only.as_deref(), backend) {
             continue;
         }
         let o = rt.block_on(run(backend, batch, clients));

@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use rush_meter::tokens::Scope;
+use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Agent};
 use serde_json::{json, Value};
 
 async fn admit(srv: &TestServer, org: &str, key: &str, session: &str) -> (u16, Value) {
@@ -31,6 +32,44 @@ async fn setup(srv: &TestServer, plan: &str, limit: i64) {
 }
 
 every_backend! {
+    async fn two_orgs_naming_one_new_session_in_a_group_leave_it_to_the_one_allowed(srv: TestServer) {
+        srv.clock.set(T0);
+        for org in ["acme", "beta"] {
+            srv.create_org(org, "team").await;
+            srv.admin("PUT", &format!("/v1/orgs/{org}/keys/k1"), Some(json!({}))).await;
+        }
+        srv.admin("PUT", "/v1/orgs/acme", Some(json!({"suspended": true}))).await;
+        let plans = rush_meter::config::load_plans(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/plans"
+        )))
+        .unwrap();
+        let request = |org: &str| AdmissionRequest {
+            org_id: org.into(),
+            key_id: "k1".into(),
+            session_id: "shared".into(),
+            agent: Agent::Claude,
+            project_id: None,
+            started_by: None,
+        };
+        // One group: acme first (suspended, so denied), then beta, then acme again.
+        let group = [request("acme"), request("beta"), request("acme")];
+        let answers = srv.db.admit(&plans, &group, T0, &srv.rules).await.unwrap();
+        let verdict = |i: usize| answers[i].as_ref().map(|d| d.decision.as_str());
+        assert_eq!(verdict(0), Ok("deny"));
+        assert_eq!(verdict(1), Ok("allow"));
+        assert_eq!(answers[2], Err(AdmitReject::SessionOfAnotherOrg));
+        // The id is beta's: its heartbeats book, acme's request for it is refused.
+        let (status, v) = srv.heartbeats(vec![hb("beta", "shared", 1, "running", T0)]).await;
+        assert_eq!(status, 200, "{v}");
+        srv.admin("PUT", "/v1/orgs/acme", Some(json!({"suspended": false}))).await;
+        let (status, v) = admit(&srv, "acme", "k1", "shared").await;
+        assert_eq!(status, 409, "{v}");
+        let (status, v) = srv.heartbeats(vec![hb("acme", "shared", 2, "running", T0)]).await;
+        assert_eq!(status, 409, "{v}");
+        assert_eq!(srv.db.sessions_of_org("acme").await.unwrap().len(), 0);
+    }
+
     async fn a_burst_of_2000_admits_exactly_the_limit(srv: TestServer) {
         setup(&srv, "team", 100).await;
         srv.clock.set(T0);

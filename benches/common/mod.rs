@@ -10,6 +10,17 @@ pub mod harness;
 pub use harness::{Backend, Options, TestServer as Server, ADMIN};
 
 /// The runtime every benchmark drives its server and load from.
+/// The backend named on the command line (`cargo bench --bench x -- sqlite`), if one is:
+/// a run for one backend prints its figures and leaves the report as it is.
+pub fn only_backend() -> Option<String> {
+    std::env::args().skip(1).find(|a| !a.starts_with('-'))
+}
+
+/// Whether `backend` is to be measured in this run.
+pub fn wanted(only: Option<&str>, backend: Backend) -> bool {
+    only.is_none_or(|o| format!("{backend:?}").eq_ignore_ascii_case(o))
+}
+
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

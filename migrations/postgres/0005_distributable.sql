@@ -11,6 +11,9 @@ CREATE TABLE session_owners (
 );
 INSERT INTO session_owners (session_id, org_id) SELECT session_id, org_id FROM sessions;
 DROP INDEX sessions_session_id;
+-- Not unique now (session_owners is), but still how a group finds its sessions: the
+-- lock names orgs and ids, and the primary key alone would probe every pair of them.
+CREATE INDEX sessions_by_id ON sessions (session_id);
 
 -- A Stripe customer belongs to one org.
 CREATE TABLE stripe_customers (

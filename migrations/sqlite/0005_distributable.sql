@@ -9,6 +9,7 @@ CREATE TABLE session_owners (
 );
 INSERT INTO session_owners (session_id, org_id) SELECT session_id, org_id FROM sessions;
 DROP INDEX sessions_session_id;
+CREATE INDEX sessions_by_id ON sessions (session_id);
 
 CREATE TABLE stripe_customers (
     customer_id TEXT PRIMARY KEY,

@@ -345,18 +345,27 @@ async fn lock_sessions_where(
     .await?)
 }
 
-/// Claim the ids of sessions first seen now (a session id belongs to one org); returns how
-/// many were claimed: fewer than given when another writer claimed one first.
-async fn claim_session_ids(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
-    Ok(sqlx::query(
-        "INSERT INTO session_owners (session_id, org_id) \
-         SELECT * FROM UNNEST($1::text[], $2::text[]) ON CONFLICT DO NOTHING RETURNING 1",
+/// Claim session ids for the orgs that name them (a session id belongs to one org); returns
+/// the ids claimed: not those another writer holds.
+async fn claim_owners(tx: &mut Tx, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>> {
+    let (orgs, ids): (Vec<&str>, Vec<&str>) = pairs.iter().copied().unzip();
+    Ok(sqlx::query_scalar(
+        "INSERT INTO session_owners (org_id, session_id) \
+         SELECT * FROM UNNEST($1::text[], $2::text[]) ON CONFLICT DO NOTHING RETURNING session_id",
     )
-    .bind(column(rows, |r| r.session_id.clone()))
-    .bind(column(rows, |r| r.org_id.clone()))
+    .bind(orgs)
+    .bind(ids)
     .fetch_all(&mut **tx)
-    .await?
-    .len() as u64)
+    .await?)
+}
+
+/// Give back claims of session ids that were not used.
+async fn release_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<()> {
+    sqlx::query("DELETE FROM session_owners WHERE session_id = ANY($1)")
+        .bind(ids)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// The owner of each of these session ids that has one.

@@ -291,14 +291,25 @@ async fn lock_sessions_where(
         .await?)
 }
 
-/// Claim the ids of sessions first seen now; returns how many were claimed.
-async fn claim_session_ids(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
-    let mut q = QueryBuilder::<DB>::new("INSERT INTO session_owners (session_id, org_id) ");
-    q.push_values(rows, |mut b, r| {
-        b.push_bind(&r.session_id).push_bind(&r.org_id);
+/// Claim session ids for the orgs that name them; returns the ids claimed.
+async fn claim_owners(tx: &mut Tx, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>> {
+    let mut q = QueryBuilder::<DB>::new("INSERT INTO session_owners (org_id, session_id) ");
+    q.push_values(pairs, |mut b, (org, id)| {
+        b.push_bind(*org).push_bind(*id);
     });
-    q.push(" ON CONFLICT DO NOTHING");
-    Ok(once(&mut q).execute(&mut **tx).await?.rows_affected())
+    q.push(" ON CONFLICT DO NOTHING RETURNING session_id");
+    Ok(q.build_query_scalar::<String>()
+        .persistent(false)
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+/// Give back claims of session ids that were not used.
+async fn release_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<()> {
+    let mut q = QueryBuilder::<DB>::new("DELETE FROM session_owners WHERE session_id");
+    push_in(&mut q, ids);
+    once(&mut q).execute(&mut **tx).await?;
+    Ok(())
 }
 
 /// The owner of each of these session ids that has one.

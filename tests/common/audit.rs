@@ -44,8 +44,9 @@ pub fn violation(sql: &str) -> Option<String> {
     }
     let locks = s.contains(" for update") || s.contains(" for share") || s.contains("skip locked");
     let updates = s.starts_with("update ") || s.contains("(update ") || s.starts_with("delete ");
-    let names_orgs =
-        s.contains("org_id = $") || s.contains("org_id = any($") || s.contains("org_id in (");
+    let names_orgs = ["org_id = $", "org_id = ?", "org_id = any($", "org_id in ("]
+        .iter()
+        .any(|m| s.contains(m));
     if (locks || updates) && !names_orgs {
         return Some(format!(
             "locks or updates {org_tables:?} without naming its orgs"

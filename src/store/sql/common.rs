@@ -4,7 +4,7 @@
 // `SKIP_LOCKED`, `LEAST`, `GREATEST`, `BYTE_ORDER` and the set-based statements first.
 // Only this file has `use` items: the others are included into the same module.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use async_trait::async_trait;
 use rush_meter_core::booking::Booking;
@@ -112,7 +112,7 @@ impl Backend {
     /// then start over).
     async fn insert_new_sessions(&self, tx: &mut Tx, mut rows: Vec<Session>) -> StoreResult<bool> {
         for chunk in rows.chunks(CHUNK) {
-            if claim_session_ids(tx, chunk).await? < chunk.len() as u64 {
+            if !claim_all(tx, chunk).await? {
                 return Ok(false);
             }
         }
@@ -135,6 +135,16 @@ impl Backend {
         }
         Ok(owners)
     }
+}
+
+/// Claim the ids of `sessions` (at most `CHUNK`) for their orgs; false if another writer
+/// holds one of them.
+async fn claim_all(tx: &mut Tx, sessions: &[Session]) -> StoreResult<bool> {
+    let pairs: Vec<(&str, &str)> = sessions
+        .iter()
+        .map(|s| (s.org_id.as_str(), s.session_id.as_str()))
+        .collect();
+    Ok(claim_owners(tx, &pairs).await?.len() == pairs.len())
 }
 
 /// The values of `Rec`s read by `query_as`.

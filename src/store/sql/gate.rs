@@ -54,13 +54,27 @@ async fn admit_once(
         .map(|r| (r.org_id.as_str(), r.session_id.as_str()))
         .collect();
     facts.sessions = store.lock_sessions(&mut tx, &named).await?;
-    let missing = sorted_unique(
-        named
-            .iter()
-            .map(|(_, s)| *s)
-            .filter(|s| !facts.sessions.contains_key(*s)),
-    );
-    facts.owners = store.owners(&mut tx, &missing).await?;
+    // Each id not found is claimed for the first org that names it: for new sessions, the
+    // common case, that is all; only the ids another writer holds are looked up.
+    let mut claims: BTreeMap<&str, &str> = BTreeMap::new();
+    for (org, id) in &named {
+        if !facts.sessions.contains_key(*id) {
+            claims.entry(*id).or_insert(*org);
+        }
+    }
+    let wanted: Vec<(&str, &str)> = claims.iter().map(|(id, org)| (*org, *id)).collect();
+    let claimed: HashSet<String> = if wanted.is_empty() {
+        HashSet::new()
+    } else {
+        claim_owners(&mut tx, &wanted).await?.into_iter().collect()
+    };
+    claims.retain(|id, _| claimed.contains(*id));
+    let held: Vec<&str> = wanted
+        .iter()
+        .map(|(_, id)| *id)
+        .filter(|id| !claimed.contains(*id))
+        .collect();
+    facts.owners = store.owners(&mut tx, &held).await?;
     if named
         .iter()
         .any(|(o, s)| facts.owners.get(*s).is_some_and(|owner| owner == o))
@@ -91,7 +105,26 @@ async fn admit_once(
         created.len() + resumed.len() <= CHUNK && decisions.len() <= CHUNK,
         "group too big"
     );
-    if !created.is_empty() && claim_session_ids(&mut tx, created).await? < created.len() as u64 {
+    // Claims the decisions left unused are given back; a session created for another org
+    // than the one its id was claimed for (two orgs naming one new id) is claimed anew.
+    let created_by: HashMap<&str, &str> = created
+        .iter()
+        .map(|s| (s.session_id.as_str(), s.org_id.as_str()))
+        .collect();
+    let unused: Vec<&str> = claims
+        .iter()
+        .filter(|(id, org)| created_by.get(*id) != Some(*org))
+        .map(|(id, _)| *id)
+        .collect();
+    if !unused.is_empty() {
+        release_owners(&mut tx, &unused).await?;
+    }
+    let unclaimed: Vec<Session> = created
+        .iter()
+        .filter(|s| claims.get(s.session_id.as_str()) != Some(&s.org_id.as_str()))
+        .cloned()
+        .collect();
+    if !unclaimed.is_empty() && !claim_all(&mut tx, &unclaimed).await? {
         // A session it would create was claimed by another writer meanwhile.
         return Ok(None);
     }
