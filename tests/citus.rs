@@ -232,26 +232,35 @@ fn the_audit_rule_tells_a_statement_that_names_its_orgs() {
     }
 }
 
-/// Statements with their parameters, as the server logged them for one database.
+/// Statements with their parameters, as the server logged them for one database. Lines
+/// of several connections interleave (`log_line_prefix` is `%m [%p] %q%u@%d `), so each
+/// parameter line goes to the last statement of its own process.
 fn logged_statements(log: &str, database: &str) -> Vec<(String, Vec<String>)> {
     let mine = format!("@{database} ");
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
-    let mut last_mine = false;
+    let mut last_of: HashMap<&str, usize> = HashMap::new();
+    // The statement a continuation line extends, if the entry above it was one of ours.
+    let mut continues: Option<usize> = None;
     for line in log.lines() {
         let starts_entry = line.len() > 4 && line[..4].chars().all(|c| c.is_ascii_digit());
         if !starts_entry {
-            if last_mine {
-                if let Some((sql, _)) = out.last_mut() {
-                    sql.push(' ');
-                    sql.push_str(line.trim());
-                }
+            if let Some(sql) = continues.and_then(|i| out.get_mut(i)).map(|(sql, _)| sql) {
+                sql.push(' ');
+                sql.push_str(line.trim());
             }
             continue;
         }
-        last_mine = line.contains(&mine);
-        if !last_mine {
+        continues = None;
+        if !line.contains(&mine) {
             continue;
         }
+        let Some(pid) = line
+            .split_once(" [")
+            .and_then(|(_, rest)| rest.split_once(']'))
+            .map(|(pid, _)| pid)
+        else {
+            continue;
+        };
         if let Some(i) = line.find("LOG:  execute ") {
             let rest = &line[i + "LOG:  execute ".len()..];
             let sql = rest.split_once(": ").map_or(rest, |(_, s)| s);
@@ -259,12 +268,15 @@ fn logged_statements(log: &str, database: &str) -> Vec<(String, Vec<String>)> {
         } else if let Some(i) = line.find("LOG:  statement: ") {
             out.push((line[i + "LOG:  statement: ".len()..].to_owned(), Vec::new()));
         } else if let Some(i) = line.find("DETAIL:  parameters: ") {
-            if let Some((_, params)) = out.last_mut() {
+            if let Some((_, params)) = last_of.get(pid).and_then(|&j| out.get_mut(j)) {
                 params.extend(parameter_values(&line[i + "DETAIL:  parameters: ".len()..]));
             }
+            continue;
         } else {
-            last_mine = false;
+            continue;
         }
+        last_of.insert(pid, out.len() - 1);
+        continues = Some(out.len() - 1);
     }
     out
 }

@@ -29,6 +29,7 @@ pub fn start(
             stop.clone(),
         )),
         tokio::spawn(stripe_events(s.clone(), stop.clone())),
+        tokio::spawn(statistics(s.clone(), stop.clone())),
     ];
     if let (Some(notify), Some(rx)) = (&config.notify, crossings) {
         let notifier = Notifier::new(
@@ -51,6 +52,22 @@ pub fn start(
         jobs.push(tokio::spawn(reconcile(s.clone(), every, stop.clone())));
     }
     jobs
+}
+
+/// Give the hot tables their first planner statistics as soon as they hold rows, then
+/// leave them to autovacuum.
+async fn statistics(s: Services, mut stop: watch::Receiver<bool>) {
+    loop {
+        match s.db.gather_statistics().await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "gathering statistics failed; will retry"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = stop.changed() => return,
+        }
+    }
 }
 
 /// Book what time alone decides (silent sessions, parked ones past expiry) every few

@@ -49,6 +49,10 @@ pub trait Admin: Send + Sync {
     /// reached at all, even while every pooled connection is busy.
     async fn connect_fresh(&self) -> StoreResult<()>;
     async fn close(&self);
+    /// Gather the planner's statistics of the hot tables that have rows but none yet (a
+    /// new deployment, a restored dump: autovacuum's first look can be a minute away, and
+    /// a lock planned blind scans its table). True once none is left without.
+    async fn gather_statistics(&self) -> StoreResult<bool>;
     /// Row counts and sums of every table, for tests that prove nothing was written.
     async fn digest(&self) -> StoreResult<Vec<(String, i64, i64)>>;
     /// The pools underneath, for benchmarks and tests that measure against raw SQL.

@@ -60,6 +60,20 @@ enum Sharding {
 
 type Backend = Pg;
 
+/// The tables the hot paths lock and look up by key, whose plans need statistics.
+const HOT_TABLES: [&str; 6] = [
+    "sessions",
+    "session_owners",
+    "api_keys",
+    "session_hourly",
+    "org_hourly",
+    "decisions",
+];
+
+/// Rows from which a table without statistics gets them (autovacuum's own threshold for a
+/// new table is about as low).
+const STATISTICS_FROM_ROWS: i64 = 100;
+
 impl Pg {
     pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Pg> {
         // Plan each statement for the parameters and statistics of the moment: a generic
@@ -169,6 +183,40 @@ impl Pg {
 impl super::Admin for Pg {
     fn backend(&self) -> super::Backend {
         super::Backend::Postgres
+    }
+
+    async fn gather_statistics(&self) -> StoreResult<bool> {
+        if *self.sharding.read().expect("sharding lock") == Sharding::Citus {
+            // The coordinator holds no rows; each worker's autovacuum analyzes its shards.
+            return Ok(true);
+        }
+        let (blind, empty): (Vec<String>, i64) = {
+            let rows: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT relname::text, n_live_tup FROM pg_stat_user_tables \
+                 WHERE relname = ANY($1) AND last_analyze IS NULL AND last_autoanalyze IS NULL",
+            )
+            .bind(&HOT_TABLES[..])
+            .fetch_all(&self.pool)
+            .await?;
+            let empty = rows
+                .iter()
+                .filter(|(_, n)| *n < STATISTICS_FROM_ROWS)
+                .count() as i64;
+            let blind = rows
+                .into_iter()
+                .filter(|(_, n)| *n >= STATISTICS_FROM_ROWS)
+                .map(|(t, _)| t)
+                .collect();
+            (blind, empty)
+        };
+        for table in &blind {
+            // The names come from HOT_TABLES, never from input.
+            sqlx::query(&format!("ANALYZE {table}"))
+                .execute(&self.pool)
+                .await?;
+            tracing::info!(table, "gathered the first statistics");
+        }
+        Ok(empty == 0)
     }
 
     async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
@@ -385,8 +433,11 @@ async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<(String, St
 async fn select_sessions_for_update(
     tx: &mut Tx,
     orgs: &[&str],
-    ids: &[&str],
+    pairs: &[(&str, &str)],
 ) -> StoreResult<Vec<Rec<Session>>> {
+    let ids: Vec<&str> = pairs.iter().map(|(id, _)| *id).collect();
+    // Planned on statistics (`sessions_by_id` for the ids, the orgs a filter): a table
+    // not yet analyzed gets them within seconds (`gather_statistics`).
     Ok(sqlx::query_as::<_, Rec<Session>>(
         "SELECT * FROM sessions WHERE org_id = ANY($1) AND session_id = ANY($2) \
          ORDER BY session_id COLLATE \"C\" FOR UPDATE",
@@ -445,7 +496,7 @@ async fn lock_keys(tx: &mut Tx, orgs: &[&str], keys: &[(&str, &str)]) -> StoreRe
     ))
 }
 
-/// Slots held per key (keys holding none are absent).
+/// Slots held per key (0 for a key holding none).
 async fn slot_counts(
     tx: &mut Tx,
     orgs: &[&str],
@@ -454,10 +505,9 @@ async fn slot_counts(
 ) -> StoreResult<Vec<(String, String, i64)>> {
     let (key_orgs, ids) = key_columns(keys);
     Ok(sqlx::query_as(&format!(
-        "SELECT s.org_id, s.key_id, COUNT(*) FROM sessions s \
-           JOIN UNNEST($2::text[], $3::text[]) AS u(org_id, key_id) \
-           ON s.org_id = u.org_id AND s.key_id = u.key_id \
-         WHERE s.org_id = ANY($4) AND {SLOT_HELD} GROUP BY s.org_id, s.key_id"
+        "SELECT u.org_id, u.key_id, c.n FROM UNNEST($2::text[], $3::text[]) AS u(org_id, key_id), \
+           LATERAL (SELECT COUNT(*) AS n FROM sessions WHERE org_id = ANY($4) \
+                    AND org_id = u.org_id AND key_id = u.key_id AND {SLOT_HELD}) c"
     ))
     .bind(since)
     .bind(key_orgs)

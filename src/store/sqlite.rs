@@ -90,6 +90,12 @@ impl super::Admin for Lite {
         super::Backend::Sqlite
     }
 
+    async fn gather_statistics(&self) -> StoreResult<bool> {
+        // The hot statements here do not depend on statistics (see
+        // `select_sessions_for_update`).
+        Ok(true)
+    }
+
     async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
         sqlx::migrate!("migrations/sqlite").run(&self.write).await
     }
@@ -256,19 +262,25 @@ async fn insert_spans(tx: &mut Tx, rows: &[(String, String, ledger::Span)]) -> S
 async fn select_sessions_for_update(
     tx: &mut Tx,
     orgs: &[&str],
-    ids: &[&str],
+    pairs: &[(&str, &str)],
 ) -> StoreResult<Vec<Rec<Session>>> {
+    // By id alone (`sessions_by_id`), the orgs kept here: SQLite would probe every pair of
+    // `org_id IN (…) AND session_id IN (…)` in the primary key.
+    let ids: Vec<&str> = pairs.iter().map(|(id, _)| *id).collect();
     let mut q = select_in(
-        "SELECT * FROM sessions WHERE org_id",
-        orgs,
-        " AND session_id",
+        "SELECT * FROM sessions WHERE session_id",
+        &ids,
+        " ORDER BY session_id",
     );
-    push_in(&mut q, ids);
-    q.push(" ORDER BY session_id");
-    Ok(q.build_query_as::<Rec<Session>>()
+    let rows: Vec<Rec<Session>> = q
+        .build_query_as()
         .persistent(false)
         .fetch_all(&mut **tx)
-        .await?)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|Rec(s)| orgs.binary_search(&s.org_id.as_str()).is_ok())
+        .collect())
 }
 
 /// Up to `limit` sessions of `orgs` where `condition` (ending in a comparison with

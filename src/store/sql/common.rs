@@ -79,13 +79,14 @@ impl Backend {
         let shards = self.by_shard(tx, named.iter().map(|(o, _)| *o)).await?;
         let mut found = HashMap::with_capacity(named.len());
         for orgs in shards.values() {
-            let ids = sorted_unique(
+            // In session id order (then org): the order the rows are locked in.
+            let pairs = sorted_unique(
                 named
                     .iter()
                     .filter(|(o, _)| orgs.binary_search(o).is_ok())
-                    .map(|(_, s)| *s),
+                    .map(|(o, s)| (*s, *o)),
             );
-            for chunk in ids.chunks(CHUNK) {
+            for chunk in pairs.chunks(CHUNK) {
                 for Rec(s) in select_sessions_for_update(tx, orgs, chunk).await? {
                     found.insert(s.session_id.clone(), s);
                 }
