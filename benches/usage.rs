@@ -52,6 +52,7 @@ fn latency(what: String, mut samples: Vec<Duration>) -> Latency {
 /// Feed November's heartbeats of one Team org through the store, in time order, a
 /// request per 15 s step and a commit per 40 steps. Returns how many were sent.
 async fn seed_history(db: &Db) -> u64 {
+    let plans = common::harness::plans();
     let org = Id::parse("bench").unwrap();
     let end = NOV + 30 * DAY;
     let mut sent = 0;
@@ -85,13 +86,13 @@ async fn seed_history(db: &Db) -> u64 {
         sent += beats.len() as u64;
         group.push(beats);
         if group.len() == 40 {
-            db.ingest(&group, &RULES, 0).await.unwrap();
+            db.ingest(&group, &RULES, &plans, t, 0).await.unwrap();
             group.clear();
         }
         t += 15;
     }
     if !group.is_empty() {
-        db.ingest(&group, &RULES, 0).await.unwrap();
+        db.ingest(&group, &RULES, &plans, t, 0).await.unwrap();
     }
     sent
 }

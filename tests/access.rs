@@ -54,6 +54,36 @@ const ROUTES: &[Route] = &[
         grants: &[Scope::Finance],
     },
     Route {
+        method: "POST",
+        path: "/v1/orgs/{org}/grants",
+        body: |_, _| Some(json!({"seconds": 3600, "kind": "promo"})),
+        grants: &[],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/orgs/{org}/grants",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/orgs/{org}/grants/grt_1/void",
+        body: none,
+        grants: &[],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/orgs/{org}/overage",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "PUT",
+        path: "/v1/orgs/{org}/overage",
+        body: |_, _| Some(json!({"enabled": false})),
+        grants: &[],
+    },
+    Route {
         method: "GET",
         path: "/v1/orgs/{org}/decisions",
         body: none,

@@ -59,7 +59,7 @@ every_backend! {
         assert_eq!(srv.usage("acme").await["month"]["used_seconds"], 15);
         // Silent past the lease: billed one interval, and the expiry job books exactly that.
         srv.clock.set(T0 + 3600);
-        assert_eq!(srv.db.expire_sessions(T0 + 3600, &srv.rules, 100).await.unwrap(), 1);
+        assert_eq!(srv.db.expire_sessions(T0 + 3600, &srv.rules, &common::plans(), 100).await.unwrap(), 1);
         assert_eq!(srv.usage("acme").await["month"]["used_seconds"], 15);
         assert_eq!(srv.usage("acme").await["running_sessions"], 0);
         // It speaks again: the gap stays unbilled and the session is flagged.
@@ -346,8 +346,8 @@ every_backend! {
         srv.clock.set(T0 + 10);
         srv.heartbeats(vec![hb("acme", "s", 2, "parked", T0 + 10)]).await;
         let week = 7 * 86_400;
-        assert_eq!(srv.db.expire_sessions(T0 + 10 + week - 1, &srv.rules, 100).await.unwrap(), 0);
-        assert_eq!(srv.db.expire_sessions(T0 + 10 + week + 60, &srv.rules, 100).await.unwrap(), 1);
+        assert_eq!(srv.db.expire_sessions(T0 + 10 + week - 1, &srv.rules, &common::plans(), 100).await.unwrap(), 0);
+        assert_eq!(srv.db.expire_sessions(T0 + 10 + week + 60, &srv.rules, &common::plans(), 100).await.unwrap(), 1);
         srv.clock.set(T0 + 10 + week + 60);
         let s = srv.admin("GET", "/v1/sessions/s", None).await;
         assert_eq!((s["state"].as_str(), s["end_status"].as_str()), (Some("ended"), Some("expired")));

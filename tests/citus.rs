@@ -320,7 +320,10 @@ fn touches_org_rows(sql: &str) -> bool {
             || s.contains(&format!("update {t} "))
             || s.contains(&format!("delete from {t} "))
     });
-    writes || s.contains(" for update") || s.contains("skip locked")
+    writes
+        || s.contains(" for update")
+        || s.contains(" for no key update")
+        || s.contains("skip locked")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,7 +440,7 @@ async fn every_lock_upsert_and_claim_names_the_orgs_of_one_shard() {
     srv.clock.set(T0 + 600);
     let expired = srv
         .db
-        .expire_sessions(T0 + 600, &srv.rules, 1000)
+        .expire_sessions(T0 + 600, &srv.rules, &common::plans(), 1000)
         .await
         .unwrap();
     assert!(expired > 0);

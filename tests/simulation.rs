@@ -132,6 +132,7 @@ fn reference_of(fleet: &Fleet) -> Reference {
 /// second committed together, the expiry job every `EXPIRE_EVERY` seconds.
 async fn replay_into(db: &Db, fleet: &Fleet) {
     let rules = fleet.params.rules;
+    let plans = common::plans();
     for o in 0..fleet.params.orgs {
         db.upsert_org(
             &OrgUpsert {
@@ -148,7 +149,7 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
     while i < fleet.deliveries.len() {
         let at = fleet.deliveries[i].at();
         while next_expiry <= at {
-            db.expire_sessions(next_expiry, &rules, 100_000)
+            db.expire_sessions(next_expiry, &rules, &plans, 100_000)
                 .await
                 .unwrap();
             next_expiry += EXPIRE_EVERY;
@@ -172,11 +173,11 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
                     session, status, ..
                 } => {
                     if !group.is_empty() {
-                        let results = db.ingest(&group, &rules, 1).await.unwrap();
+                        let results = db.ingest(&group, &rules, &plans, at, 1).await.unwrap();
                         assert!(results.iter().all(Result::is_ok));
                         group.clear();
                     }
-                    db.end_session(session, None, *status, at, &rules)
+                    db.end_session(session, None, *status, at, &rules, &plans)
                         .await
                         .unwrap();
                 }
@@ -184,11 +185,11 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
             i += 1;
         }
         if !group.is_empty() {
-            let results = db.ingest(&group, &rules, 1).await.unwrap();
+            let results = db.ingest(&group, &rules, &plans, at, 1).await.unwrap();
             assert!(results.iter().all(Result::is_ok));
         }
     }
-    db.expire_sessions(final_time(fleet), &rules, 100_000)
+    db.expire_sessions(final_time(fleet), &rules, &plans, 100_000)
         .await
         .unwrap();
 }

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::funding::{self, Grant, Source, WindowFunds};
 use crate::ledger::{split_hours, Effects, Span};
 use crate::session::Session;
-use crate::time::Secs;
+use crate::time::{Interval, Secs};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Booking {
@@ -18,12 +19,35 @@ pub struct Booking {
     pub spans: Vec<(String, String, Span)>,
     /// Each session changed, as it now stands, by id.
     pub sessions: BTreeMap<String, Session>,
+    /// `(org, session, interval)` of each stretch billed, in the order booked.
+    pub billed: Vec<(String, String, Interval)>,
+    /// Who pays for what was billed: filled in by `fund`, under the orgs' locks.
+    pub funding: Funding,
+}
+
+/// What funding what a booking billed changes (`funding::State::fund`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Funding {
+    /// Each window's funds as they now stand, by org.
+    pub windows: Vec<(String, WindowFunds)>,
+    /// Grants used by this booking, as they now stand.
+    pub grants: Vec<Grant>,
+    /// Seconds and charge units not paid by the plan, by `(org, hour, source, grant id)`.
+    pub hourly: BTreeMap<(String, Secs, Source, String), (i64, i64)>,
+}
+
+impl Funding {
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
 }
 
 impl Booking {
     /// Add what applying one event to `session` did (`session` as it stands after it).
     pub fn add(&mut self, session: &Session, fx: &Effects) {
         if let Some(billed) = fx.billed {
+            self.billed
+                .push((session.org_id.clone(), session.session_id.clone(), billed));
             for (hour, secs) in split_hours(billed) {
                 *self
                     .org_hours
@@ -41,6 +65,57 @@ impl Booking {
         }
         self.sessions
             .insert(session.session_id.clone(), session.clone());
+    }
+
+    /// The orgs that were billed, in byte order.
+    pub fn billed_orgs(&self) -> Vec<&str> {
+        let mut orgs: Vec<&str> = self.billed.iter().map(|(o, _, _)| o.as_str()).collect();
+        orgs.sort_unstable();
+        orgs.dedup();
+        orgs
+    }
+
+    /// Attribute everything billed: each org's stretches in time order (then session),
+    /// funded from `states` (each org's state, read under its lock).
+    pub fn fund(&mut self, states: &mut BTreeMap<String, funding::State>) {
+        let mut billed: Vec<&(String, String, Interval)> = self.billed.iter().collect();
+        billed.sort_by(|a, b| (&a.0, a.2.start, &a.1).cmp(&(&b.0, b.2.start, &b.1)));
+        let mut pieces: BTreeMap<&str, Vec<funding::Piece>> = BTreeMap::new();
+        for (org, session, interval) in billed {
+            let state = states
+                .get_mut(org)
+                .expect("the funding state of every org billed was read");
+            pieces
+                .entry(org.as_str())
+                .or_default()
+                .extend(state.fund(session, *interval));
+        }
+        let mut out = Funding::default();
+        for (org, pieces) in pieces {
+            let state = &states[org];
+            out.windows
+                .extend(state.windows.values().map(|w| (org.to_owned(), *w)));
+            let used: Vec<&str> = pieces
+                .iter()
+                .filter_map(|p| p.grant_id.as_deref())
+                .collect();
+            out.grants.extend(
+                state
+                    .grants
+                    .iter()
+                    .filter(|g| used.contains(&g.grant_id.as_str()))
+                    .cloned(),
+            );
+            for ((hour, source, grant), v) in funding::hourly(&pieces) {
+                let e = out
+                    .hourly
+                    .entry((org.to_owned(), hour, source, grant))
+                    .or_default();
+                e.0 += v.0;
+                e.1 += v.1;
+            }
+        }
+        self.funding = out;
     }
 
     /// Seconds booked in all.
@@ -76,6 +151,26 @@ impl Booking {
                 .or_default()
                 .sessions
                 .insert(id, s);
+        }
+        for b in self.billed {
+            out.entry(key(&b.0)).or_default().billed.push(b);
+        }
+        for w in self.funding.windows {
+            out.entry(key(&w.0)).or_default().funding.windows.push(w);
+        }
+        for g in self.funding.grants {
+            out.entry(key(&g.org_id))
+                .or_default()
+                .funding
+                .grants
+                .push(g);
+        }
+        for (k, v) in self.funding.hourly {
+            out.entry(key(&k.0))
+                .or_default()
+                .funding
+                .hourly
+                .insert(k, v);
         }
         out
     }

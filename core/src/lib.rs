@@ -21,6 +21,7 @@ pub mod booking;
 pub mod breakdown;
 pub mod charges;
 pub mod export;
+pub mod funding;
 pub mod gate;
 pub mod heartbeats;
 pub mod ids;

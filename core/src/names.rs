@@ -36,7 +36,7 @@ macro_rules! named {
             serde::Serialize, serde::Deserialize, utoipa::ToSchema,
         )]
         $vis enum $name {
-            $( $(#[$vmeta])* #[serde(rename = $text)] $variant ),+
+            $( $(#[$vmeta])* #[serde(rename = $text)] #[schema(rename = $text)] $variant ),+
         }
 
         impl $name {

@@ -2,6 +2,7 @@
 //! gate keeps): trialing and active grant the plan; past_due keeps it through the plan's
 //! grace; every other status, known or not, falls back to Free.
 
+use crate::funding::Overage;
 use crate::plans::{Plan, Plans};
 use crate::time::{Interval, Secs};
 
@@ -26,6 +27,8 @@ pub struct Org {
     pub scheduled_at: Option<Secs>,
     /// When the Stripe state last applied was read from Stripe.
     pub stripe_synced_at: Option<Secs>,
+    /// Pay-as-you-go as the org set it (it pays only on a plan that prices overage).
+    pub overage: Overage,
 }
 
 impl Org {
@@ -48,6 +51,7 @@ impl Org {
             scheduled_plan_id: None,
             scheduled_at: None,
             stripe_synced_at: None,
+            overage: Overage::default(),
         }
     }
 

@@ -31,9 +31,24 @@ pub struct Plan {
     pub prompt_thresholds: Vec<u8>,
     /// Concurrency denials in 24 hours that show the upgrade prompt (0: never).
     pub prompt_concurrency_denials: i64,
-    /// Price of an agent-hour beyond the monthly ceiling (the ceiling grace lets a turn
-    /// run past it), in the plan's currency; 0 means overage is free.
+    /// Price of a pay-as-you-go agent-hour past the plan and its grants, in the plan's
+    /// currency (at most 4 places); 0: the plan offers no pay-as-you-go.
     pub overage_unit_price: Decimal,
+    /// The highest monthly spend cap an org on this plan may set (0: no pay-as-you-go).
+    pub overage_cap_max: Decimal,
+    /// Top-up packs the plan sells, in hours (empty: none).
+    pub topup_hours: Vec<i64>,
+    /// Price of a bought hour.
+    pub topup_hour_price: Decimal,
+    /// Days a bought top-up lasts.
+    pub topup_expiry_days: i64,
+}
+
+impl Plan {
+    /// Whether an org on this plan may turn pay-as-you-go on.
+    pub fn offers_overage(&self) -> bool {
+        self.overage_unit_price > Decimal::ZERO && self.overage_cap_max > Decimal::ZERO
+    }
 }
 
 #[derive(Deserialize)]
@@ -63,6 +78,18 @@ struct PlanFile {
     prompt_concurrency_denials: i64,
     #[serde(default, deserialize_with = "decimal")]
     overage_unit_price: Decimal,
+    #[serde(default, deserialize_with = "decimal")]
+    overage_cap_max: Decimal,
+    #[serde(default)]
+    topup_hours: Vec<i64>,
+    #[serde(default, deserialize_with = "decimal")]
+    topup_hour_price: Decimal,
+    #[serde(default = "default_topup_expiry_days")]
+    topup_expiry_days: i64,
+}
+
+fn default_topup_expiry_days() -> i64 {
+    365
 }
 
 fn default_prompt_thresholds() -> Vec<u8> {
@@ -190,6 +217,28 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
     }
     non_negative("price", f.price)?;
     non_negative("overage_unit_price", f.overage_unit_price)?;
+    if f.overage_unit_price.round_dp(4) != f.overage_unit_price {
+        return Err("overage_unit_price: at most 4 decimal places, e.g. \"0.6000\"".into());
+    }
+    non_negative("overage_cap_max", f.overage_cap_max)?;
+    if f.overage_cap_max.round_dp(2) != f.overage_cap_max {
+        return Err("overage_cap_max: an amount in cents at most, e.g. \"200.00\"".into());
+    }
+    if f.topup_hours.iter().any(|h| !(1..=10_000).contains(h))
+        || f.topup_hours.windows(2).any(|w| w[0] >= w[1])
+    {
+        return Err("topup_hours: whole hours 1 to 10000, ascending, e.g. [5, 10, 25]".into());
+    }
+    non_negative("topup_hour_price", f.topup_hour_price)?;
+    if !f.topup_hours.is_empty() && f.topup_hour_price <= Decimal::ZERO {
+        return Err("topup_hour_price: a plan that sells top-ups must price them".into());
+    }
+    if f.topup_hour_price.round_dp(2) != f.topup_hour_price {
+        return Err("topup_hour_price: an amount in cents at most, e.g. \"0.55\"".into());
+    }
+    if !(1..=3650).contains(&f.topup_expiry_days) {
+        return Err("topup_expiry_days: 1 to 3650".into());
+    }
     if f.currency.len() != 3 || !f.currency.chars().all(|c| c.is_ascii_lowercase()) {
         return Err("currency: must be a lowercase ISO 4217 code such as `usd`".into());
     }
@@ -240,6 +289,10 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
         prompt_thresholds: f.prompt_thresholds,
         prompt_concurrency_denials: f.prompt_concurrency_denials,
         overage_unit_price: f.overage_unit_price,
+        overage_cap_max: f.overage_cap_max,
+        topup_hours: f.topup_hours,
+        topup_hour_price: f.topup_hour_price,
+        topup_expiry_days: f.topup_expiry_days,
         upgrade_to: f.upgrade_to,
     })
 }
@@ -378,6 +431,34 @@ upgrade_to = "team"
         )
         .unwrap_err();
         assert!(e.message.starts_with("id"), "{}", e.message);
+    }
+
+    #[test]
+    fn funding_settings_default_off_and_are_checked() {
+        let p = parse_plan(PRO).unwrap();
+        assert!(!p.offers_overage());
+        assert!(p.topup_hours.is_empty());
+        assert_eq!(p.topup_expiry_days, 365);
+        for bad in [
+            "overage_unit_price = \"0.12345\"",
+            "overage_cap_max = \"-1\"",
+            "overage_cap_max = \"10.001\"",
+            "topup_hours = [10, 5]",
+            "topup_hours = [0]",
+            "topup_hour_price = \"0.555\"",
+            "topup_expiry_days = 0",
+        ] {
+            let e = parse_plan(&format!("{PRO}\n{bad}\n")).unwrap_err();
+            assert!(e.starts_with(bad.split(' ').next().unwrap()), "{bad}: {e}");
+        }
+        let e = parse_plan(&format!("{PRO}\ntopup_hours = [5]\n")).unwrap_err();
+        assert!(e.starts_with("topup_hour_price"), "{e}");
+        let p = parse_plan(&format!(
+            "{PRO}\noverage_unit_price = \"0.60\"\noverage_cap_max = \"200\"\ntopup_hours = [5, 10]\ntopup_hour_price = \"0.55\"\n"
+        ))
+        .unwrap();
+        assert!(p.offers_overage());
+        assert_eq!(p.topup_hours, [5, 10]);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::funding::{self, Funds, Split, WindowKind};
 use crate::org::Org;
 use crate::plans::{Plan, Plans};
 use crate::time::{hours, rfc3339, Interval, Secs, Windows};
@@ -17,6 +18,50 @@ pub struct WindowTotals {
     pub week: i64,
     /// Running sessions heard from within the lease.
     pub running: i64,
+    /// Of `month` and `week`, the running sessions' time up to now, not booked yet.
+    pub month_provisional: i64,
+    pub week_provisional: i64,
+}
+
+/// An org's funding state at `now` on the plan its status grants, from what the store
+/// read and what its windows hold: windows funded before funding was recorded seeded from
+/// what was booked in them, running sessions' time up to now attributed.
+pub fn funding_state(
+    org: &Org,
+    plans: &Plans,
+    now: Secs,
+    recorded: funding::Recorded,
+    used: &WindowTotals,
+) -> funding::State {
+    funding_state_on(org, org.effective_plan(plans, now), now, recorded, used)
+}
+
+/// `funding_state` on `plan`'s terms.
+pub fn funding_state_on(
+    org: &Org,
+    plan: &Plan,
+    now: Secs,
+    recorded: funding::Recorded,
+    used: &WindowTotals,
+) -> funding::State {
+    let terms = funding::Terms::of(plan, &org.overage);
+    let mut state = funding::State::new(
+        terms,
+        org.billing_period(),
+        now,
+        recorded.windows,
+        recorded.grants,
+    );
+    state.holds_grants = recorded.holds_grants;
+    let w = Windows::at(now, org.billing_period());
+    state.seed(
+        WindowKind::Month,
+        w.month,
+        used.month - used.month_provisional,
+    );
+    state.seed(WindowKind::Week, w.week, used.week - used.week_provisional);
+    state.project(now, used.month_provisional.max(used.week_provisional));
+    state
 }
 
 /// One window's figures, as every reader shows them.
@@ -28,8 +73,11 @@ pub struct WindowUsage {
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub end: Secs,
+    /// All agent time used in the window: the sum of the four sources below.
     pub used_seconds: i64,
+    /// The plan's ceiling for this window.
     pub limit_seconds: i64,
+    /// Plan time left in this window (grants and pay-as-you-go are on the org's `funding`).
     pub remaining_seconds: i64,
     pub used_hours: String,
     pub limit_hours: String,
@@ -38,11 +86,48 @@ pub struct WindowUsage {
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub resets_at: Secs,
+    // Of `used_seconds`, by who paid: absent where the split is not recorded (a
+    // decision's figures, whose `remaining` says what each source had left).
+    /// What the plan paid for: the ceiling counts these only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_seconds: Option<i64>,
+    /// What the org's grants paid for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grant_seconds: Option<i64>,
+    /// What pay-as-you-go paid for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overage_seconds: Option<i64>,
+    /// What ran past every source before sessions parked: never charged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace_seconds: Option<i64>,
+    /// What the overage seconds cost, in the plan's currency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "0.00")]
+    pub overage_amount: Option<String>,
 }
 
 impl WindowUsage {
+    /// A window's figures without the split by source.
     pub fn new(window: Interval, used_seconds: i64, limit_seconds: i64) -> WindowUsage {
-        let remaining = (limit_seconds - used_seconds).max(0);
+        WindowUsage {
+            plan_seconds: None,
+            grant_seconds: None,
+            overage_seconds: None,
+            grace_seconds: None,
+            overage_amount: None,
+            ..WindowUsage::funded(window, used_seconds, limit_seconds, &Funds::default())
+        }
+    }
+
+    /// A window whose time `funds` split by source (the plan's is the rest of `used`).
+    pub fn funded(
+        window: Interval,
+        used_seconds: i64,
+        limit_seconds: i64,
+        funds: &Funds,
+    ) -> WindowUsage {
+        let split = Split::of(used_seconds, funds);
+        let remaining = (limit_seconds - split.plan).max(0);
         WindowUsage {
             start: window.start,
             end: window.end,
@@ -53,11 +138,22 @@ impl WindowUsage {
             limit_hours: hours(limit_seconds),
             remaining_hours: hours(remaining),
             resets_at: window.end,
+            plan_seconds: Some(split.plan),
+            grant_seconds: Some(split.grant),
+            overage_seconds: Some(split.overage),
+            grace_seconds: Some(split.grace),
+            overage_amount: Some(format!("{:.2}", split.overage_amount)),
         }
     }
 
+    /// Plan seconds used (all of the time where the split is not recorded).
+    pub fn plan_seconds(&self) -> i64 {
+        self.plan_seconds.unwrap_or(self.used_seconds)
+    }
+
+    /// The plan's ceiling for this window is reached.
     pub fn exhausted(&self) -> bool {
-        self.used_seconds >= self.limit_seconds
+        self.plan_seconds() >= self.limit_seconds
     }
 }
 
@@ -69,35 +165,56 @@ pub struct Standing {
     pub week: WindowUsage,
     /// Running sessions heard from within the lease.
     pub running: i64,
+    /// Who pays, running sessions' time up to `at` attributed.
+    pub funding: funding::State,
+    pub at: Secs,
 }
 
 impl Standing {
-    /// The standing of `org` at `now`, from what its windows hold.
-    pub fn of(org: Org, plans: &Plans, now: Secs, used: WindowTotals) -> Standing {
+    /// The standing of `org` at `now`, from what its windows hold and what is recorded of
+    /// its funding.
+    pub fn of(
+        org: Org,
+        plans: &Plans,
+        now: Secs,
+        used: WindowTotals,
+        recorded: funding::Recorded,
+    ) -> Standing {
         let plan = org.effective_plan(plans, now).clone();
         let w = Windows::at(now, org.billing_period());
+        let state = funding_state_on(&org, &plan, now, recorded, &used);
+        let funds = |kind, window| state.funds(kind, window);
         Standing {
-            month: WindowUsage::new(w.month, used.month, plan.monthly_limit_seconds),
-            week: WindowUsage::new(w.week, used.week, plan.weekly_limit_seconds),
+            month: WindowUsage::funded(
+                w.month,
+                used.month,
+                plan.monthly_limit_seconds,
+                &funds(WindowKind::Month, w.month),
+            ),
+            week: WindowUsage::funded(
+                w.week,
+                used.week,
+                plan.weekly_limit_seconds,
+                &funds(WindowKind::Week, w.week),
+            ),
             running: used.running,
+            funding: state,
+            at: now,
             org,
             plan,
         }
     }
 
-    /// Agent time left before the first of the two ceilings.
+    /// Agent time left from every source: the plan (before the first of its two ceilings),
+    /// the grants in force, and pay-as-you-go up to its cap.
     pub fn remaining_seconds(&self) -> i64 {
-        self.month
-            .remaining_seconds
-            .min(self.week.remaining_seconds)
+        self.funding.remaining_at(self.at)
     }
 
-    /// Running sessions are told to park once a ceiling is passed by the plan's grace.
+    /// Running sessions are told to park once every source is spent and the plan's grace
+    /// has run past it.
     pub fn must_park(&self) -> bool {
-        let grace = self.plan.ceiling_grace_seconds;
-        [&self.month, &self.week]
-            .iter()
-            .any(|w| w.used_seconds >= w.limit_seconds + grace)
+        funding::must_park(&self.funding, self.at, self.plan.ceiling_grace_seconds)
     }
 }
 
@@ -144,7 +261,9 @@ mod tests {
                     month: used,
                     week: used,
                     running: 1,
+                    ..WindowTotals::default()
                 },
+                funding::Recorded::default(),
             )
         };
         assert_eq!(at(week - 5).remaining_seconds(), 5);

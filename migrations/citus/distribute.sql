@@ -61,5 +61,11 @@ SELECT create_distributed_table('period_sessions', 'org_id', colocate_with => 'o
   WHERE pg_temp.undistributed('period_sessions');
 SELECT create_distributed_table('notifications', 'org_id', colocate_with => 'orgs')
   WHERE pg_temp.undistributed('notifications');
+SELECT create_distributed_table('grants', 'org_id', colocate_with => 'orgs')
+  WHERE pg_temp.undistributed('grants');
+SELECT create_distributed_table('funding_windows', 'org_id', colocate_with => 'orgs')
+  WHERE pg_temp.undistributed('funding_windows');
+SELECT create_distributed_table('funding_hourly', 'org_id', colocate_with => 'orgs')
+  WHERE pg_temp.undistributed('funding_hourly');
 
 COMMIT;

@@ -154,7 +154,11 @@ impl Work for Ingest {
 
     async fn commit(&self, jobs: &[Vec<Heartbeat>], writer: usize) -> StoreResult<Vec<Answer>> {
         let started = std::time::Instant::now();
-        let results = self.db.ingest(jobs, &self.rules, writer as i64).await?;
+        let now = self.clock.now();
+        let results = self
+            .db
+            .ingest(jobs, &self.rules, &self.plans, now, writer as i64)
+            .await?;
         self.metrics
             .observe_ingest_group(&results, started.elapsed());
         let advice = Arc::new(self.advise(&results).await?);

@@ -81,7 +81,11 @@ async fn expiry(s: Services, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
         }
         loop {
-            match s.db.expire_sessions(s.clock.now(), &s.rules, BATCH).await {
+            match s
+                .db
+                .expire_sessions(s.clock.now(), &s.rules, &s.plans, BATCH)
+                .await
+            {
                 Ok(n) => {
                     s.metrics.sessions_expired.inc_by(n as u64);
                     if (n as i64) < BATCH {

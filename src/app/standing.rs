@@ -2,6 +2,9 @@
 //! (`rush_meter_core::standing`). What the usage page, heartbeat answers and the upgrade
 //! prompt show.
 
+use std::collections::HashMap;
+
+use rush_meter_core::funding;
 use rush_meter_core::ledger::Rules;
 use rush_meter_core::org::Org;
 use rush_meter_core::plans::Plans;
@@ -18,10 +21,7 @@ pub async fn standing(
     now: Secs,
     rules: &Rules,
 ) -> StoreResult<Option<Standing>> {
-    let Some(org) = db.get_org(org_id).await? else {
-        return Ok(None);
-    };
-    Ok(standings_of(db, plans, vec![org], now, rules).await?.pop())
+    Ok(standings(db, plans, &[org_id], now, rules).await?.pop())
 }
 
 /// The standing of each of `org_ids` that exists, reading the orgs that share windows in
@@ -33,17 +33,13 @@ pub async fn standings(
     now: Secs,
     rules: &Rules,
 ) -> StoreResult<Vec<Standing>> {
-    let orgs = db.get_orgs(org_ids).await?;
-    standings_of(db, plans, orgs, now, rules).await
-}
-
-async fn standings_of(
-    db: &Db,
-    plans: &Plans,
-    orgs: Vec<Org>,
-    now: Secs,
-    rules: &Rules,
-) -> StoreResult<Vec<Standing>> {
+    let records = db.funding_records(org_ids, now).await?;
+    let mut recorded: HashMap<String, funding::Recorded> = HashMap::with_capacity(records.len());
+    let mut orgs = Vec::with_capacity(records.len());
+    for (org, r) in records {
+        recorded.insert(org.org_id.clone(), r);
+        orgs.push(org);
+    }
     let mut out = Vec::with_capacity(orgs.len());
     for (windows, group) in by_windows(&orgs, now) {
         let ids: Vec<&str> = group.iter().map(|o| o.org_id.as_str()).collect();
@@ -51,7 +47,8 @@ async fn standings_of(
         for org in group {
             warn_if_unknown_plan(org, plans);
             let u = used.get(&org.org_id).copied().unwrap_or_default();
-            out.push(Standing::of(org.clone(), plans, now, u));
+            let r = recorded.remove(&org.org_id).unwrap_or_default();
+            out.push(Standing::of(org.clone(), plans, now, u, r));
         }
     }
     Ok(out)

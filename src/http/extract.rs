@@ -164,6 +164,12 @@ pub struct OrgKeyPath {
 }
 
 #[derive(Deserialize)]
+pub struct OrgGrantPath {
+    pub org_id: String,
+    pub grant_id: String,
+}
+
+#[derive(Deserialize)]
 pub struct SessionPath {
     pub session_id: String,
 }
@@ -192,6 +198,15 @@ impl IntoParams for OrgKeyPath {
         vec![
             id_param(ORG_ID.0, ORG_ID.1),
             id_param("key_id", "The API key's id"),
+        ]
+    }
+}
+
+impl IntoParams for OrgGrantPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            id_param(ORG_ID.0, ORG_ID.1),
+            id_param("grant_id", "The grant's id"),
         ]
     }
 }

@@ -34,6 +34,7 @@ use super::error::ErrorBody;
         (name = "gate", description = "Admission decisions"),
         (name = "ledger", description = "Heartbeats and sessions"),
         (name = "usage", description = "The console's usage pages"),
+        (name = "funding", description = "Past the plan: hour grants and pay-as-you-go"),
         (name = "billing", description = "Stripe checkout, portal and webhooks"),
         (name = "finance", description = "Exports and closed periods"),
         (name = "admin", description = "Operators' queues"),
@@ -104,6 +105,21 @@ pub mod strings {
 
     pub fn end_status() -> Object {
         one_of(EndStatus::NAMES)
+    }
+
+    pub fn funded_by() -> Object {
+        use rush_meter_core::funding::Source;
+        // Grace pays for no decision: a run that only grace would fund is refused.
+        let sources: Vec<&str> = Source::ALL
+            .iter()
+            .filter(|s| **s != Source::Grace)
+            .map(|s| s.as_str())
+            .collect();
+        one_of(&sources)
+    }
+
+    pub fn grant_kind() -> Object {
+        one_of(rush_meter_core::funding::GrantKind::NAMES)
     }
 
     // The query filters below carry their parameter's description: utoipa drops a doc

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use rush_meter_core::breakdown::{GroupBy, Piece};
 use rush_meter_core::charges::Terms;
 use rush_meter_core::export::SessionLine;
+use rush_meter_core::funding::{self, Grant, Overage};
 use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision};
 use rush_meter_core::heartbeats::{Heartbeat, RequestOutcome};
 use rush_meter_core::ledger::{EndStatus, Phase, Rules};
@@ -26,12 +27,26 @@ use super::StoreResult;
 
 /// Every area of the store at once: what `Db` holds.
 pub trait Store:
-    Admin + OrgStore + LedgerStore + GateStore + StripeStore + PeriodStore + NotificationStore
+    Admin
+    + OrgStore
+    + LedgerStore
+    + FundingStore
+    + GateStore
+    + StripeStore
+    + PeriodStore
+    + NotificationStore
 {
 }
 
 impl<T> Store for T where
-    T: Admin + OrgStore + LedgerStore + GateStore + StripeStore + PeriodStore + NotificationStore
+    T: Admin
+        + OrgStore
+        + LedgerStore
+        + FundingStore
+        + GateStore
+        + StripeStore
+        + PeriodStore
+        + NotificationStore
 {
 }
 
@@ -91,10 +106,13 @@ pub trait LedgerStore: Send + Sync {
     /// Apply a group of heartbeat requests in one transaction, each accepted or refused
     /// whole (`core::heartbeats::group`). `shard` names the `org_hourly` rows this writer
     /// adds to; give each concurrent writer its own.
+    /// What is billed is funded at `now` on `plans` (`core::funding`).
     async fn ingest(
         &self,
         requests: &[Vec<Heartbeat>],
         rules: &Rules,
+        plans: &Plans,
+        now: Secs,
         shard: i64,
     ) -> StoreResult<Vec<RequestOutcome>>;
     /// End a session; `None` if it does not exist (or belongs to another org than
@@ -106,10 +124,17 @@ pub trait LedgerStore: Send + Sync {
         status: EndStatus,
         now: Secs,
         rules: &Rules,
+        plans: &Plans,
     ) -> StoreResult<Option<Session>>;
     /// Book what time alone decides for up to `limit` sessions: silent sessions and
     /// parked ones past expiry. Returns how many changed.
-    async fn expire_sessions(&self, now: Secs, rules: &Rules, limit: i64) -> StoreResult<usize>;
+    async fn expire_sessions(
+        &self,
+        now: Secs,
+        rules: &Rules,
+        plans: &Plans,
+        limit: i64,
+    ) -> StoreResult<usize>;
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<Session>>;
     async fn sessions_of_org(&self, org_id: &str) -> StoreResult<Vec<Session>>;
     /// An org's running sessions.
@@ -165,6 +190,38 @@ pub trait LedgerStore: Send + Sync {
         to: Secs,
         by: GroupBy,
     ) -> StoreResult<Vec<Piece>>;
+}
+
+/// Grants, pay-as-you-go settings, and what is recorded of who paid for what.
+#[async_trait]
+pub trait FundingStore: Send + Sync {
+    /// Each of `org_ids` that exists, with what is recorded of its funding at `now` (as
+    /// committed: `core::standing::funding_state` adds what runs now).
+    async fn funding_records(
+        &self,
+        org_ids: &[&str],
+        now: Secs,
+    ) -> StoreResult<Vec<(Org, funding::Recorded)>>;
+    /// Create a grant, or answer the one made before with the same idempotency key
+    /// (`false`: nothing was created). `None` if the org does not exist.
+    async fn create_grant(&self, grant: &Grant) -> StoreResult<Option<(Grant, bool)>>;
+    /// An org's grants, oldest first (voided, expired and used up ones too).
+    async fn list_grants(&self, org_id: &str) -> StoreResult<Vec<Grant>>;
+    /// Void a grant at `now`: its remainder lapses, what was used stays. Voiding it again
+    /// changes nothing. `None` if the org has no such grant.
+    async fn void_grant(
+        &self,
+        org_id: &str,
+        grant_id: &str,
+        now: Secs,
+    ) -> StoreResult<Option<Grant>>;
+    /// Set an org's pay-as-you-go; `None` if the org does not exist.
+    async fn set_overage(
+        &self,
+        org_id: &str,
+        overage: &Overage,
+        now: Secs,
+    ) -> StoreResult<Option<Org>>;
 }
 
 /// The gate's writes and its record.

@@ -26,8 +26,8 @@ mod rows;
 mod sqlite;
 
 pub use api::{
-    Admin, DecideState, GateStore, LedgerStore, NotificationStore, OrgStore, PeriodStore, Store,
-    StripeStore, TermsOf,
+    Admin, DecideState, FundingStore, GateStore, LedgerStore, NotificationStore, OrgStore,
+    PeriodStore, Store, StripeStore, TermsOf,
 };
 pub use error::{StoreError, StoreResult};
 pub use rows::*;

@@ -19,6 +19,11 @@ const LEAST: &str = "LEAST";
 const GREATEST: &str = "GREATEST";
 /// Byte order for ids, whatever the database's locale (exports sort by it).
 const BYTE_ORDER: &str = " COLLATE \"C\"";
+/// A booking's lock of its orgs' rows: it keeps out other bookings of the org (and plan
+/// changes), not the inserts of rows that reference the org.
+const LOCK_ORGS: &str = " FOR NO KEY UPDATE OF o";
+const JSON_AGG: &str = "json_agg";
+const JSON_ARRAY: &str = "json_build_array";
 
 /// `org_id` among the orgs of parameter `$n` (bound with `org_list`).
 fn org_in(n: usize) -> String {
@@ -32,6 +37,7 @@ fn org_list(orgs: &[&str]) -> Vec<String> {
 include!("sql/common.rs");
 include!("sql/rows.rs");
 include!("sql/orgs.rs");
+include!("sql/funding.rs");
 include!("sql/ledger.rs");
 include!("sql/gate.rs");
 include!("sql/stripe.rs");
@@ -286,73 +292,72 @@ fn bind_sessions<'q>(
         .bind(column(rows, |r| r.heard_at))
 }
 
-/// Write what one transaction books (session rows, both rollups, closed spans) in one
-/// statement: one round trip while the rows stay locked, whatever the group's size.
+/// Write what one transaction books (session rows, both rollups, closed spans, and who
+/// pays for it) in one statement: one round trip while the rows stay locked, whatever the
+/// group's size.
 async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
     if b.is_empty() {
         return Ok(());
     }
     let sessions: Vec<Session> = b.sessions.values().cloned().collect();
     let (org_hours, session_hours, spans) = (&b.org_hours, &b.session_hours, &b.spans);
+    let f = &b.funding;
+    let orgs: Vec<String> = sorted_unique(b.sessions.values().map(|s| s.org_id.clone()));
     let sql = format!(
         "WITH s AS (INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}){SESSION_UPSERT}), \
          o AS (INSERT INTO org_hourly (org_id, hour, shard, seconds) \
                SELECT o, h, $32::int8, s FROM UNNEST($20::text[], $21::int8[], $22::int8[]) AS u(o, h, s) \
                {ORG_HOURS_CONFLICT}), \
          h AS (INSERT INTO session_hourly (org_id, hour, session_id, seconds) \
-               SELECT * FROM UNNEST($23::text[], $24::int8[], $25::text[], $26::int8[]){SESSION_HOURS_CONFLICT}) \
+               SELECT * FROM UNNEST($23::text[], $24::int8[], $25::text[], $26::int8[]){SESSION_HOURS_CONFLICT}), \
+         fw AS (INSERT INTO funding_windows ({FUNDING_WINDOW_COLUMNS}) \
+               SELECT * FROM UNNEST($33::text[], $34::text[], $35::int8[], $36::int8[], $37::int8[], \
+                 $38::int8[], $39::int8[], $40::int8[], $41::int8[]){FUNDING_WINDOW_UPSERT}), \
+         g AS (UPDATE grants SET used_seconds = u.used \
+               FROM UNNEST($42::text[], $43::text[], $44::int8[]) AS u(org_id, grant_id, used) \
+               WHERE grants.org_id = ANY($45) AND grants.org_id = u.org_id AND grants.grant_id = u.grant_id), \
+         fh AS (INSERT INTO funding_hourly (org_id, hour, source, grant_id, seconds, charge_units) \
+               SELECT * FROM UNNEST($46::text[], $47::int8[], $48::text[], $49::text[], $50::int8[], \
+                 $51::int8[]){FUNDING_HOURS_CONFLICT}) \
          INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
          SELECT * FROM UNNEST($27::text[], $28::text[], $29::int8[], $30::int8[], $31::text[])"
     );
+    fn col<T, U>(rows: impl IntoIterator<Item = T>, f: impl Fn(T) -> U) -> Vec<U> {
+        rows.into_iter().map(f).collect()
+    }
     bind_sessions(sqlx::query(&sql), &sessions)
-        .bind(
-            org_hours
-                .iter()
-                .map(|((o, _), _)| o.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(org_hours.iter().map(|((_, h), _)| *h).collect::<Vec<_>>())
-        .bind(org_hours.values().copied().collect::<Vec<_>>())
-        .bind(
-            session_hours
-                .iter()
-                .map(|((o, _, _), _)| o.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            session_hours
-                .iter()
-                .map(|((_, h, _), _)| *h)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            session_hours
-                .iter()
-                .map(|((_, _, s), _)| s.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(session_hours.values().copied().collect::<Vec<_>>())
-        .bind(spans.iter().map(|(o, _, _)| o.clone()).collect::<Vec<_>>())
-        .bind(spans.iter().map(|(_, s, _)| s.clone()).collect::<Vec<_>>())
-        .bind(
-            spans
-                .iter()
-                .map(|(_, _, sp)| sp.interval.start)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            spans
-                .iter()
-                .map(|(_, _, sp)| sp.interval.end)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            spans
-                .iter()
-                .map(|(_, _, sp)| span_kind(sp.kind))
-                .collect::<Vec<_>>(),
-        )
+        .bind(col(org_hours.keys(), |(o, _)| o.clone()))
+        .bind(col(org_hours.keys(), |(_, h)| *h))
+        .bind(col(org_hours.values(), |s| *s))
+        .bind(col(session_hours.keys(), |(o, _, _)| o.clone()))
+        .bind(col(session_hours.keys(), |(_, h, _)| *h))
+        .bind(col(session_hours.keys(), |(_, _, s)| s.clone()))
+        .bind(col(session_hours.values(), |s| *s))
+        .bind(col(spans, |(o, _, _)| o.clone()))
+        .bind(col(spans, |(_, s, _)| s.clone()))
+        .bind(col(spans, |(_, _, sp)| sp.interval.start))
+        .bind(col(spans, |(_, _, sp)| sp.interval.end))
+        .bind(col(spans, |(_, _, sp)| span_kind(sp.kind)))
         .bind(shard)
+        .bind(col(&f.windows, |(o, _)| o.clone()))
+        .bind(col(&f.windows, |(_, w)| w.kind.as_str()))
+        .bind(col(&f.windows, |(_, w)| w.window.start))
+        .bind(col(&f.windows, |(_, w)| w.window.end))
+        .bind(col(&f.windows, |(_, w)| w.funds.plan))
+        .bind(col(&f.windows, |(_, w)| w.funds.grant))
+        .bind(col(&f.windows, |(_, w)| w.funds.overage))
+        .bind(col(&f.windows, |(_, w)| w.funds.grace))
+        .bind(col(&f.windows, |(_, w)| w.funds.charge_units))
+        .bind(col(&f.grants, |g| g.org_id.clone()))
+        .bind(col(&f.grants, |g| g.grant_id.clone()))
+        .bind(col(&f.grants, |g| g.used_seconds))
+        .bind(&orgs)
+        .bind(col(f.hourly.keys(), |(o, _, _, _)| o.clone()))
+        .bind(col(f.hourly.keys(), |(_, h, _, _)| *h))
+        .bind(col(f.hourly.keys(), |(_, _, s, _)| s.as_str()))
+        .bind(col(f.hourly.keys(), |(_, _, _, g)| g.clone()))
+        .bind(col(f.hourly.values(), |(s, _)| *s))
+        .bind(col(f.hourly.values(), |(_, u)| *u))
         .execute(&mut **tx)
         .await?;
     Ok(())
@@ -540,7 +545,7 @@ async fn write_admissions(
            $28::text[], $29::int8[], $30::text[], $31::text[], $32::text[], $33::text[], \
            $34::text[], $35::text[], $36::bool[], $37::int8[], $38::int8[], $39::int8[], \
            $40::int8[], $41::int8[], $42::int8[], $43::int8[], $44::int8[], $45::int8[], \
-           $46::int8[], $47::text[])) \
+           $46::int8[], $47::text[], $50::text[], $51::int8[], $52::int8[], $53::int8[])) \
          SELECT COUNT(*) FROM n"
     );
     fn col<T>(rows: &[&Decision], f: impl Fn(&Decision) -> T) -> Vec<T> {
@@ -578,6 +583,10 @@ async fn write_admissions(
         .bind(col(rows, |d| d.upgrade_plan.clone()))
         .bind(column(resumed, |r| r.org_id.clone()))
         .bind(orgs)
+        .bind(col(rows, |d| d.funded_by.clone()))
+        .bind(col(rows, |d| d.plan_room))
+        .bind(col(rows, |d| d.grant_room))
+        .bind(col(rows, |d| d.overage_room))
         .fetch_one(&mut **tx)
         .await?;
     let inserted: i64 = sqlx::Row::try_get(&row, 0)?;

@@ -22,6 +22,10 @@ const LEAST: &str = "MIN";
 const GREATEST: &str = "MAX";
 /// SQLite compares text byte by byte (BINARY) already.
 const BYTE_ORDER: &str = "";
+/// `BEGIN IMMEDIATE` holds the write lock already.
+const LOCK_ORGS: &str = "";
+const JSON_AGG: &str = "json_group_array";
+const JSON_ARRAY: &str = "json_array";
 
 /// `org_id` among the orgs of parameter `$n` (a JSON array, bound with `org_list`).
 fn org_in(n: usize) -> String {
@@ -33,8 +37,11 @@ fn org_list(orgs: &[&str]) -> String {
 }
 
 include!("sql/common.rs");
+
+use rush_meter_core::booking::Funding;
 include!("sql/rows.rs");
 include!("sql/orgs.rs");
+include!("sql/funding.rs");
 include!("sql/ledger.rs");
 include!("sql/gate.rs");
 include!("sql/stripe.rs");
@@ -168,6 +175,57 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
     }
     for chunk in spans.chunks(CHUNK) {
         insert_spans(tx, chunk).await?;
+    }
+    write_funding(tx, &b.funding).await
+}
+
+/// Who pays for what a booking billed: each window's funds and each grant's use as they
+/// now stand, and the hours not paid by the plan.
+async fn write_funding(tx: &mut Tx, f: &Funding) -> StoreResult<()> {
+    for chunk in f.windows.chunks(CHUNK) {
+        let mut q = QueryBuilder::<DB>::new(format!(
+            "INSERT INTO funding_windows ({FUNDING_WINDOW_COLUMNS}) "
+        ));
+        q.push_values(chunk, |mut b, (org, w)| {
+            b.push_bind(org)
+                .push_bind(w.kind.as_str())
+                .push_bind(w.window.start)
+                .push_bind(w.window.end)
+                .push_bind(w.funds.plan)
+                .push_bind(w.funds.grant)
+                .push_bind(w.funds.overage)
+                .push_bind(w.funds.grace)
+                .push_bind(w.funds.charge_units);
+        });
+        q.push(FUNDING_WINDOW_UPSERT);
+        once(&mut q).execute(&mut **tx).await?;
+    }
+    for g in &f.grants {
+        sqlx::query("UPDATE grants SET used_seconds = $1 WHERE org_id = $2 AND grant_id = $3")
+            .bind(g.used_seconds)
+            .bind(&g.org_id)
+            .bind(&g.grant_id)
+            .execute(&mut **tx)
+            .await?;
+    }
+    let hourly: Vec<_> = f.hourly.iter().collect();
+    for chunk in hourly.chunks(CHUNK) {
+        let mut q = QueryBuilder::<DB>::new(
+            "INSERT INTO funding_hourly (org_id, hour, source, grant_id, seconds, charge_units) ",
+        );
+        q.push_values(
+            chunk,
+            |mut b, ((org, hour, source, grant), (secs, units))| {
+                b.push_bind(org)
+                    .push_bind(*hour)
+                    .push_bind(source.as_str())
+                    .push_bind(grant)
+                    .push_bind(*secs)
+                    .push_bind(*units);
+            },
+        );
+        q.push(FUNDING_HOURS_CONFLICT);
+        once(&mut q).execute(&mut **tx).await?;
     }
     Ok(())
 }
@@ -458,7 +516,11 @@ async fn insert_decisions(tx: &mut Tx, rows: &[&Decision]) -> StoreResult<()> {
             .push_bind(d.week_limit)
             .push_bind(d.running)
             .push_bind(d.concurrency_limit)
-            .push_bind(&d.upgrade_plan);
+            .push_bind(&d.upgrade_plan)
+            .push_bind(&d.funded_by)
+            .push_bind(d.plan_room)
+            .push_bind(d.grant_room)
+            .push_bind(d.overage_room);
     });
     once(&mut q).execute(&mut **tx).await?;
     Ok(())

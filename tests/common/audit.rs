@@ -42,7 +42,15 @@ pub fn violation(sql: &str) -> Option<String> {
     if org_tables.is_empty() {
         return None;
     }
-    let locks = s.contains(" for update") || s.contains(" for share") || s.contains("skip locked");
+    let locks = [
+        " for update",
+        " for no key update",
+        " for share",
+        " for key share",
+        "skip locked",
+    ]
+    .iter()
+    .any(|m| s.contains(m));
     let updates = s.starts_with("update ") || s.contains("(update ") || s.starts_with("delete ");
     let names_orgs = ["org_id = $", "org_id = ?", "org_id = any($", "org_id in ("]
         .iter()

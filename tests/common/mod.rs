@@ -96,6 +96,11 @@ pub fn repo_plans() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plans")
 }
 
+/// The plans of `plans/`, as a server loads them.
+pub fn plans() -> rush_meter_core::plans::Plans {
+    rush_meter::config::load_plans(&repo_plans()).expect("plans/ loads")
+}
+
 pub struct TestServer {
     pub backend: Backend,
     pub url: String,

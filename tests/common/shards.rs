@@ -6,7 +6,7 @@
 //! such a database; `.ci/run` does it once for the suite's PostgreSQL tests.
 
 /// The tables keyed by org: distributed by org_id on Citus, partitioned here.
-pub const ORG_TABLES: [&str; 12] = [
+pub const ORG_TABLES: [&str; 15] = [
     "orgs",
     "api_keys",
     "sessions",
@@ -19,6 +19,9 @@ pub const ORG_TABLES: [&str; 12] = [
     "period_orgs",
     "period_sessions",
     "notifications",
+    "grants",
+    "funding_windows",
+    "funding_hourly",
 ];
 
 /// Tables shared by every org (reference tables on Citus) or keyed by an id of their own.

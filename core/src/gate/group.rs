@@ -4,13 +4,15 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::{
-    decide, upgrade_for, AdmissionRequest, AdmitReject, Decision, Facts, Reason, Rule, Verdict,
+    decide, funded_by, upgrade_for, AdmissionRequest, AdmitReject, Decision, Facts, Reason, Rule,
+    Verdict,
 };
+use crate::funding;
 use crate::ledger::Phase;
 use crate::org::{effective_concurrency_limit, Key, Org};
 use crate::plans::{Plan, Plans};
 use crate::session::Session;
-use crate::standing::{WindowTotals, WindowUsage};
+use crate::standing::{funding_state_on, WindowTotals, WindowUsage};
 use crate::time::{Secs, Windows};
 
 /// Does this session hold one of its key's slots at `now`? A running session does while it
@@ -46,6 +48,8 @@ pub struct GroupFacts {
     pub slots: HashMap<(String, String), i64>,
     /// Window usage per org, in the windows `Windows::at(now, billing period)` gives.
     pub usage: HashMap<String, WindowTotals>,
+    /// What is recorded of each org's funding.
+    pub funding: HashMap<String, funding::Recorded>,
 }
 
 /// What a group decides: an answer per request, and the session rows to write.
@@ -104,16 +108,19 @@ pub fn decide_group(
             } else {
                 plans.free()
             };
+            let recorded = facts.funding.get(&req.org_id).cloned().unwrap_or_default();
             let facts_on = |plan: &Plan| {
                 let month = WindowUsage::new(windows.month, used.month, plan.monthly_limit_seconds);
                 let week = WindowUsage::new(windows.week, used.week, plan.weekly_limit_seconds);
+                let state = funding_state_on(org, plan, now, recorded.clone(), &used);
                 (
                     month,
                     week,
                     effective_concurrency_limit(key.concurrency_limit, plan),
+                    state,
                 )
             };
-            let (month, week, limit) = facts_on(plan);
+            let (month, week, limit, state) = facts_on(plan);
             let f = Facts {
                 suspended: org.suspended,
                 plan,
@@ -122,24 +129,28 @@ pub fn decide_group(
                 running,
                 limit,
                 holds_slot: holds,
+                funding: &state,
+                now,
             };
             let mut rule = decide(&f);
             // Refused on Free's terms, where the plan it pays for would allow it: the fix is
             // to pay, not to upgrade.
             if !access.grants_plan() && matches!(rule, Rule::Denied(r) if r != Reason::OrgSuspended)
             {
-                let (m, w, limit) = facts_on(paid);
+                let (m, w, limit, paid_state) = facts_on(paid);
                 let on_paid = Facts {
                     plan: paid,
                     month: &m,
                     week: &w,
                     limit,
+                    funding: &paid_state,
                     ..f.clone()
                 };
                 if decide(&on_paid).allows() {
                     rule = Rule::Denied(Reason::SubscriptionInactive);
                 }
             }
+            let (source, rooms) = funded_by(&state, now);
             let (reason, upgrade) = match rule {
                 Rule::Denied(r) => (
                     Some(r.as_str().to_owned()),
@@ -175,6 +186,13 @@ pub fn decide_group(
                 running: running + i64::from(rule.allows()),
                 concurrency_limit: f.limit,
                 upgrade_plan: upgrade,
+                funded_by: rule
+                    .allows()
+                    .then(|| source.map(|s| s.as_str().to_owned()))
+                    .flatten(),
+                plan_room: rooms[0],
+                grant_room: rooms[1],
+                overage_room: rooms[2],
             };
             if rule == Rule::WithinLimits {
                 *slots += 1;
@@ -356,8 +374,7 @@ mod tests {
             "o".into(),
             WindowTotals {
                 month: 6 * 3600,
-                week: 0,
-                running: 0,
+                ..WindowTotals::default()
             },
         );
         let out = decide_group(&plans(), &[request("s")], facts, 1000, 60, ids());

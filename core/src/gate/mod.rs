@@ -5,6 +5,7 @@ mod group;
 
 use serde::Serialize;
 
+use crate::funding::{self, Source, WindowKind};
 use crate::plans::{Plan, Plans};
 use crate::standing::WindowUsage;
 use crate::time::Secs;
@@ -74,6 +75,12 @@ pub struct Decision {
     pub running: i64,
     pub concurrency_limit: i64,
     pub upgrade_plan: Option<String>,
+    /// What pays for an allowed run's first second (`Source`: plan, grant or overage).
+    pub funded_by: Option<String>,
+    /// Seconds each source had left at the decision (running sessions counted up to now).
+    pub plan_room: i64,
+    pub grant_room: i64,
+    pub overage_room: i64,
 }
 
 /// Why a run is refused.
@@ -85,6 +92,10 @@ pub enum Reason {
     MonthlyCeilingReached,
     WeeklyCeilingReached,
     ConcurrencyLimitReached,
+    /// Past the plan, and the grants in force are used up.
+    GrantsExhausted,
+    /// Past the plan and the grants, and pay-as-you-go has reached its monthly cap.
+    SpendCapReached,
 }
 
 impl Reason {
@@ -95,6 +106,8 @@ impl Reason {
             Reason::MonthlyCeilingReached => "monthly_ceiling_reached",
             Reason::WeeklyCeilingReached => "weekly_ceiling_reached",
             Reason::ConcurrencyLimitReached => "concurrency_limit_reached",
+            Reason::GrantsExhausted => "grants_exhausted",
+            Reason::SpendCapReached => "spend_cap_reached",
         }
     }
 }
@@ -135,6 +148,9 @@ pub struct Facts<'a> {
     pub running: i64,
     pub limit: i64,
     pub holds_slot: bool,
+    /// Who would pay, running sessions counted up to `now`.
+    pub funding: &'a funding::State,
+    pub now: Secs,
 }
 
 /// The gate's rules, in the order they bind.
@@ -143,10 +159,8 @@ pub fn decide(f: &Facts) -> Rule {
         Rule::AlreadyAdmitted
     } else if f.suspended {
         Rule::Denied(Reason::OrgSuspended)
-    } else if f.month.exhausted() {
-        Rule::Denied(Reason::MonthlyCeilingReached)
-    } else if f.week.exhausted() {
-        Rule::Denied(Reason::WeeklyCeilingReached)
+    } else if let Some(reason) = spent(f.funding, f.now) {
+        Rule::Denied(reason)
     } else if f.running >= f.limit {
         Rule::Denied(Reason::ConcurrencyLimitReached)
     } else {
@@ -154,10 +168,44 @@ pub fn decide(f: &Facts) -> Rule {
     }
 }
 
+/// Why nothing is left to pay for a run at `now`, if nothing is: the spend cap when the org
+/// pays as it goes, its grants when it holds any, else the ceiling that binds (the month's
+/// first).
+pub fn spent(state: &funding::State, now: Secs) -> Option<Reason> {
+    if state.next_source(now).is_some() {
+        return None;
+    }
+    let w = state.windows_at(now);
+    let month_full = state.funds(WindowKind::Month, w.month).plan >= state.terms.month_limit;
+    Some(if state.terms.pay_as_you_go() {
+        Reason::SpendCapReached
+    } else if state.holds_grants {
+        Reason::GrantsExhausted
+    } else if month_full {
+        Reason::MonthlyCeilingReached
+    } else {
+        Reason::WeeklyCeilingReached
+    })
+}
+
+/// What pays for a run allowed at `now`, and each source's room then.
+pub fn funded_by(state: &funding::State, now: Secs) -> (Option<Source>, [i64; 3]) {
+    let w = state.windows_at(now);
+    let rooms = [
+        state.plan_room(&w),
+        state.grant_room(now),
+        state.overage_room(&w),
+    ];
+    (state.next_source(now).map(|(s, _)| s), rooms)
+}
+
 /// The cheapest dearer plan whose ceilings or concurrency would have allowed the run.
 pub fn upgrade_for<'p>(plans: &'p Plans, reason: Reason, f: &Facts) -> Option<&'p Plan> {
     let fits = |p: &Plan| match reason {
-        Reason::MonthlyCeilingReached | Reason::WeeklyCeilingReached => {
+        Reason::MonthlyCeilingReached
+        | Reason::WeeklyCeilingReached
+        | Reason::GrantsExhausted
+        | Reason::SpendCapReached => {
             p.monthly_limit_seconds > f.month.used_seconds
                 && p.weekly_limit_seconds > f.week.used_seconds
         }
@@ -173,7 +221,11 @@ pub fn upgrade_for<'p>(plans: &'p Plans, reason: Reason, f: &Facts) -> Option<&'
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::Interval;
+    use crate::funding::{Grant, GrantKind, State, Terms};
+    use crate::time::{Interval, Windows};
+
+    /// Monday 2026-11-30 12:00 UTC.
+    const NOW: Secs = 1_796_040_000;
 
     fn plans() -> Plans {
         crate::shipped_plans()
@@ -183,11 +235,32 @@ mod tests {
         WindowUsage::new(Interval::new(0, 10).unwrap(), used, limit)
     }
 
+    /// Funding with these ceilings, the plan having paid `month` and `week` seconds.
+    fn funded(month: (i64, i64), week: (i64, i64)) -> State {
+        let mut s = State::new(
+            Terms {
+                month_limit: month.1,
+                week_limit: week.1,
+                price_units: 0,
+                cap_units: 0,
+            },
+            None,
+            NOW,
+            [],
+            vec![],
+        );
+        let w = Windows::at(NOW, None);
+        s.seed(WindowKind::Month, w.month, month.0);
+        s.seed(WindowKind::Week, w.week, week.0);
+        s
+    }
+
     #[test]
     fn rules_bind_in_order() {
         let p = plans();
         let free = p.free();
         let (m, w) = (window(0, 100), window(0, 50));
+        let room = funded((0, 100), (0, 50));
         let base = Facts {
             suspended: false,
             plan: free,
@@ -196,18 +269,19 @@ mod tests {
             running: 0,
             limit: 4,
             holds_slot: false,
+            funding: &room,
+            now: NOW,
         };
         assert_eq!(decide(&base), Rule::WithinLimits);
-        let full_week = window(50, 50);
+        let full_week = funded((50, 100), (50, 50));
         let f = Facts {
-            week: &full_week,
+            funding: &full_week,
             ..base.clone()
         };
         assert_eq!(decide(&f), Rule::Denied(Reason::WeeklyCeilingReached));
-        let full_month = window(100, 100);
+        let full = funded((100, 100), (50, 50));
         let f = Facts {
-            week: &full_week,
-            month: &full_month,
+            funding: &full,
             ..base.clone()
         };
         assert_eq!(decide(&f), Rule::Denied(Reason::MonthlyCeilingReached));
@@ -231,9 +305,45 @@ mod tests {
     }
 
     #[test]
+    fn past_the_plan_a_grant_or_the_cap_lets_it_run_and_says_why_not_when_spent() {
+        let mut with_grant = funded((100, 100), (50, 50));
+        with_grant.grants.push(Grant {
+            org_id: "o".into(),
+            grant_id: "g".into(),
+            kind: GrantKind::Promo,
+            seconds: 10,
+            used_seconds: 0,
+            priority: 50,
+            starts_at: 0,
+            expires_at: None,
+            note: None,
+            idempotency_key: None,
+            created_at: 0,
+            voided_at: None,
+        });
+        with_grant.holds_grants = true;
+        assert_eq!(spent(&with_grant, NOW), None);
+        assert_eq!(funded_by(&with_grant, NOW).0, Some(Source::Grant));
+        with_grant.project(NOW, 10);
+        assert_eq!(spent(&with_grant, NOW), Some(Reason::GrantsExhausted));
+
+        let capped = funded((100, 100), (50, 50)).on_terms(Terms {
+            month_limit: 100,
+            week_limit: 50,
+            price_units: 5000,
+            cap_units: 5000 * 60,
+        });
+        assert_eq!(funded_by(&capped, NOW), (Some(Source::Overage), [0, 0, 60]));
+        let mut spent_cap = capped.clone();
+        spent_cap.project(NOW, 60);
+        assert_eq!(spent(&spent_cap, NOW), Some(Reason::SpendCapReached));
+    }
+
+    #[test]
     fn upgrade_is_the_cheapest_plan_that_fits() {
         let p = plans();
         let (m, w) = (window(4 * 3600, 5 * 3600), window(2 * 3600, 2 * 3600));
+        let room = funded((0, 1), (0, 1));
         let f = Facts {
             suspended: false,
             plan: p.free(),
@@ -242,6 +352,8 @@ mod tests {
             running: 0,
             limit: 4,
             holds_slot: false,
+            funding: &room,
+            now: NOW,
         };
         assert_eq!(
             upgrade_for(&p, Reason::WeeklyCeilingReached, &f).map(|x| x.id.as_str()),

@@ -70,9 +70,26 @@ pub struct DecisionView {
     concurrency: Concurrency,
     #[serde(skip_serializing_if = "Option::is_none")]
     upgrade: Option<Upgrade>,
+    /// What pays for an allowed run: `plan`, `grant` or `overage`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::http::openapi::strings::funded_by)]
+    funded_by: Option<String>,
+    /// What each source had left when this was decided, running sessions counted.
+    remaining: Remaining,
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     as_of: Secs,
+}
+
+/// Seconds each source had left.
+#[derive(Serialize, ToSchema)]
+pub struct Remaining {
+    /// The plan, before the first of its month and week ceilings.
+    plan_seconds: i64,
+    /// Grants in force.
+    grant_seconds: i64,
+    /// Pay-as-you-go, up to its monthly cap (0 while off).
+    overage_seconds: i64,
 }
 
 fn window(start: Secs, end: Secs, used: i64, limit: i64) -> WindowUsage {
@@ -94,6 +111,12 @@ impl From<Decision> for DecisionView {
                 plan,
                 reason: d.reason.clone().unwrap_or_default(),
             }),
+            funded_by: d.funded_by,
+            remaining: Remaining {
+                plan_seconds: d.plan_room,
+                grant_seconds: d.grant_room,
+                overage_seconds: d.overage_room,
+            },
             decision_id: d.decision_id,
             decision: d.decision,
             reason: d.reason,

@@ -3,6 +3,7 @@
 
 pub mod admissions;
 pub mod exports;
+pub mod funding;
 pub mod heartbeats;
 pub mod notifications;
 pub mod ops;

@@ -117,6 +117,7 @@ pub async fn end_session(
             status,
             now,
             &state.rules,
+            &state.plans,
         )
         .await?
         .ok_or_else(|| ApiError::session_not_found(session_id.as_str()))?;

@@ -10,6 +10,7 @@ use rush_meter_core::time::{format_rfc3339, hours, month_window, rfc3339, Interv
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::funding::FundingView;
 use crate::app::standing::standing;
 use crate::http::extract::{named_param, time_param, OrgPath, OrgReader, Query};
 use crate::http::openapi::{BadId, BadQuery, Guarded};
@@ -23,6 +24,8 @@ pub struct UsageView {
     week: WindowUsage,
     running_sessions: i64,
     parked_sessions: i64,
+    /// Past the plan: grants, pay-as-you-go, and the time left from every source.
+    funding: FundingView,
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     as_of: Secs,
@@ -44,7 +47,9 @@ pub async fn get_usage(
     );
     let s = s?.ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
     let counts = counts?;
+    let funding = FundingView::of(&s);
     Ok(Json(UsageView {
+        funding,
         org_id: s.org.org_id,
         plan: s.plan.id,
         month: s.month,

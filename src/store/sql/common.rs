@@ -7,10 +7,14 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use async_trait::async_trait;
+use rust_decimal::Decimal;
 use rush_meter_core::booking::Booking;
 use rush_meter_core::breakdown::{GroupBy, Piece};
 use rush_meter_core::charges::Terms;
 use rush_meter_core::export::SessionLine;
+use rush_meter_core::funding::{
+    self, Funds, Grant, GrantKind, Overage, WindowFunds, WindowKind,
+};
 use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision, GroupFacts};
 use rush_meter_core::heartbeats::{self, Heartbeat, RequestOutcome};
 use rush_meter_core::ledger::{self, EndStatus, Phase, Rules, SessionLedger, VmState};
@@ -18,12 +22,12 @@ use rush_meter_core::org::{Key, Org};
 use rush_meter_core::plans::Plans;
 use rush_meter_core::session::Session;
 use rush_meter_core::standing::WindowTotals;
-use rush_meter_core::time::{full_hours, partial_hours, Secs, Windows};
+use rush_meter_core::time::{full_hours, partial_hours, Interval, Secs, Windows};
 use sqlx::{Pool, Transaction};
 use tokio::sync::mpsc;
 
 use super::api::{
-    DecideState, GateStore, LedgerStore, NotificationStore, OrgStore, PeriodStore, StripeStore,
+    DecideState, FundingStore, GateStore, LedgerStore, NotificationStore, OrgStore, PeriodStore, StripeStore,
     TermsOf,
 };
 use super::{
@@ -247,7 +251,10 @@ async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
          UNION ALL SELECT 'period_sessions', COUNT(*), CAST(COALESCE(SUM(running_seconds + parked_seconds), 0) AS BIGINT) FROM period_sessions \
          UNION ALL SELECT 'notifications', COUNT(*), CAST(COALESCE(SUM(attempts), 0) AS BIGINT) FROM notifications \
          UNION ALL SELECT 'session_owners', COUNT(*), CAST(0 AS BIGINT) FROM session_owners \
-         UNION ALL SELECT 'stripe_customers', COUNT(*), CAST(0 AS BIGINT) FROM stripe_customers",
+         UNION ALL SELECT 'stripe_customers', COUNT(*), CAST(0 AS BIGINT) FROM stripe_customers \
+         UNION ALL SELECT 'grants', COUNT(*), CAST(COALESCE(SUM(seconds + used_seconds + priority + COALESCE(voided_at, 0)), 0) AS BIGINT) FROM grants \
+         UNION ALL SELECT 'funding_windows', COUNT(*), CAST(COALESCE(SUM(plan_seconds + grant_seconds + overage_seconds + grace_seconds + charge_units), 0) AS BIGINT) FROM funding_windows \
+         UNION ALL SELECT 'funding_hourly', COUNT(*), CAST(COALESCE(SUM(seconds + charge_units), 0) AS BIGINT) FROM funding_hourly",
     )
     .fetch_all(pool)
     .await?)

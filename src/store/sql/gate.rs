@@ -9,7 +9,8 @@ const SLOT_HELD: &str = "phase <> 'ended' AND ( \
 
 const DECISION_COLUMNS: &str = "org_id, decision_id, decided_at, session_id, key_id, decision, \
      reason, rule, plan_id, suspended, month_start, month_end, month_used, month_limit, \
-     week_start, week_end, week_used, week_limit, running, concurrency_limit, upgrade_plan";
+     week_start, week_end, week_used, week_limit, running, concurrency_limit, upgrade_plan, \
+     funded_by, plan_room, grant_room, overage_room";
 
 /// One try of an admission group, in one transaction that holds the row lock of every key
 /// the group names (PostgreSQL, taken in byte order) or the database's write lock
@@ -45,8 +46,9 @@ async fn admit_once(
     }
     let org_ids = sorted_unique(requests.iter().map(|r| r.org_id.as_str()));
     for chunk in org_ids.chunks(CHUNK) {
-        for o in select_orgs(&mut *tx, chunk).await? {
-            facts.orgs.insert(o.org_id.clone(), o);
+        for FundingRow { org, recorded } in select_funding(&mut *tx, chunk, now, "").await? {
+            facts.funding.insert(org.org_id.clone(), recorded);
+            facts.orgs.insert(org.org_id.clone(), org);
         }
     }
     let named: Vec<(&str, &str)> = requests

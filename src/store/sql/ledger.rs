@@ -41,6 +41,8 @@ async fn ingest_once(
     store: &Backend,
     requests: &[Vec<Heartbeat>],
     rules: &Rules,
+    plans: &Plans,
+    now: Secs,
     shard: i64,
 ) -> StoreResult<Option<Vec<RequestOutcome>>> {
     let mut tx = begin_write(store.write()).await?;
@@ -79,17 +81,29 @@ async fn ingest_once(
         sessions.extend(screened.created);
     }
     let (answers, booking) = heartbeats::apply(requests, screened.verdicts, &mut sessions, rules);
-    store.write_booking(&mut tx, shard, booking).await?;
+    store
+        .write_booking(&mut tx, shard, booking, plans, now, rules)
+        .await?;
     tx.commit().await?;
     Ok(Some(answers))
 }
 
 impl Backend {
-    /// Write a booking, one shard's rows at a time.
-    async fn write_booking(&self, tx: &mut Tx, shard: i64, booking: Booking) -> StoreResult<()> {
+    /// Fund what a booking billed (under its orgs' row locks), then write it, one shard's
+    /// rows at a time.
+    async fn write_booking(
+        &self,
+        tx: &mut Tx,
+        shard: i64,
+        mut booking: Booking,
+        plans: &Plans,
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<()> {
         if booking.is_empty() {
             return Ok(());
         }
+        self.fund(tx, &mut booking, plans, now, rules).await?;
         let orgs: Vec<String> = booking.sessions.values().map(|s| s.org_id.clone()).collect();
         let shard_of = self.shard_of(tx, orgs.iter().map(String::as_str)).await?;
         if sorted_unique(shard_of.values()).len() == 1 {
@@ -172,17 +186,19 @@ async fn window_usage_on(
             "SELECT org_id, \
                CAST(COALESCE(SUM(CASE WHEN hour >= $1 AND hour < $2 THEN seconds ELSE 0 END), 0) AS BIGINT), \
                CAST(COALESCE(SUM(CASE WHEN hour >= $3 AND hour < $4 THEN seconds ELSE 0 END), 0) AS BIGINT), \
-               CAST(0 AS BIGINT) \
+               CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT) \
              FROM org_hourly WHERE org_id IN ({list}) AND hour >= $5 AND hour < $6 GROUP BY org_id \
              UNION ALL \
-             SELECT org_id, CAST(SUM({se0}) AS BIGINT), CAST(SUM({se1}) AS BIGINT), CAST(0 AS BIGINT) FROM spans \
+             SELECT org_id, CAST(SUM({se0}) AS BIGINT), CAST(SUM({se1}) AS BIGINT), CAST(0 AS BIGINT), \
+               CAST(0 AS BIGINT), CAST(0 AS BIGINT) FROM spans \
              WHERE org_id IN ({list}) AND kind = 'running' AND ( \
                (end_at > $7 AND start_at < $8) OR (end_at > $9 AND start_at < $10) OR \
                (end_at > $11 AND start_at < $12) OR (end_at > $13 AND start_at < $14)) \
              GROUP BY org_id \
              UNION ALL \
              SELECT org_id, CAST(SUM({oe0} + {p0}) AS BIGINT), CAST(SUM({oe1} + {p1}) AS BIGINT), \
-               CAST(SUM(CASE WHEN COALESCE(heard_at, last_at) >= $19 - $21 THEN 1 ELSE 0 END) AS BIGINT) \
+               CAST(SUM(CASE WHEN COALESCE(heard_at, last_at) >= $19 - $21 THEN 1 ELSE 0 END) AS BIGINT), \
+               CAST(SUM({p0}) AS BIGINT), CAST(SUM({p1}) AS BIGINT) \
              FROM sessions WHERE org_id IN ({list}) AND phase = 'running' GROUP BY org_id",
             se0 = sum_edges("start_at", "end_at", 0),
             se1 = sum_edges("start_at", "end_at", 1),
@@ -191,7 +207,7 @@ async fn window_usage_on(
             p0 = provisional(0),
             p1 = provisional(1),
         );
-        let mut q = sqlx::query_as::<_, (String, i64, i64, i64)>(&sql)
+        let mut q = sqlx::query_as::<_, (String, i64, i64, i64, i64, i64)>(&sql)
             .bind(full[0].0)
             .bind(full[0].1)
             .bind(full[1].0)
@@ -208,11 +224,13 @@ async fn window_usage_on(
         for id in chunk {
             q = q.bind(*id);
         }
-        for (org, m, w, n) in q.fetch_all(&mut *conn).await? {
+        for (org, m, w, n, pm, pw) in q.fetch_all(&mut *conn).await? {
             let e = out.entry(org).or_default();
             e.month += m;
             e.week += w;
             e.running += n;
+            e.month_provisional += pm;
+            e.week_provisional += pw;
         }
     }
     Ok(out)
@@ -227,10 +245,12 @@ impl LedgerStore for Backend {
         &self,
         requests: &[Vec<Heartbeat>],
         rules: &Rules,
+        plans: &Plans,
+        now: Secs,
         shard: i64,
     ) -> StoreResult<Vec<RequestOutcome>> {
         retry_group("sessions kept changing owner during ingest", || {
-            ingest_once(self, requests, rules, shard)
+            ingest_once(self, requests, rules, plans, now, shard)
         })
         .await
     }
@@ -242,6 +262,7 @@ impl LedgerStore for Backend {
         status: EndStatus,
         now: Secs,
         rules: &Rules,
+        plans: &Plans,
     ) -> StoreResult<Option<Session>> {
         let mut tx = begin_write(self.write()).await?;
         let Some(org) = self.owners(&mut tx, &[session_id]).await?.remove(session_id) else {
@@ -259,14 +280,20 @@ impl LedgerStore for Backend {
             s.ledger = led;
             let mut booking = Booking::default();
             booking.add(&s, &fx);
-            self.write_booking(&mut tx, 0, booking).await?;
+            self.write_booking(&mut tx, 0, booking, plans, now, rules).await?;
             tx.commit().await?;
         }
         Ok(Some(s))
     }
 
     /// Each instance takes rows the others have not locked, one shard's orgs at a time.
-    async fn expire_sessions(&self, now: Secs, rules: &Rules, limit: i64) -> StoreResult<usize> {
+    async fn expire_sessions(
+        &self,
+        now: Secs,
+        rules: &Rules,
+        plans: &Plans,
+        limit: i64,
+    ) -> StoreResult<usize> {
         let silent_since = now - 2 * rules.lease;
         let idle_since = now - ledger::PARKED_EXPIRY_SECS;
         let mut tx = begin_write(self.write()).await?;
@@ -294,7 +321,7 @@ impl LedgerStore for Backend {
             }
         }
         let changed = booking.sessions.len();
-        self.write_booking(&mut tx, 0, booking).await?;
+        self.write_booking(&mut tx, 0, booking, plans, now, rules).await?;
         tx.commit().await?;
         Ok(changed)
     }

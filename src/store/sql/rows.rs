@@ -14,24 +14,41 @@ macro_rules! from_row {
     };
 }
 
-from_row!(Org {
-    org_id,
-    name,
-    plan_id,
-    suspended,
-    period_start,
-    period_end,
-    stripe_customer_id,
-    stripe_subscription_id,
-    subscription_status,
-    created_at,
-    updated_at,
-    past_due_since,
-    cancel_at_period_end,
-    scheduled_plan_id,
-    scheduled_at,
-    stripe_synced_at,
-});
+impl<'r> sqlx::FromRow<'r, Row> for Rec<Org> {
+    fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
+        use sqlx::Row as _;
+        let cap: Option<String> = row.try_get("overage_cap")?;
+        let monthly_cap = match cap {
+            Some(text) => text.parse().map_err(|_| sqlx::Error::ColumnDecode {
+                index: "overage_cap".into(),
+                source: format!("`{text}` is not a decimal").into(),
+            })?,
+            None => Decimal::ZERO,
+        };
+        Ok(Rec(Org {
+            org_id: row.try_get("org_id")?,
+            name: row.try_get("name")?,
+            plan_id: row.try_get("plan_id")?,
+            suspended: row.try_get("suspended")?,
+            period_start: row.try_get("period_start")?,
+            period_end: row.try_get("period_end")?,
+            stripe_customer_id: row.try_get("stripe_customer_id")?,
+            stripe_subscription_id: row.try_get("stripe_subscription_id")?,
+            subscription_status: row.try_get("subscription_status")?,
+            created_at: row.try_get("created_at")?,
+            updated_at: row.try_get("updated_at")?,
+            past_due_since: row.try_get("past_due_since")?,
+            cancel_at_period_end: row.try_get("cancel_at_period_end")?,
+            scheduled_plan_id: row.try_get("scheduled_plan_id")?,
+            scheduled_at: row.try_get("scheduled_at")?,
+            stripe_synced_at: row.try_get("stripe_synced_at")?,
+            overage: Overage {
+                enabled: row.try_get("overage_enabled")?,
+                monthly_cap,
+            },
+        }))
+    }
+}
 
 from_row!(Key {
     org_id,
@@ -63,6 +80,10 @@ from_row!(Decision {
     running,
     concurrency_limit,
     upgrade_plan,
+    funded_by,
+    plan_room,
+    grant_room,
+    overage_room,
 });
 
 from_row!(Piece {

@@ -1,0 +1,62 @@
+-- Funding (DESIGN.md rule 9, docs/funding.md): hour grants, pay-as-you-go with a monthly
+-- spend cap, and which source paid for each billed second, written in the transaction that
+-- books it. Every table is an org's, keyed by org_id first (Citus co-locates them with
+-- orgs: migrations/citus/distribute.sql).
+
+-- Pay-as-you-go as the org set it: the cap in its plan's currency, a decimal string.
+ALTER TABLE orgs ADD COLUMN overage_enabled INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE orgs ADD COLUMN overage_cap TEXT;
+
+-- Hours granted to an org: promotions, make-goods, trials and bought top-ups. A grant is
+-- never deleted: voiding lapses its remainder and keeps what was used.
+CREATE TABLE grants (
+    org_id          TEXT NOT NULL,
+    grant_id        TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    seconds         INTEGER NOT NULL CHECK (seconds > 0),
+    used_seconds    INTEGER NOT NULL DEFAULT 0 CHECK (used_seconds >= 0 AND used_seconds <= seconds),
+    priority        INTEGER NOT NULL CHECK (priority BETWEEN 0 AND 100),
+    starts_at       INTEGER NOT NULL,
+    expires_at      INTEGER CHECK (expires_at > starts_at),
+    note            TEXT,
+    -- The caller's key (or the Checkout Session of a top-up): one grant for each.
+    idempotency_key TEXT,
+    created_at      INTEGER NOT NULL,
+    voided_at       INTEGER,
+    PRIMARY KEY (org_id, grant_id),
+    UNIQUE (org_id, idempotency_key)
+);
+
+-- What each of an org's windows (its billing month, its ISO week) has funded, by source,
+-- as booked: the ceilings count plan_seconds, the cap charge_units (price-seconds in
+-- ten-thousandths of the currency). Written under the org's row lock.
+CREATE TABLE funding_windows (
+    org_id          TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    window_start    INTEGER NOT NULL,
+    window_end      INTEGER NOT NULL,
+    plan_seconds    INTEGER NOT NULL,
+    grant_seconds   INTEGER NOT NULL,
+    overage_seconds INTEGER NOT NULL,
+    grace_seconds   INTEGER NOT NULL,
+    charge_units    INTEGER NOT NULL,
+    PRIMARY KEY (org_id, kind, window_start)
+);
+
+-- Billed seconds that the plan did not pay for, by UTC hour, source and grant ('' for
+-- none); an hour's plan seconds are the rest of org_hourly's.
+CREATE TABLE funding_hourly (
+    org_id       TEXT NOT NULL,
+    hour         INTEGER NOT NULL,
+    source       TEXT NOT NULL,
+    grant_id     TEXT NOT NULL,
+    seconds      INTEGER NOT NULL,
+    charge_units INTEGER NOT NULL,
+    PRIMARY KEY (org_id, hour, source, grant_id)
+);
+
+-- What funds an allowed decision, and the room each source had.
+ALTER TABLE decisions ADD COLUMN funded_by TEXT;
+ALTER TABLE decisions ADD COLUMN plan_room INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE decisions ADD COLUMN grant_room INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE decisions ADD COLUMN overage_room INTEGER NOT NULL DEFAULT 0;

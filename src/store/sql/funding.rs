@@ -1,0 +1,359 @@
+// Funding (`core::funding`), written once for both dialects: each org's row read with its
+// funding state (the windows it funds in, its open grants) in one statement, locked by a
+// booking until it commits, so that what the booking attributes is exact on any number of
+// instances; and the reads the gate, heartbeat answers and the usage page make of it.
+
+const FUNDING_WINDOW_COLUMNS: &str = "org_id, kind, window_start, window_end, plan_seconds, \
+     grant_seconds, overage_seconds, grace_seconds, charge_units";
+
+/// A window's funds as they now stand (written under the org's lock).
+const FUNDING_WINDOW_UPSERT: &str = " ON CONFLICT (org_id, kind, window_start) DO UPDATE SET \
+     window_end = excluded.window_end, plan_seconds = excluded.plan_seconds, \
+     grant_seconds = excluded.grant_seconds, overage_seconds = excluded.overage_seconds, \
+     grace_seconds = excluded.grace_seconds, charge_units = excluded.charge_units";
+
+const FUNDING_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, source, grant_id) DO UPDATE \
+     SET seconds = funding_hourly.seconds + excluded.seconds, \
+     charge_units = funding_hourly.charge_units + excluded.charge_units";
+
+/// An org with what the store records of its funding, as one row reads it.
+struct FundingRow {
+    org: Org,
+    recorded: funding::Recorded,
+}
+
+/// A window's funds as the row's JSON array holds them.
+type WindowJson = (String, Secs, Secs, i64, i64, i64, i64, i64);
+/// An open grant as the row's JSON array holds it.
+type GrantJson = (String, String, String, i64, i64, i64, Secs, Option<Secs>, Secs);
+
+fn decode_error(column: &str, e: impl std::fmt::Display) -> sqlx::Error {
+    sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: e.to_string().into(),
+    }
+}
+
+impl<'r> sqlx::FromRow<'r, Row> for FundingRow {
+    fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
+        use sqlx::Row as _;
+        let Rec(org) = Rec::<Org>::from_row(row)?;
+        let text: String = row.try_get("funding_windows")?;
+        let windows: Vec<WindowJson> =
+            serde_json::from_str(&text).map_err(|e| decode_error("funding_windows", e))?;
+        let windows = windows
+            .into_iter()
+            .map(|(kind, start, end, plan, grant, overage, grace, units)| {
+                let kind = WindowKind::parse(&kind)
+                    .ok_or_else(|| decode_error("funding_windows", format!("kind `{kind}`")))?;
+                let window = Interval::new(start, end)
+                    .ok_or_else(|| decode_error("funding_windows", "an empty window"))?;
+                Ok(WindowFunds {
+                    kind,
+                    window,
+                    funds: Funds {
+                        plan,
+                        grant,
+                        overage,
+                        grace,
+                        charge_units: units,
+                    },
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?;
+        let text: String = row.try_get("open_grants")?;
+        let grants: Vec<GrantJson> =
+            serde_json::from_str(&text).map_err(|e| decode_error("open_grants", e))?;
+        let grants = grants
+            .into_iter()
+            .map(|(org_id, grant_id, kind, seconds, used, priority, starts_at, expires_at, created_at)| {
+                let kind = GrantKind::parse(&kind)
+                    .ok_or_else(|| decode_error("open_grants", format!("kind `{kind}`")))?;
+                Ok(Grant {
+                    org_id,
+                    grant_id,
+                    kind,
+                    seconds,
+                    used_seconds: used,
+                    priority,
+                    starts_at,
+                    expires_at,
+                    note: None,
+                    idempotency_key: None,
+                    created_at,
+                    voided_at: None,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?;
+        Ok(FundingRow {
+            org,
+            recorded: funding::Recorded {
+                windows,
+                grants,
+                holds_grants: row.try_get("holds_grants")?,
+            },
+        })
+    }
+}
+
+/// Orgs of `$1` (one shard's) with the windows they fund in that end after `$2` and their
+/// grants open at `$2`; `lock` is appended (a booking's row lock, or nothing for readers).
+fn funding_select(lock: &str) -> String {
+    format!(
+        "SELECT o.*, \
+           (SELECT COALESCE(CAST({JSON_AGG}({JSON_ARRAY}(w.kind, w.window_start, w.window_end, \
+              w.plan_seconds, w.grant_seconds, w.overage_seconds, w.grace_seconds, w.charge_units)) AS TEXT), '[]') \
+            FROM funding_windows w WHERE w.org_id = o.org_id AND w.window_end > $2) AS funding_windows, \
+           (SELECT COALESCE(CAST({JSON_AGG}({JSON_ARRAY}(g.org_id, g.grant_id, g.kind, g.seconds, \
+              g.used_seconds, g.priority, g.starts_at, g.expires_at, g.created_at)) AS TEXT), '[]') \
+            FROM grants g WHERE g.org_id = o.org_id AND g.voided_at IS NULL \
+              AND g.used_seconds < g.seconds AND (g.expires_at IS NULL OR g.expires_at > $2)) AS open_grants, \
+           EXISTS (SELECT 1 FROM grants g WHERE g.org_id = o.org_id AND g.voided_at IS NULL \
+              AND g.starts_at <= $2 AND (g.expires_at IS NULL OR g.expires_at > $2)) AS holds_grants \
+         FROM orgs o WHERE o.{} ORDER BY o.org_id{BYTE_ORDER}{lock}",
+        org_in(1)
+    )
+}
+
+async fn select_funding<'e, E: sqlx::Executor<'e, Database = DB>>(
+    ex: E,
+    orgs: &[&str],
+    since: Secs,
+    lock: &str,
+) -> StoreResult<Vec<FundingRow>> {
+    Ok(sqlx::query_as::<_, FundingRow>(&funding_select(lock))
+        .bind(org_list(orgs))
+        .bind(since)
+        .fetch_all(ex)
+        .await?)
+}
+
+impl Backend {
+    /// Lock the rows of the orgs `booking` billed (shard after shard, in byte order: the
+    /// order every writer takes them in, after its sessions), read their funding state and
+    /// attribute what was billed (`Booking::fund`).
+    async fn fund(
+        &self,
+        tx: &mut Tx,
+        booking: &mut Booking,
+        plans: &Plans,
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<()> {
+        let orgs: Vec<String> = booking.billed_orgs().into_iter().map(str::to_owned).collect();
+        let Some(since) = booking.billed.iter().map(|b| b.2.start).min() else {
+            return Ok(());
+        };
+        let mut rows = Vec::with_capacity(orgs.len());
+        for shard in self.by_shard(tx, orgs.iter().map(String::as_str)).await?.values() {
+            for chunk in shard.chunks(CHUNK) {
+                rows.extend(select_funding(&mut **tx, chunk, since, LOCK_ORGS).await?);
+            }
+        }
+        if let Some(missing) = orgs.iter().find(|o| !rows.iter().any(|r| &r.org.org_id == *o)) {
+            return Err(StoreError::Conflict(format!(
+                "org `{missing}` was billed but does not exist"
+            )));
+        }
+        let booked = booked_before_funding(tx, &rows, now, rules).await?;
+        let mut states = BTreeMap::new();
+        for FundingRow { org, recorded } in rows {
+            let used = booked.get(&org.org_id).copied().unwrap_or_default();
+            let state = rush_meter_core::standing::funding_state(&org, plans, now, recorded, &used);
+            states.insert(org.org_id, state);
+        }
+        booking.fund(&mut states);
+        Ok(())
+    }
+}
+
+/// What was booked (not counting running sessions' time since) in the current windows of
+/// each org none of whose bookings funded them yet: what `funding_state` seeds them from.
+/// None in steady state; once an org and window after a release that added funding.
+async fn booked_before_funding(
+    tx: &mut Tx,
+    rows: &[FundingRow],
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<HashMap<String, WindowTotals>> {
+    let unfunded: Vec<&Org> = rows
+        .iter()
+        .filter(|r| {
+            let w = Windows::at(now, r.org.billing_period());
+            let has = |kind, start| {
+                r.recorded
+                    .windows
+                    .iter()
+                    .any(|f| f.kind == kind && f.window.start == start)
+            };
+            !has(WindowKind::Month, w.month.start) || !has(WindowKind::Week, w.week.start)
+        })
+        .map(|r| &r.org)
+        .collect();
+    let mut out = HashMap::new();
+    for (windows, orgs) in rush_meter_core::standing::by_windows(unfunded, now) {
+        let ids: Vec<&str> = orgs.iter().map(|o| o.org_id.as_str()).collect();
+        for (org, t) in window_usage_on(tx, &ids, &windows, now, rules).await? {
+            let booked = WindowTotals {
+                month: t.month - t.month_provisional,
+                week: t.week - t.week_provisional,
+                ..WindowTotals::default()
+            };
+            out.insert(org, booked);
+        }
+    }
+    Ok(out)
+}
+
+/// Each org of `org_ids` that exists, with what is recorded of its funding at `now`.
+async fn funding_records(
+    pool: &Pool<DB>,
+    org_ids: &[&str],
+    now: Secs,
+) -> StoreResult<Vec<(Org, funding::Recorded)>> {
+    let mut out = Vec::with_capacity(org_ids.len());
+    for chunk in org_ids.chunks(CHUNK) {
+        for row in select_funding(pool, chunk, now, "").await? {
+            out.push((row.org, row.recorded));
+        }
+    }
+    Ok(out)
+}
+
+impl<'r> sqlx::FromRow<'r, Row> for Rec<Grant> {
+    fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
+        use sqlx::Row as _;
+        let kind = named(row, "kind", GrantKind::parse)?
+            .ok_or_else(|| decode_error("kind", "a grant without a kind"))?;
+        Ok(Rec(Grant {
+            org_id: row.try_get("org_id")?,
+            grant_id: row.try_get("grant_id")?,
+            kind,
+            seconds: row.try_get("seconds")?,
+            used_seconds: row.try_get("used_seconds")?,
+            priority: row.try_get("priority")?,
+            starts_at: row.try_get("starts_at")?,
+            expires_at: row.try_get("expires_at")?,
+            note: row.try_get("note")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            created_at: row.try_get("created_at")?,
+            voided_at: row.try_get("voided_at")?,
+        }))
+    }
+}
+
+/// Lock an org's row as a booking does, so that a change to its funding is ordered with
+/// every booking of the org; false if the org does not exist.
+async fn lock_org(tx: &mut Tx, org_id: &str) -> StoreResult<bool> {
+    let found: Option<String> = sqlx::query_scalar(&format!(
+        "SELECT o.org_id FROM orgs o WHERE o.org_id = $1{LOCK_ORGS}"
+    ))
+    .bind(org_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(found.is_some())
+}
+
+#[async_trait]
+impl FundingStore for Backend {
+    async fn funding_records(
+        &self,
+        org_ids: &[&str],
+        now: Secs,
+    ) -> StoreResult<Vec<(Org, funding::Recorded)>> {
+        funding_records(self.read(), org_ids, now).await
+    }
+
+    async fn create_grant(&self, g: &Grant) -> StoreResult<Option<(Grant, bool)>> {
+        let mut tx = begin_write(self.write()).await?;
+        if !lock_org(&mut tx, &g.org_id).await? {
+            return Ok(None);
+        }
+        let created = sqlx::query_as::<_, Rec<Grant>>(
+            "INSERT INTO grants (org_id, grant_id, kind, seconds, used_seconds, priority, \
+               starts_at, expires_at, note, idempotency_key, created_at) \
+             VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT (org_id, idempotency_key) DO NOTHING RETURNING *",
+        )
+        .bind(&g.org_id)
+        .bind(&g.grant_id)
+        .bind(g.kind.as_str())
+        .bind(g.seconds)
+        .bind(g.priority)
+        .bind(g.starts_at)
+        .bind(g.expires_at)
+        .bind(&g.note)
+        .bind(&g.idempotency_key)
+        .bind(g.created_at)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let out = match created {
+            Some(Rec(made)) => (made, true),
+            None => {
+                let Rec(first) = sqlx::query_as::<_, Rec<Grant>>(
+                    "SELECT * FROM grants WHERE org_id = $1 AND idempotency_key = $2",
+                )
+                .bind(&g.org_id)
+                .bind(&g.idempotency_key)
+                .fetch_one(&mut *tx)
+                .await?;
+                (first, false)
+            }
+        };
+        tx.commit().await?;
+        Ok(Some(out))
+    }
+
+    async fn list_grants(&self, org_id: &str) -> StoreResult<Vec<Grant>> {
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Grant>>(&format!(
+                "SELECT * FROM grants WHERE org_id = $1 ORDER BY created_at, grant_id{BYTE_ORDER}"
+            ))
+            .bind(org_id)
+            .fetch_all(self.read())
+            .await?,
+        ))
+    }
+
+    async fn void_grant(
+        &self,
+        org_id: &str,
+        grant_id: &str,
+        now: Secs,
+    ) -> StoreResult<Option<Grant>> {
+        let mut tx = begin_write(self.write()).await?;
+        if !lock_org(&mut tx, org_id).await? {
+            return Ok(None);
+        }
+        let voided = sqlx::query_as::<_, Rec<Grant>>(
+            "UPDATE grants SET voided_at = COALESCE(voided_at, $3) \
+             WHERE org_id = $1 AND grant_id = $2 RETURNING *",
+        )
+        .bind(org_id)
+        .bind(grant_id)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(voided.map(|r| r.0))
+    }
+
+    async fn set_overage(
+        &self,
+        org_id: &str,
+        overage: &Overage,
+        now: Secs,
+    ) -> StoreResult<Option<Org>> {
+        Ok(sqlx::query_as::<_, Rec<Org>>(
+            "UPDATE orgs SET overage_enabled = $2, overage_cap = $3, updated_at = $4 \
+             WHERE org_id = $1 RETURNING *",
+        )
+        .bind(org_id)
+        .bind(overage.enabled)
+        .bind(overage.monthly_cap.to_string())
+        .bind(now)
+        .fetch_optional(self.write())
+        .await?
+        .map(|r| r.0))
+    }
+}

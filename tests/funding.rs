@@ -1,0 +1,522 @@
+//! Past the plan, over HTTP on SQLite and PostgreSQL (docs/funding.md): grants, then
+//! pay-as-you-go up to a cap that holds in money, then grace until sessions park; what
+//! funds each decision; every bad input refused in the error format, changing nothing.
+
+mod common;
+
+use common::*;
+use rush_meter::tokens::Scope;
+use serde_json::{json, Value};
+
+/// A plan small enough to spend in a test: 180 s a week, 360 s a month, 30 s of grace;
+/// pay-as-you-go at 3.60 an hour (a tenth of a cent a second) capped at up to 1.00.
+const MINI: &str = r#"
+id = "mini"
+name = "Mini"
+price = "1.00"
+currency = "usd"
+monthly_agent_hours = 0.1
+weekly_agent_hours = 0.05
+concurrency_default = 10
+concurrency_max = 20
+ceiling_grace_seconds = 30
+overage_unit_price = "3.60"
+overage_cap_max = "1.00"
+topup_hours = [1, 2]
+topup_hour_price = "1.00"
+"#;
+
+const FREE: &str = r#"
+id = "free"
+name = "Free"
+price = "0.00"
+currency = "usd"
+monthly_agent_hours = 5
+weekly_agent_hours = 2
+concurrency_default = 4
+concurrency_max = 4
+upgrade_to = "mini"
+"#;
+
+fn plans_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("free.toml"), FREE).unwrap();
+    std::fs::write(dir.path().join("mini.toml"), MINI).unwrap();
+    dir
+}
+
+async fn start(backend: Backend, dir: &tempfile::TempDir) -> Option<TestServer> {
+    TestServer::start_with(
+        backend,
+        Options {
+            plans_dir: dir.path().to_path_buf(),
+            ..Options::default()
+        },
+    )
+    .await
+}
+
+async fn admit(srv: &TestServer, session: &str) -> Value {
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/admissions",
+            Some(ADMIN),
+            Some(&json!({"org_id": "acme", "key_id": "k1", "session_id": session, "agent": "claude"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+async fn setup(srv: &TestServer) {
+    srv.create_org("acme", "mini").await;
+    srv.admin("PUT", "/v1/orgs/acme/keys/k1", Some(json!({})))
+        .await;
+}
+
+async fn grant(srv: &TestServer, body: Value) -> Value {
+    let (status, v) = srv
+        .call("POST", "/v1/orgs/acme/grants", Some(ADMIN), Some(&body))
+        .await;
+    assert_eq!(status, 201, "{v}");
+    v
+}
+
+/// Run `sessions` from `t` with a heartbeat each 15 s until every one is told to park
+/// (each parks at once when told); returns when the last parked.
+async fn run_until_parked(srv: &TestServer, sessions: &[&str], mut t: i64) -> i64 {
+    let mut seq = vec![0i64; sessions.len()];
+    let mut parked = vec![false; sessions.len()];
+    while parked.iter().any(|p| !p) {
+        assert!(t < T0 + 3 * 3600, "sessions never told to park");
+        srv.clock.set(t);
+        let beats: Vec<Value> = (0..sessions.len())
+            .filter(|i| !parked[*i])
+            .map(|i| {
+                seq[i] += 1;
+                hb("acme", sessions[i], seq[i], "running", t)
+            })
+            .collect();
+        let (status, v) = srv.heartbeats(beats).await;
+        assert_eq!(status, 200, "{v}");
+        for r in v["results"].as_array().unwrap() {
+            if r["action"] == "park" {
+                let i = sessions.iter().position(|s| *s == r["session_id"]).unwrap();
+                seq[i] += 1;
+                let (status, _) = srv
+                    .heartbeats(vec![hb("acme", sessions[i], seq[i], "parked", t)])
+                    .await;
+                assert_eq!(status, 200);
+                parked[i] = true;
+            }
+        }
+        t += 15;
+    }
+    t
+}
+
+async fn sources_in_order(backend: Backend) {
+    let dir = plans_dir();
+    let Some(srv) = start(backend, &dir).await else {
+        return;
+    };
+    setup(&srv).await;
+    srv.clock.set(T0);
+    // Two grants: the one with the lower priority number is used first.
+    let late = grant(
+        &srv,
+        json!({"seconds": 60, "kind": "promo", "priority": 60}),
+    )
+    .await;
+    let first = grant(
+        &srv,
+        json!({"seconds": 45, "kind": "make_good", "priority": 10, "note": "outage"}),
+    )
+    .await;
+    let (status, v) = srv
+        .call(
+            "PUT",
+            "/v1/orgs/acme/overage",
+            Some(ADMIN),
+            Some(&json!({"enabled": true, "monthly_cap": "0.10"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["enabled"].as_bool(), v["monthly_cap"].as_str()),
+        (Some(true), Some("0.10"))
+    );
+
+    let d = admit(&srv, "s1").await;
+    assert_eq!(
+        (d["decision"].as_str(), d["funded_by"].as_str()),
+        (Some("allow"), Some("plan")),
+        "{d}"
+    );
+    assert_eq!(
+        d["remaining"],
+        json!({"plan_seconds": 180, "grant_seconds": 105, "overage_seconds": 100})
+    );
+
+    // 180 s of plan (the week), 105 s of grants, 100 s of overage (0.10 at 0.001 a second),
+    // then grace: told to park once the 30 s of grace have run.
+    let end = run_until_parked(&srv, &["s1"], T0).await;
+    let u = srv.usage("acme").await;
+    let week = &u["week"];
+    assert_eq!(
+        (
+            week["plan_seconds"].as_i64(),
+            week["grant_seconds"].as_i64(),
+            week["overage_seconds"].as_i64()
+        ),
+        (Some(180), Some(105), Some(100)),
+        "{u}"
+    );
+    let grace = week["grace_seconds"].as_i64().unwrap();
+    assert!(
+        (30..=30 + 15).contains(&grace),
+        "grace {grace} s: the plan's 30 s plus one interval at most"
+    );
+    assert_eq!(week["used_seconds"].as_i64(), Some(180 + 105 + 100 + grace));
+    assert_eq!(week["overage_amount"], "0.10");
+    assert_eq!(u["month"]["used_seconds"], week["used_seconds"]);
+    assert_eq!(u["funding"]["remaining_seconds"], 0);
+    assert_eq!(u["funding"]["funded_by"], Value::Null);
+    assert_eq!(u["funding"]["overage"]["spent"], "0.10");
+    assert_eq!(u["funding"]["overage"]["remaining"], "0.00");
+
+    let grants = srv.admin("GET", "/v1/orgs/acme/grants", None).await;
+    let by_id = |id: &Value| {
+        grants["grants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["grant_id"] == *id)
+            .unwrap()
+            .clone()
+    };
+    let (a, b) = (by_id(&first["grant_id"]), by_id(&late["grant_id"]));
+    assert_eq!(
+        (a["used_seconds"].as_i64(), a["status"].as_str()),
+        (Some(45), Some("used_up")),
+        "{a}"
+    );
+    assert_eq!(
+        (b["used_seconds"].as_i64(), b["remaining_seconds"].as_i64()),
+        (Some(60), Some(0)),
+        "{b}"
+    );
+
+    // Everything is spent: a new run is refused with the cap's reason, and nothing taken.
+    srv.clock.set(end);
+    let d = admit(&srv, "s2").await;
+    assert_eq!(
+        (d["decision"].as_str(), d["reason"].as_str()),
+        (Some("deny"), Some("spend_cap_reached")),
+        "{d}"
+    );
+    // A higher cap lets it run again, paid as it goes.
+    srv.admin(
+        "PUT",
+        "/v1/orgs/acme/overage",
+        Some(json!({"enabled": true, "monthly_cap": "0.20"})),
+    )
+    .await;
+    let d = admit(&srv, "s2").await;
+    assert_eq!(
+        (d["decision"].as_str(), d["funded_by"].as_str()),
+        (Some("allow"), Some("overage")),
+        "{d}"
+    );
+    // Without pay-as-you-go, the grants' reason.
+    srv.admin(
+        "PUT",
+        "/v1/orgs/acme/overage",
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    let d = admit(&srv, "s3").await;
+    assert_eq!(d["reason"], "grants_exhausted", "{d}");
+    // A new grant lets it run on the grant.
+    grant(&srv, json!({"seconds": 30, "kind": "trial"})).await;
+    let d = admit(&srv, "s3").await;
+    assert_eq!(d["funded_by"], "grant", "{d}");
+}
+
+async fn a_ceiling_without_grants_or_overage_says_which(backend: Backend) {
+    let dir = plans_dir();
+    let Some(srv) = start(backend, &dir).await else {
+        return;
+    };
+    setup(&srv).await;
+    srv.clock.set(T0);
+    admit(&srv, "s1").await;
+    run_until_parked(&srv, &["s1"], T0).await;
+    let u = srv.usage("acme").await;
+    assert_eq!(u["week"]["plan_seconds"], 180, "{u}");
+    assert_eq!(u["week"]["grant_seconds"], 0);
+    assert_eq!(u["week"]["overage_seconds"], 0);
+    assert_eq!(u["week"]["overage_amount"], "0.00");
+    let d = admit(&srv, "s2").await;
+    assert_eq!(d["reason"], "weekly_ceiling_reached", "{d}");
+    assert_eq!(
+        d["remaining"],
+        json!({"plan_seconds": 0, "grant_seconds": 0, "overage_seconds": 0})
+    );
+}
+
+async fn a_grant_funds_only_from_its_start_to_its_expiry_and_voiding_lapses_it(backend: Backend) {
+    let dir = plans_dir();
+    let Some(srv) = start(backend, &dir).await else {
+        return;
+    };
+    setup(&srv).await;
+    srv.clock.set(T0);
+    let fmt = rush_meter_core::time::format_rfc3339;
+    // Starts 10 minutes on, lasts 30 minutes: nothing funds past the plan before it.
+    let g = grant(
+        &srv,
+        json!({"seconds": 3600, "kind": "promo",
+        "starts_at": fmt(T0 + 600), "expires_at": fmt(T0 + 1800)}),
+    )
+    .await;
+    assert_eq!(g["status"], "scheduled");
+    admit(&srv, "s1").await;
+    let end = run_until_parked(&srv, &["s1"], T0).await;
+    assert!(end < T0 + 600, "parked before the grant started");
+    let u = srv.usage("acme").await;
+    assert_eq!(u["week"]["grant_seconds"], 0, "{u}");
+    // Once it has started, it funds a new run.
+    srv.clock.set(T0 + 600);
+    let d = admit(&srv, "s2").await;
+    assert_eq!(d["funded_by"], "grant", "{d}");
+    let end = run_until_parked(&srv, &["s2"], T0 + 600).await;
+    assert!(end >= T0 + 1800, "ran on the grant until it expired");
+    let g = srv.admin("GET", "/v1/orgs/acme/grants", None).await["grants"][0].clone();
+    let used = g["used_seconds"].as_i64().unwrap();
+    assert!(
+        (1185..=1200).contains(&used),
+        "used {used} s of a grant in force for 1200 s"
+    );
+    assert_eq!(
+        (g["status"].as_str(), g["remaining_seconds"].as_i64()),
+        (Some("expired"), Some(0))
+    );
+
+    // Voiding lapses the remainder and keeps what was used; again changes nothing.
+    let v = grant(&srv, json!({"seconds": 600, "kind": "trial"})).await;
+    srv.clock.set(T0 + 2000);
+    admit(&srv, "s3").await;
+    for (seq, t) in [(1, T0 + 2000), (2, T0 + 2015), (3, T0 + 2030)] {
+        srv.clock.set(t);
+        srv.heartbeats(vec![hb("acme", "s3", seq, "running", t)])
+            .await;
+    }
+    let path = format!(
+        "/v1/orgs/acme/grants/{}/void",
+        v["grant_id"].as_str().unwrap()
+    );
+    let voided = srv.admin("POST", &path, None).await;
+    assert_eq!(
+        (voided["status"].as_str(), voided["used_seconds"].as_i64()),
+        (Some("voided"), Some(30)),
+        "{voided}"
+    );
+    let again = srv.admin("POST", &path, None).await;
+    assert_eq!(again["voided_at"], voided["voided_at"]);
+    srv.clock.set(T0 + 2045);
+    let (_, r) = srv
+        .heartbeats(vec![hb("acme", "s3", 4, "running", T0 + 2045)])
+        .await;
+    assert_eq!(r["results"][0]["remaining_seconds"], 0, "{r}");
+    let after = srv.admin("GET", "/v1/orgs/acme/grants", None).await;
+    let v2 = after["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["grant_id"] == v["grant_id"])
+        .unwrap()
+        .clone();
+    assert_eq!(
+        v2["used_seconds"], 30,
+        "what was used stays, nothing more: {v2}"
+    );
+}
+
+async fn bad_input_is_refused_in_the_error_format_and_changes_nothing(backend: Backend) {
+    let dir = plans_dir();
+    let Some(srv) = start(backend, &dir).await else {
+        return;
+    };
+    setup(&srv).await;
+    srv.create_org("poor", "free").await;
+    srv.clock.set(T0);
+    grant(
+        &srv,
+        json!({"seconds": 60, "kind": "promo", "idempotency_key": "k-1"}),
+    )
+    .await;
+    let console_other = srv.token(&[Scope::Console], Some("poor")).await;
+    let before = srv.db.digest().await.unwrap();
+    let fmt = rush_meter_core::time::format_rfc3339;
+    let cases: Vec<(&str, &str, Value, u16, &str)> = vec![
+        (
+            "POST",
+            "/v1/orgs/acme/grants",
+            json!({"seconds": 0, "kind": "promo"}),
+            422,
+            "seconds",
+        ),
+        (
+            "POST",
+            "/v1/orgs/acme/grants",
+            json!({"seconds": -5, "kind": "promo"}),
+            422,
+            "seconds",
+        ),
+        (
+            "POST",
+            "/v1/orgs/acme/grants",
+            json!({"seconds": 60, "kind": "gift"}),
+            422,
+            "kind",
+        ),
+        (
+            "POST",
+            "/v1/orgs/acme/grants",
+            json!({"seconds": 60, "kind": "promo", "priority": 101}),
+            422,
+            "priority",
+        ),
+        (
+            "POST",
+            "/v1/orgs/acme/grants",
+            json!({"seconds": 60, "kind": "promo",
+            "starts_at": fmt(T0 + 100), "expires_at": fmt(T0 + 50)}),
+            422,
+            "expires_at",
+        ),
+        (
+            "POST",
+            "/v1/orgs/acme/grants",
+            json!({"seconds": 60, "kind": "promo", "expires_at": "tomorrow"}),
+            422,
+            "expires_at",
+        ),
+        (
+            "POST",
+            "/v1/orgs/acme/grants",
+            json!({"seconds": 61, "kind": "promo", "idempotency_key": "k-1"}),
+            409,
+            "idempotency_key",
+        ),
+        (
+            "POST",
+            "/v1/orgs/ghost/grants",
+            json!({"seconds": 60, "kind": "promo"}),
+            404,
+            "",
+        ),
+        (
+            "POST",
+            "/v1/orgs/acme/grants/grt_nope/void",
+            Value::Null,
+            404,
+            "",
+        ),
+        (
+            "PUT",
+            "/v1/orgs/acme/overage",
+            json!({"enabled": true}),
+            422,
+            "monthly_cap",
+        ),
+        (
+            "PUT",
+            "/v1/orgs/acme/overage",
+            json!({"enabled": true, "monthly_cap": "1.01"}),
+            422,
+            "monthly_cap",
+        ),
+        (
+            "PUT",
+            "/v1/orgs/acme/overage",
+            json!({"enabled": true, "monthly_cap": "-1"}),
+            422,
+            "monthly_cap",
+        ),
+        (
+            "PUT",
+            "/v1/orgs/acme/overage",
+            json!({"enabled": true, "monthly_cap": "0.001"}),
+            422,
+            "monthly_cap",
+        ),
+        (
+            "PUT",
+            "/v1/orgs/acme/overage",
+            json!({"enabled": true, "monthly_cap": "lots"}),
+            422,
+            "monthly_cap",
+        ),
+        (
+            "PUT",
+            "/v1/orgs/poor/overage",
+            json!({"enabled": true, "monthly_cap": "1.00"}),
+            422,
+            "enabled",
+        ),
+    ];
+    for (method, path, body, status, field) in cases {
+        let body = (!body.is_null()).then_some(body);
+        let (s, v) = srv.call(method, path, Some(ADMIN), body.as_ref()).await;
+        assert_eq!(s, status, "{method} {path} {body:?}: {v}");
+        assert!(v["error"]["code"].is_string(), "{v}");
+        if !field.is_empty() {
+            assert_eq!(v["error"]["field"], field, "{v}");
+        }
+    }
+    // A console token sets its own org's pay-as-you-go only, and grants none.
+    let (s, _) = srv
+        .call(
+            "PUT",
+            "/v1/orgs/acme/overage",
+            Some(&console_other),
+            Some(&json!({"enabled": false})),
+        )
+        .await;
+    assert_eq!(s, 404);
+    let (s, _) = srv
+        .call(
+            "POST",
+            "/v1/orgs/poor/grants",
+            Some(&console_other),
+            Some(&json!({"seconds": 60, "kind": "promo"})),
+        )
+        .await;
+    assert_eq!(s, 403);
+    assert_eq!(
+        srv.db.digest().await.unwrap(),
+        before,
+        "a refused request wrote something"
+    );
+    // The same key with the same values answers the first grant and makes none.
+    let (s, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/acme/grants",
+            Some(ADMIN),
+            Some(&json!({"seconds": 60, "kind": "promo", "idempotency_key": "k-1"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(srv.db.digest().await.unwrap(), before);
+}
+
+every_backend!(
+    sources_in_order,
+    a_ceiling_without_grants_or_overage_says_which,
+    a_grant_funds_only_from_its_start_to_its_expiry_and_voiding_lapses_it,
+    bad_input_is_refused_in_the_error_format_and_changes_nothing
+);
