@@ -186,6 +186,37 @@ async fn sources_in_order(backend: Backend) {
     assert_eq!(u["funding"]["overage"]["spent"], "0.10");
     assert_eq!(u["funding"]["overage"]["remaining"], "0.00");
 
+    // The breakdown by who paid says the same.
+    let b = srv
+        .admin(
+            "GET",
+            "/v1/orgs/acme/usage/breakdown?group_by=funding",
+            None,
+        )
+        .await;
+    let rows: Vec<(String, i64)> = b["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap().to_owned(),
+                r["seconds"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("plan".into(), 180),
+            ("grant".into(), 105),
+            ("overage".into(), 100),
+            ("grace".into(), grace)
+        ],
+        "{b}"
+    );
+    assert_eq!(b["total"]["seconds"], u["month"]["used_seconds"]);
+
     let grants = srv.admin("GET", "/v1/orgs/acme/grants", None).await;
     let by_id = |id: &Value| {
         grants["grants"]
@@ -242,6 +273,65 @@ async fn sources_in_order(backend: Backend) {
     grant(&srv, json!({"seconds": 30, "kind": "trial"})).await;
     let d = admit(&srv, "s3").await;
     assert_eq!(d["funded_by"], "grant", "{d}");
+
+    // Finance's export of the month says the same, to the second and the cent, and
+    // closing the month changes none of its bytes.
+    let line = org_line(&srv, "acme").await;
+    assert_eq!(line["agent_seconds"], u["month"]["used_seconds"], "{line}");
+    assert_eq!(line["plan_seconds"], 180);
+    assert_eq!(
+        (
+            line["grant_seconds"].as_i64(),
+            line["grant_make_good_seconds"].as_i64(),
+            line["grant_promo_seconds"].as_i64()
+        ),
+        (Some(105), Some(45), Some(60)),
+        "{line}"
+    );
+    assert_eq!(
+        (
+            line["overage_seconds"].as_i64(),
+            line["overage_amount"].as_str()
+        ),
+        (Some(100), Some("0.10"))
+    );
+    assert_eq!(line["grace_seconds"].as_i64(), Some(grace));
+    assert_eq!(
+        (line["amount"].as_str(), line["overage_hours"].as_str()),
+        (Some("1.10"), Some("0.0278")),
+        "{line}"
+    );
+    let (_, _, before) = srv
+        .get_text(
+            "/v1/exports/usage?period=2026-11&format=jsonl",
+            "rush-period-state",
+        )
+        .await;
+    srv.clock.set(1_796_083_200 + 3600);
+    srv.admin("POST", "/v1/periods/2026-11/close", None).await;
+    let (_, state, after) = srv
+        .get_text(
+            "/v1/exports/usage?period=2026-11&format=jsonl",
+            "rush-period-state",
+        )
+        .await;
+    assert_eq!(state.as_deref(), Some("closed"));
+    assert_eq!(before, after, "closing changed the export");
+}
+
+/// An org's line of November's export, as JSON.
+async fn org_line(srv: &TestServer, org: &str) -> Value {
+    let (status, _, body) = srv
+        .get_text(
+            "/v1/exports/usage?period=2026-11&format=jsonl",
+            "rush-period-state",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["org_id"] == org)
+        .unwrap_or_else(|| panic!("no line of {org}: {body}"))
 }
 
 async fn a_ceiling_without_grants_or_overage_says_which(backend: Backend) {
@@ -514,7 +604,115 @@ async fn bad_input_is_refused_in_the_error_format_and_changes_nothing(backend: B
     assert_eq!(srv.db.digest().await.unwrap(), before);
 }
 
+/// `n` sessions, each beating every 15 s at its own offset and parking as soon as an
+/// answer says so, run into the cap through `servers` in turn. Returns the week's figures.
+async fn run_into_the_cap(servers: &[&TestServer], n: usize) -> Value {
+    let srv = servers[0];
+    srv.admin(
+        "PUT",
+        "/v1/orgs/acme/overage",
+        Some(json!({"enabled": true, "monthly_cap": "0.05"})),
+    )
+    .await;
+    let sessions: Vec<String> = (0..n).map(|i| format!("s{i}")).collect();
+    for s in &sessions {
+        let d = admit(srv, s).await;
+        assert_eq!(d["decision"], "allow", "{d}");
+    }
+    let mut seq = vec![0i64; n];
+    let mut parked = vec![false; n];
+    let mut told = 0;
+    let mut t = T0;
+    while parked.iter().any(|p| !p) {
+        assert!(t < T0 + 3600, "sessions never told to park");
+        for s in servers {
+            s.clock.set(t);
+        }
+        let due: Vec<usize> = (0..n)
+            .filter(|i| !parked[*i] && (t - T0) % 15 == (*i as i64 * 2) % 15)
+            .collect();
+        for i in due {
+            let server = servers[(t as usize + i) % servers.len()];
+            seq[i] += 1;
+            let (status, v) = server
+                .heartbeats(vec![hb("acme", &sessions[i], seq[i], "running", t)])
+                .await;
+            assert_eq!(status, 200, "{v}");
+            if v["results"][0]["action"] == "park" {
+                told += 1;
+                seq[i] += 1;
+                let (status, _) = server
+                    .heartbeats(vec![hb("acme", &sessions[i], seq[i], "parked", t)])
+                    .await;
+                assert_eq!(status, 200);
+                parked[i] = true;
+            }
+        }
+        t += 1;
+    }
+    assert_eq!(told, n);
+    srv.usage("acme").await["week"].clone()
+}
+
+/// The bound (docs/funding.md): past the cap, time runs as grace, never charged, for at
+/// most the plan's grace plus two intervals a session running then (one for the answer
+/// that says park to arrive, one to park).
+fn assert_the_cap_holds(week: &Value, n: i64) {
+    assert_eq!(week["overage_seconds"], 50, "{week}");
+    assert_eq!(
+        week["overage_amount"], "0.05",
+        "charged exactly the cap: {week}"
+    );
+    let grace = week["grace_seconds"].as_i64().unwrap();
+    let bound = 30 + n * 2 * 15;
+    assert!(grace >= 30, "{week}");
+    assert!(
+        grace <= bound,
+        "grace {grace} s is past the bound of {bound} s: {week}"
+    );
+    eprintln!(
+        "{n} sessions: {grace} s of grace past the cap (bound {bound} s), 0.00 charged past it"
+    );
+}
+
+async fn many_sessions_pass_the_cap_in_time_by_the_bound_at_most_and_never_in_money(
+    backend: Backend,
+) {
+    let dir = plans_dir();
+    let Some(srv) = start(backend, &dir).await else {
+        return;
+    };
+    setup(&srv).await;
+    srv.clock.set(T0);
+    let week = run_into_the_cap(&[&srv], 8).await;
+    assert_the_cap_holds(&week, 8);
+    let d = admit(&srv, "late").await;
+    assert_eq!(d["reason"], "spend_cap_reached", "{d}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_hold_the_cap_between_them() {
+    let dir = plans_dir();
+    let Some((url, _)) = fresh_database(Backend::Postgres).await else {
+        return;
+    };
+    let opts = || Options {
+        plans_dir: dir.path().to_path_buf(),
+        ..Options::default()
+    };
+    let a = TestServer::start_on(Backend::Postgres, url.clone(), None, opts()).await;
+    let b = TestServer::start_on(Backend::Postgres, url, None, opts()).await;
+    setup(&a).await;
+    a.clock.set(T0);
+    b.clock.set(T0);
+    let week = run_into_the_cap(&[&a, &b], 8).await;
+    assert_the_cap_holds(&week, 8);
+    b.finish().await;
+    a.finish().await;
+}
+
 every_backend!(
+    many_sessions_pass_the_cap_in_time_by_the_bound_at_most_and_never_in_money,
     sources_in_order,
     a_ceiling_without_grants_or_overage_says_which,
     a_grant_funds_only_from_its_start_to_its_expiry_and_voiding_lapses_it,

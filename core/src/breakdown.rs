@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::funding::Source;
 use crate::ledger::split_hours;
 use crate::time::{iso_week, month_window, Interval, Secs};
 
@@ -19,6 +20,8 @@ named! {
         Project = "project",
         User = "user",
         Agent = "agent",
+        /// Who paid: plan, grant, overage, grace.
+        Funding = "funding",
     }
 }
 
@@ -43,7 +46,8 @@ pub enum Key {
 
 fn key(p: &Piece, by: GroupBy) -> Key {
     match by {
-        GroupBy::Hour => Key::Time(p.hour),
+        // By funding, pieces come by hour; `by_funding` makes the rows.
+        GroupBy::Hour | GroupBy::Funding => Key::Time(p.hour),
         GroupBy::Day => Key::Time(p.hour.div_euclid(86_400) * 86_400),
         GroupBy::Session => Key::Name(Some(p.session_id.clone())),
         GroupBy::Project => Key::Name(p.project_id.clone()),
@@ -59,6 +63,23 @@ pub fn group(pieces: &[Piece], by: GroupBy) -> Vec<(Key, i64)> {
         *rows.entry(key(p, by)).or_default() += p.seconds;
     }
     rows.into_iter().filter(|(_, s)| *s != 0).collect()
+}
+
+/// Rows by who paid, in the sources' order: the plan's seconds are what the others leave
+/// of `total` (the rollup holds the others only).
+pub fn by_funding(total: i64, not_plan: &BTreeMap<Source, i64>) -> Vec<(Key, i64)> {
+    let others: i64 = not_plan.values().sum();
+    Source::ALL
+        .iter()
+        .map(|s| {
+            let seconds = match s {
+                Source::Plan => total - others,
+                _ => not_plan.get(s).copied().unwrap_or(0),
+            };
+            (Key::Name(Some(s.as_str().to_owned())), seconds)
+        })
+        .filter(|(_, seconds)| *seconds != 0)
+        .collect()
 }
 
 /// The provisional stretch of a running session inside `range`, as hourly pieces.

@@ -7,6 +7,31 @@ use rust_decimal::{Decimal, RoundingStrategy};
 
 use crate::plans::Plan;
 
+/// Charge units in one unit of the currency, per hour of the price: pay-as-you-go of `s`
+/// seconds at price `p` an hour is `s × p × 10⁴` units (whole, since prices have at most 4
+/// places, so sums never round), and `units / UNITS_PER_HOUR` is its money.
+pub const UNITS_PER_HOUR: i64 = 3600 * 10_000;
+
+/// A price per hour in charge units per second (price × 10⁴); `None` when it has more
+/// than 4 decimal places or is out of range.
+pub fn price_units(price: Decimal) -> Option<i64> {
+    let scaled = price * Decimal::from(10_000);
+    (scaled.fract().is_zero() && scaled >= Decimal::ZERO)
+        .then(|| i64::try_from(scaled).ok())
+        .flatten()
+}
+
+/// Charge units as money, rounded once to the cent, half away from zero.
+pub fn amount(units: i64) -> Decimal {
+    money(Decimal::from(units) / Decimal::from(UNITS_PER_HOUR))
+}
+
+/// A money amount in charge units (what a cap of that amount allows).
+pub fn money_units(m: Decimal) -> i64 {
+    let scaled = (m * Decimal::from(UNITS_PER_HOUR)).floor();
+    i64::try_from(scaled).unwrap_or(i64::MAX)
+}
+
 /// A plan's terms as a period is billed on them (frozen when the period closes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Terms {
@@ -36,16 +61,14 @@ pub struct Charge {
     pub amount: Decimal,
 }
 
-/// The plan's price plus the seconds past the included hours at the unit price, rounded
-/// once to cents. Adjustments are listed, not charged here: they belong to a period
-/// already billed.
-pub fn charge(agent_seconds: i64, terms: &Terms) -> Charge {
-    let included_seconds = (terms.included_hours * Decimal::from(3600)).floor();
-    let overage = (Decimal::from(agent_seconds) - included_seconds).max(Decimal::ZERO);
-    let amount = terms.price + overage * terms.unit_price / Decimal::from(3600);
+/// The plan's price plus what pay-as-you-go paid for (its charge units, exact), rounded
+/// once to cents. Time past the plan that grants or grace paid for costs nothing here;
+/// adjustments are listed, not charged: they belong to a period already billed.
+pub fn charge(terms: &Terms, overage_seconds: i64, charge_units: i64) -> Charge {
+    let overage = Decimal::from(charge_units) / Decimal::from(UNITS_PER_HOUR);
     Charge {
-        overage_seconds: i64::try_from(overage).unwrap_or(i64::MAX),
-        amount: money(amount),
+        overage_seconds,
+        amount: money(terms.price + overage),
     }
 }
 
@@ -80,17 +103,27 @@ pub(crate) mod tests {
         s.parse().unwrap()
     }
 
+    /// `overage` seconds paid as they went at `price_units` a second.
+    fn paid(overage: i64, price_units: i64) -> (i64, i64) {
+        (overage, overage * price_units)
+    }
+
+    fn charge(t: &Terms, (seconds, units): (i64, i64)) -> Charge {
+        super::charge(t, seconds, units)
+    }
+
     #[test]
     fn charge_rounds_once_from_whole_seconds() {
         let t = terms("20.00", "40", "0.50");
-        assert_eq!(charge(40 * 3600, &t).amount, d("20.00"));
-        assert_eq!(charge(40 * 3600, &t).overage_seconds, 0);
-        // 1 s over at 0.50/h is 0.000138.. cents: rounds to nothing.
-        assert_eq!(charge(40 * 3600 + 1, &t).amount, d("20.00"));
-        // 36 s over is exactly half a cent: half away from zero.
-        assert_eq!(charge(40 * 3600 + 36, &t).amount, d("20.01"));
-        assert_eq!(charge(40 * 3600 + 35, &t).amount, d("20.00"));
-        assert_eq!(charge(41 * 3600, &t).amount, d("20.50"));
-        assert_eq!(charge(0, &t).amount, d("20.00"));
+        assert_eq!(charge(&t, paid(0, 5000)).amount, d("20.00"));
+        assert_eq!(charge(&t, paid(0, 5000)).overage_seconds, 0);
+        // 1 s at 0.50/h is 0.000138.. cents: rounds to nothing.
+        assert_eq!(charge(&t, paid(1, 5000)).amount, d("20.00"));
+        // 36 s is exactly half a cent: half away from zero.
+        assert_eq!(charge(&t, paid(36, 5000)).amount, d("20.01"));
+        assert_eq!(charge(&t, paid(35, 5000)).amount, d("20.00"));
+        assert_eq!(charge(&t, paid(3600, 5000)).amount, d("20.50"));
+        // Time past the plan that grants or grace paid for has no charge units.
+        assert_eq!(charge(&t, (0, 0)).amount, d("20.00"));
     }
 }

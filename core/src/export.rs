@@ -7,10 +7,11 @@
 use serde::Serialize;
 
 use crate::charges::{charge, decimal_hours, money, Terms};
+use crate::funding::{amount, GrantKind, Source};
 pub use crate::periods::{due_month, month_name, months_between, parse_month};
 use crate::time::{format_rfc3339, hours, write_rfc3339, Interval, Secs};
 
-pub const ORG_COLUMNS: [&str; 14] = [
+pub const ORG_COLUMNS: [&str; 25] = [
     "period_start",
     "period_end",
     "org_id",
@@ -25,7 +26,71 @@ pub const ORG_COLUMNS: [&str; 14] = [
     "amount",
     "currency",
     "adjustment_seconds",
+    "plan_seconds",
+    "grant_seconds",
+    "grant_promo_seconds",
+    "grant_make_good_seconds",
+    "grant_trial_seconds",
+    "grant_purchased_seconds",
+    "overage_seconds",
+    "overage_amount",
+    "grace_seconds",
+    "adjustment_overage_seconds",
+    "adjustment_overage_amount",
 ];
+
+/// An org's period by who paid, from the hourly funding rollup: what its grants (by kind),
+/// pay-as-you-go and grace paid for; the plan paid for the rest of its agent seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeriodFunding {
+    /// Grant seconds by kind, in `GrantKind::ALL` order.
+    pub grant: [i64; 4],
+    pub overage: i64,
+    pub grace: i64,
+    /// Charge units of the overage seconds (`funding::amount` makes them money).
+    pub charge_units: i64,
+}
+
+impl PeriodFunding {
+    /// Add a rollup row: `kind` is the grant's, for grant seconds.
+    pub fn add(&mut self, source: Source, kind: Option<GrantKind>, seconds: i64, units: i64) {
+        match source {
+            Source::Plan => {}
+            Source::Grant => {
+                let i = kind
+                    .and_then(|k| GrantKind::ALL.iter().position(|x| *x == k))
+                    .unwrap_or(0);
+                self.grant[i] += seconds;
+            }
+            Source::Overage => self.overage += seconds,
+            Source::Grace => self.grace += seconds,
+        }
+        self.charge_units += units;
+    }
+
+    pub fn grant_seconds(&self) -> i64 {
+        self.grant.iter().sum()
+    }
+
+    /// Seconds not paid by the plan.
+    pub fn not_plan(&self) -> i64 {
+        self.grant_seconds() + self.overage + self.grace
+    }
+
+    /// What changed from `before` to `self`.
+    pub fn minus(&self, before: &PeriodFunding) -> PeriodFunding {
+        let mut grant = self.grant;
+        for (g, b) in grant.iter_mut().zip(before.grant) {
+            *g -= b;
+        }
+        PeriodFunding {
+            grant,
+            overage: self.overage - before.overage,
+            grace: self.grace - before.grace,
+            charge_units: self.charge_units - before.charge_units,
+        }
+    }
+}
 
 pub const SESSION_COLUMNS: [&str; 12] = [
     "session_id",
@@ -51,6 +116,11 @@ pub struct OrgTotals {
     pub agent_seconds: i64,
     pub adjustment_seconds: i64,
     pub terms: Terms,
+    /// Who paid for the period's agent seconds.
+    pub funding: PeriodFunding,
+    /// Who paid for its adjustment (time of the last closed period booked after it closed:
+    /// funded in the open period).
+    pub adjustment_funding: PeriodFunding,
 }
 
 /// One session's period, as the store reads it.
@@ -86,10 +156,22 @@ struct OrgJson<'a> {
     amount: String,
     currency: &'a str,
     adjustment_seconds: i64,
+    plan_seconds: i64,
+    grant_seconds: i64,
+    grant_promo_seconds: i64,
+    grant_make_good_seconds: i64,
+    grant_trial_seconds: i64,
+    grant_purchased_seconds: i64,
+    overage_seconds: i64,
+    overage_amount: String,
+    grace_seconds: i64,
+    adjustment_overage_seconds: i64,
+    adjustment_overage_amount: String,
 }
 
 fn org_json<'a>(period: Interval, o: &'a OrgTotals) -> OrgJson<'a> {
-    let c = charge(o.agent_seconds, &o.terms);
+    let c = charge(&o.terms, o.funding.overage, o.funding.charge_units);
+    let f = &o.funding;
     OrgJson {
         period_start: format_rfc3339(period.start),
         period_end: format_rfc3339(period.end),
@@ -105,6 +187,17 @@ fn org_json<'a>(period: Interval, o: &'a OrgTotals) -> OrgJson<'a> {
         amount: format!("{:.2}", c.amount),
         currency: &o.terms.currency,
         adjustment_seconds: o.adjustment_seconds,
+        plan_seconds: o.agent_seconds - f.not_plan(),
+        grant_seconds: f.grant_seconds(),
+        grant_promo_seconds: f.grant[0],
+        grant_make_good_seconds: f.grant[1],
+        grant_trial_seconds: f.grant[2],
+        grant_purchased_seconds: f.grant[3],
+        overage_seconds: f.overage,
+        overage_amount: format!("{:.2}", amount(f.charge_units)),
+        grace_seconds: f.grace,
+        adjustment_overage_seconds: o.adjustment_funding.overage,
+        adjustment_overage_amount: format!("{:.2}", amount(o.adjustment_funding.charge_units)),
     }
 }
 
@@ -241,6 +334,17 @@ impl Lines {
                     &j.amount,
                     j.currency,
                     &j.adjustment_seconds.to_string(),
+                    &j.plan_seconds.to_string(),
+                    &j.grant_seconds.to_string(),
+                    &j.grant_promo_seconds.to_string(),
+                    &j.grant_make_good_seconds.to_string(),
+                    &j.grant_trial_seconds.to_string(),
+                    &j.grant_purchased_seconds.to_string(),
+                    &j.overage_seconds.to_string(),
+                    &j.overage_amount,
+                    &j.grace_seconds.to_string(),
+                    &j.adjustment_overage_seconds.to_string(),
+                    &j.adjustment_overage_amount,
                 ])
                 .expect("writing to memory"),
         }
@@ -331,6 +435,13 @@ mod tests {
             agent_seconds: 40 * 3600 + 18,
             adjustment_seconds: 7,
             terms: terms("20.00", "40", "0.50"),
+            // The 18 s past the plan paid as it went: 0.0025 at 0.50 an hour.
+            funding: PeriodFunding {
+                overage: 18,
+                charge_units: 18 * 5000,
+                ..PeriodFunding::default()
+            },
+            adjustment_funding: PeriodFunding::default(),
         };
         let csv = csv_of(|l| {
             l.header(&ORG_COLUMNS);
@@ -338,8 +449,11 @@ mod tests {
         });
         assert_eq!(
             csv,
-            "period_start,period_end,org_id,plan,stripe_customer_id,stripe_subscription_id,agent_seconds,agent_hours,included_hours,overage_hours,unit_price,amount,currency,adjustment_seconds\r\n\
-             2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,acme,pro,cus_1,,144018,40.0050,40.0000,0.0050,0.50,20.00,usd,7\r\n"
+            "period_start,period_end,org_id,plan,stripe_customer_id,stripe_subscription_id,agent_seconds,agent_hours,included_hours,overage_hours,unit_price,amount,currency,adjustment_seconds,\
+             plan_seconds,grant_seconds,grant_promo_seconds,grant_make_good_seconds,grant_trial_seconds,grant_purchased_seconds,\
+             overage_seconds,overage_amount,grace_seconds,adjustment_overage_seconds,adjustment_overage_amount\r\n\
+             2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,acme,pro,cus_1,,144018,40.0050,40.0000,0.0050,0.50,20.00,usd,7,\
+             144000,0,0,0,0,0,18,0.00,0,0,0.00\r\n"
         );
         let mut lines = Lines::new(Format::Jsonl);
         lines.org(period, &o);

@@ -15,8 +15,10 @@
 //!    never charged, so the spend cap holds in money exactly; how much time it can hold is
 //!    bounded (docs/funding.md).
 //!
-//! Late time (a second before the org's current month window, booked now) is funded in
-//! the current windows: a month whose overage may already be charged never changes.
+//! Time is funded in its own windows, so that each window's funds are its hours' (late
+//! heartbeats included), except time booked after its month was closed or its
+//! pay-as-you-go charged: that is funded from the first month still open (the floor), as
+//! an adjustment (DESIGN.md rule 8).
 //!
 //! Money: an overage second costs the plan's `overage_unit_price` / 3600. Sums are kept
 //! in charge units, price-seconds in ten-thousandths of the currency (seconds × price ×
@@ -28,7 +30,7 @@ use std::collections::BTreeMap;
 
 use rust_decimal::Decimal;
 
-use crate::charges::money;
+pub use crate::charges::{amount, money_units, price_units, UNITS_PER_HOUR};
 use crate::ledger::split_hours;
 use crate::plans::Plan;
 use crate::time::{Interval, Secs, Windows};
@@ -61,31 +63,6 @@ named! {
         Month = "month",
         Week = "week",
     }
-}
-
-/// Charge units in one unit of the currency, per hour of the price: an overage of `s`
-/// seconds at price `p` an hour is `s × p × 10⁴` units, and `units / UNITS_PER_HOUR` is
-/// its money.
-pub const UNITS_PER_HOUR: i64 = 3600 * 10_000;
-
-/// A price per hour in charge units per second (price × 10⁴); `None` when it has more
-/// than 4 decimal places or is out of range.
-pub fn price_units(price: Decimal) -> Option<i64> {
-    let scaled = price * Decimal::from(10_000);
-    (scaled.fract().is_zero() && scaled >= Decimal::ZERO)
-        .then(|| i64::try_from(scaled).ok())
-        .flatten()
-}
-
-/// Charge units as money, rounded once to the cent, half away from zero.
-pub fn amount(units: i64) -> Decimal {
-    money(Decimal::from(units) / Decimal::from(UNITS_PER_HOUR))
-}
-
-/// A money amount (at most 2 places) in charge units.
-pub fn money_units(m: Decimal) -> i64 {
-    let scaled = (m * Decimal::from(UNITS_PER_HOUR)).floor();
-    i64::try_from(scaled).unwrap_or(i64::MAX)
 }
 
 /// Hours granted to an org.
@@ -250,6 +227,8 @@ pub struct Recorded {
     pub windows: Vec<WindowFunds>,
     pub grants: Vec<Grant>,
     pub holds_grants: bool,
+    /// Where funding is still open (`State::floor`).
+    pub floor: Secs,
 }
 
 /// An org's funding state, read under its lock (or, for readers, as committed).
@@ -257,7 +236,8 @@ pub struct Recorded {
 pub struct State {
     pub terms: Terms,
     pub billing_period: Option<Interval>,
-    /// The start of the org's current month window: earlier seconds are funded in it.
+    /// Where funding is still open: a month whose period is closed, or whose pay-as-you-go
+    /// was charged, never changes; time before this, booked late, is funded from here.
     pub floor: Secs,
     /// The windows read (and those funding opens), by kind and start.
     pub windows: BTreeMap<(WindowKind, Secs), WindowFunds>,
@@ -268,11 +248,12 @@ pub struct State {
 }
 
 impl State {
-    /// The state at `now` of an org whose windows hold `windows` and who holds `grants`.
+    /// The state of an org whose windows hold `windows` and who holds `grants`; time
+    /// before `floor` is funded in the windows that start there.
     pub fn new(
         terms: Terms,
         billing_period: Option<Interval>,
-        now: Secs,
+        floor: Secs,
         windows: impl IntoIterator<Item = WindowFunds>,
         mut grants: Vec<Grant>,
     ) -> State {
@@ -281,7 +262,7 @@ impl State {
         State {
             terms,
             billing_period,
-            floor: Windows::at(now, billing_period).month.start,
+            floor,
             windows: windows
                 .into_iter()
                 .map(|w| ((w.kind, w.window.start), w))
@@ -328,13 +309,17 @@ impl State {
 
     /// Running sessions' time up to `t` that is not booked yet, attributed as it will be
     /// (all of it in the windows of `t`): what the gate and every reader count.
-    pub fn project(&mut self, t: Secs, seconds: i64) {
+    /// Returns how many of them each source pays for.
+    pub fn project(&mut self, t: Secs, seconds: i64) -> BTreeMap<Source, i64> {
         let w = self.windows_at(t);
         let mut left = seconds;
+        let mut out = BTreeMap::new();
         while left > 0 {
             let piece = self.fund_one("", t, t + left, &w);
             left -= piece.interval.len();
+            *out.entry(piece.source).or_default() += piece.interval.len();
         }
+        out
     }
 
     /// The windows a second at `t` is funded in.
@@ -762,8 +747,10 @@ mod tests {
         }
     }
 
+    /// A state whose floor is the month of `now`.
     fn state(t: Terms, now: Secs, grants: Vec<Grant>) -> State {
-        State::new(t, None, now, [], grants)
+        let floor = crate::time::calendar_month(now).start;
+        State::new(t, None, floor, [], grants)
     }
 
     fn sources(pieces: &[Piece]) -> Vec<(Source, i64, Option<&str>)> {
@@ -875,9 +862,13 @@ mod tests {
     }
 
     #[test]
-    fn late_time_is_funded_in_the_current_month() {
-        // December 2026 begins on a Tuesday; a second of November booked in December.
+    fn late_time_is_funded_in_its_own_windows_until_its_month_is_closed() {
         let dec = 1_796_083_200;
+        let mut open = State::new(terms(100, 100, 0, 0), None, 0, [], vec![]);
+        open.fund("s", Interval::new(dec - 10, dec + 5).unwrap());
+        let nov = crate::time::calendar_month(dec - 1);
+        assert_eq!(open.funds(WindowKind::Month, nov).plan, 10);
+        // November closed: its late time is funded in December.
         let mut s = state(terms(100, 100, 0, 0), dec + 60, vec![]);
         assert_eq!(s.floor, dec);
         let p = s.fund("s", Interval::new(dec - 10, dec + 5).unwrap());

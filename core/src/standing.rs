@@ -48,7 +48,7 @@ pub fn funding_state_on(
     let mut state = funding::State::new(
         terms,
         org.billing_period(),
-        now,
+        recorded.floor,
         recorded.windows,
         recorded.grants,
     );
@@ -60,8 +60,13 @@ pub fn funding_state_on(
         used.month - used.month_provisional,
     );
     state.seed(WindowKind::Week, w.week, used.week - used.week_provisional);
-    state.project(now, used.month_provisional.max(used.week_provisional));
+    state.project(now, provisional(used));
     state
+}
+
+/// Running sessions' time up to now, not booked yet.
+fn provisional(used: &WindowTotals) -> i64 {
+    used.month_provisional.max(used.week_provisional)
 }
 
 /// One window's figures, as every reader shows them.
@@ -167,6 +172,8 @@ pub struct Standing {
     pub running: i64,
     /// Who pays, running sessions' time up to `at` attributed.
     pub funding: funding::State,
+    /// Who pays, as booked: before running sessions' time is attributed.
+    pub booked: funding::State,
     pub at: Secs,
 }
 
@@ -182,7 +189,16 @@ impl Standing {
     ) -> Standing {
         let plan = org.effective_plan(plans, now).clone();
         let w = Windows::at(now, org.billing_period());
-        let state = funding_state_on(&org, &plan, now, recorded, &used);
+        let booked_only = WindowTotals {
+            month: used.month - used.month_provisional,
+            week: used.week - used.week_provisional,
+            month_provisional: 0,
+            week_provisional: 0,
+            ..used
+        };
+        let booked = funding_state_on(&org, &plan, now, recorded, &booked_only);
+        let mut state = booked.clone();
+        state.project(now, provisional(&used));
         let funds = |kind, window| state.funds(kind, window);
         Standing {
             month: WindowUsage::funded(
@@ -199,6 +215,7 @@ impl Standing {
             ),
             running: used.running,
             funding: state,
+            booked,
             at: now,
             org,
             plan,

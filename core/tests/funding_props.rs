@@ -68,6 +68,11 @@ fn bookings() -> impl Strategy<Value = Vec<(String, Interval)>> {
     })
 }
 
+/// Funding open from the month ten days before `now`: everything the runs book.
+fn floor(now: Secs) -> Secs {
+    rush_meter_core::time::calendar_month(now - 10 * DAY).start
+}
+
 fn fund_all(state: &mut State, bookings: &[(String, Interval)]) -> Vec<Piece> {
     bookings
         .iter()
@@ -105,7 +110,7 @@ proptest! {
         bookings in bookings(),
     ) {
         let now = bookings.last().unwrap().1.end;
-        let mut state = State::new(t, None, now - 10 * DAY, [], grants.clone());
+        let mut state = State::new(t, None, floor(now), [], grants.clone());
         let pieces = fund_all(&mut state, &bookings);
 
         // The pieces of a booking cover it exactly, in order.
@@ -180,8 +185,8 @@ proptest! {
         cuts in prop::collection::vec(1i64..5000, 40),
     ) {
         let now = bookings.last().unwrap().1.end;
-        let mut whole = State::new(t, None, now - 10 * DAY, [], grants.clone());
-        let mut pieces = State::new(t, None, now - 10 * DAY, [], grants);
+        let mut whole = State::new(t, None, floor(now), [], grants.clone());
+        let mut pieces = State::new(t, None, floor(now), [], grants);
         fund_all(&mut whole, &bookings);
         let cut: Vec<(String, Interval)> = bookings
             .iter()
@@ -205,7 +210,7 @@ proptest! {
         bookings in bookings(),
     ) {
         let now = bookings.last().unwrap().1.end;
-        let mut state = State::new(t, None, now - 10 * DAY, [], grants);
+        let mut state = State::new(t, None, floor(now), [], grants);
         fund_all(&mut state, &bookings);
         for w in state.windows.values() {
             let split = Split::of(w.funds.total(), &w.funds);

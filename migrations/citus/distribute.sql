@@ -67,5 +67,7 @@ SELECT create_distributed_table('funding_windows', 'org_id', colocate_with => 'o
   WHERE pg_temp.undistributed('funding_windows');
 SELECT create_distributed_table('funding_hourly', 'org_id', colocate_with => 'orgs')
   WHERE pg_temp.undistributed('funding_hourly');
+SELECT create_distributed_table('overage_charges', 'org_id', colocate_with => 'orgs')
+  WHERE pg_temp.undistributed('overage_charges');
 
 COMMIT;

@@ -60,3 +60,37 @@ ALTER TABLE decisions ADD COLUMN funded_by TEXT;
 ALTER TABLE decisions ADD COLUMN plan_room BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE decisions ADD COLUMN grant_room BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE decisions ADD COLUMN overage_room BIGINT NOT NULL DEFAULT 0;
+
+-- A closed period's org lines keep who paid (DESIGN.md rule 8): grant seconds by kind,
+-- pay-as-you-go seconds and their charge units, grace; and the same of the adjustment.
+ALTER TABLE period_orgs ADD COLUMN grant_promo_seconds BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE period_orgs ADD COLUMN grant_make_good_seconds BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE period_orgs ADD COLUMN grant_trial_seconds BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE period_orgs ADD COLUMN grant_purchased_seconds BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE period_orgs ADD COLUMN overage_seconds BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE period_orgs ADD COLUMN grace_seconds BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE period_orgs ADD COLUMN charge_units BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE period_orgs ADD COLUMN adjustment_overage_seconds BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE period_orgs ADD COLUMN adjustment_charge_units BIGINT NOT NULL DEFAULT 0;
+
+-- Pay-as-you-go charged through Stripe, once for each billing window that had any: an
+-- invoice item on the invoice Stripe makes when the window ends (docs/funding.md). Once a
+-- window has a row here its funding is closed: time booked for it later is funded in the
+-- next window open.
+CREATE TABLE overage_charges (
+    org_id                 TEXT NOT NULL,
+    window_start           BIGINT NOT NULL,
+    window_end             BIGINT NOT NULL,
+    overage_seconds        BIGINT NOT NULL,
+    charge_units           BIGINT NOT NULL,
+    amount                 TEXT NOT NULL,
+    currency               TEXT NOT NULL,
+    -- pending (to send), charged (Stripe holds the item), none (nothing to charge: no
+    -- Stripe customer, or a zero amount).
+    state                  TEXT NOT NULL,
+    stripe_invoice_id      TEXT,
+    stripe_invoice_item_id TEXT,
+    created_at             BIGINT NOT NULL,
+    charged_at             BIGINT,
+    PRIMARY KEY (org_id, window_start)
+);

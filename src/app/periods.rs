@@ -148,19 +148,22 @@ async fn org_totals(
             .map(frozen_totals)
             .collect();
     }
-    let sums: std::collections::HashMap<String, (i64, i64)> = db
-        .live_org_sums(q)
-        .await?
+    let (sums, funding) = tokio::join!(db.live_org_sums(q), db.period_funding(q));
+    let sums: std::collections::HashMap<String, (i64, i64)> = sums?
         .into_iter()
         .map(|(org, run, adj)| (org, (run, adj)))
         .collect();
+    let funding = funding?;
     Ok(db
         .orgs_before(q.period.end)
         .await?
         .into_iter()
         .map(|org| {
             let (run, adj) = sums.get(&org.org_id).copied().unwrap_or((0, 0));
+            let (f, fa) = funding.get(&org.org_id).copied().unwrap_or_default();
             OrgTotals {
+                funding: f,
+                adjustment_funding: fa,
                 terms: terms_now(&org, plans, now),
                 org_id: org.org_id,
                 stripe_customer_id: org.stripe_customer_id,
@@ -187,6 +190,8 @@ fn frozen_totals(r: FrozenOrgRow) -> Result<OrgTotals, ExportError> {
         })
     };
     Ok(OrgTotals {
+        funding: r.funding(),
+        adjustment_funding: r.adjustment_funding(),
         terms: Terms {
             plan_id: r.plan_id.clone(),
             included_hours: dec("included_hours", &r.included_hours)?,

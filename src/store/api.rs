@@ -2,13 +2,13 @@
 //! same SQL (store/sql/), so a `Db` is one `dyn Store` whichever database it opened, and no
 //! method is written out again to pick a backend.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use rush_meter_core::breakdown::{GroupBy, Piece};
 use rush_meter_core::charges::Terms;
-use rush_meter_core::export::SessionLine;
-use rush_meter_core::funding::{self, Grant, Overage};
+use rush_meter_core::export::{PeriodFunding, SessionLine};
+use rush_meter_core::funding::{self, Grant, Overage, Source};
 use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision};
 use rush_meter_core::heartbeats::{Heartbeat, RequestOutcome};
 use rush_meter_core::ledger::{EndStatus, Phase, Rules};
@@ -215,6 +215,14 @@ pub trait FundingStore: Send + Sync {
         grant_id: &str,
         now: Secs,
     ) -> StoreResult<Option<Grant>>;
+    /// Seconds (and charge units) an org's sources other than the plan paid for in the whole
+    /// hours `[from, to)`, by source.
+    async fn funding_totals(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+    ) -> StoreResult<BTreeMap<Source, (i64, i64)>>;
     /// Set an org's pay-as-you-go; `None` if the org does not exist.
     async fn set_overage(
         &self,
@@ -366,6 +374,12 @@ pub trait PeriodStore: Send + Sync {
     async fn count_session_lines(&self, q: &LineQuery) -> StoreResult<i64>;
     /// `(org_id, running seconds, adjustment seconds)` of an open period, by org.
     async fn live_org_sums(&self, q: &LineQuery) -> StoreResult<Vec<(String, i64, i64)>>;
+    /// Who paid for each org's seconds of an open period (`q.period`), and of its
+    /// adjustment against the closed period before it (`q.adjusts`), by org.
+    async fn period_funding(
+        &self,
+        q: &LineQuery,
+    ) -> StoreResult<HashMap<String, (PeriodFunding, PeriodFunding)>>;
     /// A closed period's org lines, by org id.
     async fn frozen_orgs(&self, period_start: Secs) -> StoreResult<Vec<FrozenOrgRow>>;
     async fn get_period(&self, period_start: Secs) -> StoreResult<Option<PeriodRow>>;

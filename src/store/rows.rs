@@ -2,6 +2,7 @@
 //! periods, notifications); the core's own types (orgs, keys, sessions, decisions) are read
 //! through `Rec`.
 
+use rush_meter_core::export::PeriodFunding;
 use rush_meter_core::time::Interval;
 
 /// A core type as read from a row: `query_as::<_, Rec<Org>>`, then `.0`. The core knows
@@ -107,6 +108,41 @@ pub struct FrozenOrgRow {
     pub unit_price: String,
     pub price: String,
     pub currency: String,
+    pub grant_promo_seconds: i64,
+    pub grant_make_good_seconds: i64,
+    pub grant_trial_seconds: i64,
+    pub grant_purchased_seconds: i64,
+    pub overage_seconds: i64,
+    pub grace_seconds: i64,
+    pub charge_units: i64,
+    pub adjustment_overage_seconds: i64,
+    pub adjustment_charge_units: i64,
+}
+
+impl FrozenOrgRow {
+    /// Who paid for the period's seconds, as frozen.
+    pub fn funding(&self) -> PeriodFunding {
+        PeriodFunding {
+            grant: [
+                self.grant_promo_seconds,
+                self.grant_make_good_seconds,
+                self.grant_trial_seconds,
+                self.grant_purchased_seconds,
+            ],
+            overage: self.overage_seconds,
+            grace: self.grace_seconds,
+            charge_units: self.charge_units,
+        }
+    }
+
+    /// Who paid for its adjustment, as frozen (what the export shows of it).
+    pub fn adjustment_funding(&self) -> PeriodFunding {
+        PeriodFunding {
+            overage: self.adjustment_overage_seconds,
+            charge_units: self.adjustment_charge_units,
+            ..PeriodFunding::default()
+        }
+    }
 }
 
 /// Which lines of a period to read: frozen ones of a closed period, or live ones, with

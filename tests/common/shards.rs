@@ -6,7 +6,7 @@
 //! such a database; `.ci/run` does it once for the suite's PostgreSQL tests.
 
 /// The tables keyed by org: distributed by org_id on Citus, partitioned here.
-pub const ORG_TABLES: [&str; 15] = [
+pub const ORG_TABLES: [&str; 16] = [
     "orgs",
     "api_keys",
     "sessions",
@@ -22,6 +22,7 @@ pub const ORG_TABLES: [&str; 15] = [
     "grants",
     "funding_windows",
     "funding_hourly",
+    "overage_charges",
 ];
 
 /// Tables shared by every org (reference tables on Citus) or keyed by an id of their own.

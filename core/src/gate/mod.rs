@@ -245,7 +245,7 @@ mod tests {
                 cap_units: 0,
             },
             None,
-            NOW,
+            0,
             [],
             vec![],
         );

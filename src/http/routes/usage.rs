@@ -2,9 +2,12 @@
 
 use axum::extract::State;
 use axum::Json;
+use std::collections::BTreeMap;
+
 use rush_meter_core::breakdown::{
-    check_range, group, provisional_pieces, windows_touched, GroupBy, Key, Piece, HOUR,
+    by_funding, check_range, group, provisional_pieces, windows_touched, GroupBy, Key, Piece, HOUR,
 };
+use rush_meter_core::funding::Source;
 use rush_meter_core::standing::WindowUsage;
 use rush_meter_core::time::{format_rfc3339, hours, month_window, rfc3339, Interval, Secs};
 use serde::{Deserialize, Serialize};
@@ -146,8 +149,9 @@ pub struct UpgradePrompt {
 
 #[derive(Serialize, ToSchema)]
 pub struct BreakdownRow {
-    /// An RFC 3339 time (hour, day) or a name (session, project, user, agent); `null` for
-    /// sessions without one (no project, no user).
+    /// An RFC 3339 time (hour, day), a name (session, project, user, agent), or who paid
+    /// (`plan`, `grant`, `overage`, `grace`); `null` for sessions without one (no project,
+    /// no user).
     key: Option<String>,
     seconds: i64,
     hours: String,
@@ -213,7 +217,18 @@ pub async fn get_breakdown(
             pieces.extend(provisional_pieces(&template, stretch, range));
         }
     }
-    let rows: Vec<BreakdownRow> = group(&pieces, by)
+    let grouped = if by == GroupBy::Funding {
+        let total: i64 = pieces.iter().map(|p| p.seconds).sum();
+        let provisional: i64 = pieces
+            .iter()
+            .filter(|p| !p.session_id.is_empty())
+            .map(|p| p.seconds)
+            .sum();
+        funding_rows(&state, &org, total, provisional, range, now).await?
+    } else {
+        group(&pieces, by)
+    };
+    let rows: Vec<BreakdownRow> = grouped
         .into_iter()
         .map(|(k, seconds)| BreakdownRow {
             key: match k {
@@ -257,6 +272,33 @@ pub async fn get_breakdown(
         ceilings,
         as_of: format_rfc3339(now),
     }))
+}
+
+/// The breakdown by who paid: what the funding rollup holds for the range, and running
+/// sessions' time in it (`provisional` seconds of `total`) attributed as it will be.
+async fn funding_rows(
+    state: &AppState,
+    org: &rush_meter_core::org::Org,
+    total: i64,
+    provisional: i64,
+    range: Interval,
+    now: Secs,
+) -> ApiResult<Vec<(Key, i64)>> {
+    let (booked, s) = tokio::join!(
+        state.db.funding_totals(&org.org_id, range.start, range.end),
+        standing(&state.db, &state.plans, &org.org_id, now, &state.rules)
+    );
+    let mut not_plan: BTreeMap<Source, i64> = booked?
+        .into_iter()
+        .map(|(source, (seconds, _))| (source, seconds))
+        .collect();
+    let s = s?.ok_or_else(|| ApiError::org_not_found(&org.org_id))?;
+    for (source, seconds) in s.booked.clone().project(now, provisional) {
+        if source != Source::Plan {
+            *not_plan.entry(source).or_default() += seconds;
+        }
+    }
+    Ok(by_funding(total, &not_plan))
 }
 
 /// `GET /v1/orgs/{org_id}/upgrade-prompt`: whether to prompt the org to upgrade, why (each

@@ -11,9 +11,9 @@ use rust_decimal::Decimal;
 use rush_meter_core::booking::Booking;
 use rush_meter_core::breakdown::{GroupBy, Piece};
 use rush_meter_core::charges::Terms;
-use rush_meter_core::export::SessionLine;
+use rush_meter_core::export::{PeriodFunding, SessionLine};
 use rush_meter_core::funding::{
-    self, Funds, Grant, GrantKind, Overage, WindowFunds, WindowKind,
+    self, Funds, Grant, GrantKind, Overage, Source, WindowFunds, WindowKind,
 };
 use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision, GroupFacts};
 use rush_meter_core::heartbeats::{self, Heartbeat, RequestOutcome};

@@ -91,6 +91,7 @@ impl<'r> sqlx::FromRow<'r, Row> for FundingRow {
                 windows,
                 grants,
                 holds_grants: row.try_get("holds_grants")?,
+                floor: row.try_get("funding_floor")?,
             },
         })
     }
@@ -109,7 +110,10 @@ fn funding_select(lock: &str) -> String {
             FROM grants g WHERE g.org_id = o.org_id AND g.voided_at IS NULL \
               AND g.used_seconds < g.seconds AND (g.expires_at IS NULL OR g.expires_at > $2)) AS open_grants, \
            EXISTS (SELECT 1 FROM grants g WHERE g.org_id = o.org_id AND g.voided_at IS NULL \
-              AND g.starts_at <= $2 AND (g.expires_at IS NULL OR g.expires_at > $2)) AS holds_grants \
+              AND g.starts_at <= $2 AND (g.expires_at IS NULL OR g.expires_at > $2)) AS holds_grants, \
+           {GREATEST}(COALESCE((SELECT MAX(p.period_end) FROM periods p), 0), \
+             COALESCE((SELECT MAX(c.window_end) FROM overage_charges c WHERE c.org_id = o.org_id), 0)) \
+             AS funding_floor \
          FROM orgs o WHERE o.{} ORDER BY o.org_id{BYTE_ORDER}{lock}",
         org_in(1)
     )
@@ -302,6 +306,31 @@ impl FundingStore for Backend {
         };
         tx.commit().await?;
         Ok(Some(out))
+    }
+
+    async fn funding_totals(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+    ) -> StoreResult<BTreeMap<Source, (i64, i64)>> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT source, CAST(SUM(seconds) AS BIGINT), CAST(SUM(charge_units) AS BIGINT) \
+             FROM funding_hourly WHERE org_id = $1 AND hour >= $2 AND hour < $3 GROUP BY source",
+        )
+        .bind(org_id)
+        .bind(from)
+        .bind(to)
+        .fetch_all(self.read())
+        .await?;
+        rows.into_iter()
+            .map(|(source, s, u)| {
+                let source = Source::parse(&source).ok_or_else(|| {
+                    StoreError::Other(decode_error("funding_hourly.source", format!("`{source}`")))
+                })?;
+                Ok((source, (s, u)))
+            })
+            .collect()
     }
 
     async fn list_grants(&self, org_id: &str) -> StoreResult<Vec<Grant>> {

@@ -499,7 +499,7 @@ impl LedgerStore for Backend {
             )
         };
         let sql = match by {
-            GroupBy::Hour => time("hour"),
+            GroupBy::Hour | GroupBy::Funding => time("hour"),
             GroupBy::Day => time("(hour / 86400) * 86400"),
             GroupBy::Session => by_session("CAST(0 AS BIGINT) AS hour, h.session_id, NULL AS project_id, NULL AS started_by, NULL AS agent", "", "h.session_id"),
             GroupBy::Project => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, s.project_id, NULL AS started_by, NULL AS agent", SESSION_JOIN, "s.project_id"),

@@ -51,6 +51,66 @@ const FROZEN_LINES_SQL: &str = "SELECT org_id, session_id, project_id, started_b
        running_seconds, parked_seconds, spans, first_start, last_end, end_status, adjustment_seconds \
      FROM period_sessions WHERE period_start = $1";
 
+/// Who paid for each org's seconds in the whole hours of `period`, from the hourly funding
+/// rollup (grant seconds by the grant's kind).
+async fn funding_sums_on(
+    conn: &mut <DB as sqlx::Database>::Connection,
+    period: Interval,
+) -> StoreResult<HashMap<String, PeriodFunding>> {
+    let rows: Vec<(String, String, Option<String>, i64, i64)> = sqlx::query_as(
+        "SELECT h.org_id, h.source, g.kind, CAST(SUM(h.seconds) AS BIGINT), \
+           CAST(SUM(h.charge_units) AS BIGINT) \
+         FROM funding_hourly h LEFT JOIN grants g ON g.org_id = h.org_id AND g.grant_id = h.grant_id \
+         WHERE h.hour >= $1 AND h.hour < $2 GROUP BY h.org_id, h.source, g.kind",
+    )
+    .bind(period.start)
+    .bind(period.end)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out: HashMap<String, PeriodFunding> = HashMap::new();
+    for (org, source, kind, seconds, units) in rows {
+        let source = Source::parse(&source).ok_or_else(|| {
+            StoreError::Other(decode_error("funding_hourly.source", format!("`{source}`")))
+        })?;
+        let kind = kind.as_deref().and_then(GrantKind::parse);
+        out.entry(org).or_default().add(source, kind, seconds, units);
+    }
+    Ok(out)
+}
+
+/// Each org's funding of `q.period`, and of its adjustment: what the rollup now holds for
+/// the closed period it adjusts against, less what was frozen then.
+async fn period_funding_on(
+    conn: &mut <DB as sqlx::Database>::Connection,
+    q: &LineQuery,
+) -> StoreResult<HashMap<String, (PeriodFunding, PeriodFunding)>> {
+    let mut out: HashMap<String, (PeriodFunding, PeriodFunding)> = funding_sums_on(conn, q.period)
+        .await?
+        .into_iter()
+        .map(|(org, f)| (org, (f, PeriodFunding::default())))
+        .collect();
+    if let Some(last) = q.adjusts {
+        let now = funding_sums_on(conn, last).await?;
+        let frozen: Vec<FrozenOrgRow> =
+            sqlx::query_as::<_, FrozenOrgRow>("SELECT * FROM period_orgs WHERE period_start = $1")
+                .bind(last.start)
+                .fetch_all(&mut *conn)
+                .await?;
+        let frozen: HashMap<&str, PeriodFunding> = frozen
+            .iter()
+            .map(|r| (r.org_id.as_str(), r.funding()))
+            .collect();
+        for (org, f) in &now {
+            let before = frozen.get(org.as_str()).copied().unwrap_or_default();
+            let adjustment = f.minus(&before);
+            if adjustment != PeriodFunding::default() {
+                out.entry(org.clone()).or_default().1 = adjustment;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The closed period a live query adjusts against, as `($3, $4)` (empty when none).
 fn adjusting(q: &LineQuery) -> (Secs, Secs) {
     q.adjusts.map_or((0, 0), |l| (l.start, l.end))
@@ -130,6 +190,14 @@ impl PeriodStore for Backend {
         .await?)
     }
 
+    async fn period_funding(
+        &self,
+        q: &LineQuery,
+    ) -> StoreResult<HashMap<String, (PeriodFunding, PeriodFunding)>> {
+        let mut conn = self.read().acquire().await?;
+        period_funding_on(&mut conn, q).await
+    }
+
     async fn frozen_orgs(&self, period_start: Secs) -> StoreResult<Vec<FrozenOrgRow>> {
         Ok(sqlx::query_as::<_, FrozenOrgRow>(
             &format!("SELECT * FROM period_orgs WHERE period_start = $1 ORDER BY org_id{BYTE_ORDER}"),
@@ -200,6 +268,7 @@ impl PeriodStore for Backend {
         .into_iter()
         .map(|(org, run, adj)| (org, (run, adj)))
         .collect();
+        let funding = period_funding_on(&mut tx, q).await?;
         let orgs = unwrap_all(
             sqlx::query_as::<_, Rec<Org>>(&format!(
                 "SELECT * FROM orgs WHERE created_at < $1 ORDER BY org_id{BYTE_ORDER}"
@@ -211,13 +280,18 @@ impl PeriodStore for Backend {
         let (mut total, mut adjusted) = (0, 0);
         for org in &orgs {
             let (run, adj) = sums.get(&org.org_id).copied().unwrap_or((0, 0));
+            let (f, fa) = funding.get(&org.org_id).copied().unwrap_or_default();
             let t: Terms = terms(org);
             total += run;
             adjusted += adj;
             sqlx::query(
                 "INSERT INTO period_orgs (period_start, org_id, plan_id, stripe_customer_id, \
                    stripe_subscription_id, agent_seconds, adjustment_seconds, included_hours, \
-                   unit_price, price, currency) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                   unit_price, price, currency, grant_promo_seconds, grant_make_good_seconds, \
+                   grant_trial_seconds, grant_purchased_seconds, overage_seconds, grace_seconds, \
+                   charge_units, adjustment_overage_seconds, adjustment_charge_units) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+                   $17, $18, $19, $20)",
             )
             .bind(q.period.start)
             .bind(&org.org_id)
@@ -230,6 +304,15 @@ impl PeriodStore for Backend {
             .bind(t.unit_price.to_string())
             .bind(t.price.to_string())
             .bind(&t.currency)
+            .bind(f.grant[0])
+            .bind(f.grant[1])
+            .bind(f.grant[2])
+            .bind(f.grant[3])
+            .bind(f.overage)
+            .bind(f.grace)
+            .bind(f.charge_units)
+            .bind(fa.overage)
+            .bind(fa.charge_units)
             .execute(&mut *tx)
             .await?;
         }
