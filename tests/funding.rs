@@ -274,6 +274,20 @@ async fn sources_in_order(backend: Backend) {
     let d = admit(&srv, "s3").await;
     assert_eq!(d["funded_by"], "grant", "{d}");
 
+    // The prompt prices the ways on for the week's shortfall at this pace: top-up packs
+    // (2 h for 2.00) beat pay-as-you-go, which the cap's maximum cannot cover.
+    let prompt = srv.admin("GET", "/v1/orgs/acme/upgrade-prompt", None).await;
+    let ways = &prompt["ways_on"];
+    assert!(ways["shortfall_seconds"].as_i64().unwrap() > 3600, "{ways}");
+    assert_eq!(ways["cheapest"], "topup", "{ways}");
+    let overage = ways["ways"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["kind"] == "overage")
+        .unwrap();
+    assert_eq!(overage["covers"], false, "{ways}");
+
     // Finance's export of the month says the same, to the second and the cent, and
     // closing the month changes none of its bytes.
     let line = org_line(&srv, "acme").await;
@@ -711,7 +725,91 @@ async fn two_instances_hold_the_cap_between_them() {
     a.finish().await;
 }
 
+async fn the_cap_and_grants_are_notified_once_each(backend: Backend) {
+    let dir = plans_dir();
+    // Nothing listens: recording is what is checked (delivery is tests/notify.rs's).
+    let Some(srv) = TestServer::start_with(
+        backend,
+        Options {
+            plans_dir: dir.path().to_path_buf(),
+            notify: Some(rush_meter::config::NotifyConfig {
+                url: "http://127.0.0.1:9/hook".into(),
+                secret: secrecy::SecretString::from("notify-secret-0123456789"),
+            }),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    setup(&srv).await;
+    srv.clock.set(T0);
+    let fmt = rush_meter_core::time::format_rfc3339;
+    let used = grant(&srv, json!({"seconds": 45, "kind": "promo"})).await;
+    // Not in force yet, and expiring within 7 days: notified as expiring, never used.
+    let later = grant(
+        &srv,
+        json!({"seconds": 600, "kind": "trial",
+        "starts_at": fmt(T0 + 86_400), "expires_at": fmt(T0 + 3 * 86_400)}),
+    )
+    .await;
+    srv.admin(
+        "PUT",
+        "/v1/orgs/acme/overage",
+        Some(json!({"enabled": true, "monthly_cap": "0.10"})),
+    )
+    .await;
+    admit(&srv, "s1").await;
+    run_until_parked(&srv, &["s1"], T0).await;
+    let want: Vec<(String, i64)> = vec![
+        ("cap".into(), 50),
+        ("cap".into(), 80),
+        ("cap".into(), 100),
+        (
+            format!("grant_expiring:{}", later["grant_id"].as_str().unwrap()),
+            100,
+        ),
+        (
+            format!("grant_used_up:{}", used["grant_id"].as_str().unwrap()),
+            100,
+        ),
+    ];
+    let recorded = || async {
+        let mut got: Vec<(String, i64)> = srv
+            .admin("GET", "/v1/admin/notifications?org_id=acme", None)
+            .await["notifications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["window"] != "week" && n["window"] != "month")
+            .map(|n| {
+                (
+                    n["window"].as_str().unwrap().to_owned(),
+                    n["threshold_percent"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        got.sort();
+        got
+    };
+    eventually(30, "the cap and both grants are notified", || async {
+        recorded().await == want
+    })
+    .await;
+    // Seen again on later heartbeats and scans: still once each.
+    let t = T0 + 3600;
+    srv.clock.set(t);
+    admit(&srv, "s2").await;
+    srv.heartbeats(vec![hb("acme", "s2", 1, "running", t)])
+        .await;
+    srv.heartbeats(vec![hb("acme", "s2", 2, "running", t + 15)])
+        .await;
+    assert_eq!(recorded().await, want);
+}
+
 every_backend!(
+    the_cap_and_grants_are_notified_once_each,
     many_sessions_pass_the_cap_in_time_by_the_bound_at_most_and_never_in_money,
     sources_in_order,
     a_ceiling_without_grants_or_overage_says_which,

@@ -81,6 +81,8 @@ pub struct Grant {
     pub idempotency_key: Option<String>,
     pub created_at: Secs,
     pub voided_at: Option<Secs>,
+    /// When (in ledger time) its last second was used.
+    pub used_up_at: Option<Secs>,
 }
 
 /// The lowest and highest priority, and the one a grant gets when none is given.
@@ -460,6 +462,9 @@ impl State {
             let g = &mut self.grants[i];
             let take = want.min(g.remaining());
             g.used_seconds += take;
+            if g.remaining() == 0 {
+                g.used_up_at = Some(t + take);
+            }
             (Source::Grant, take, Some(g.grant_id.clone()))
         } else if overage > 0 {
             (Source::Overage, want.min(overage), None)
@@ -627,6 +632,7 @@ impl GrantAsk {
             idempotency_key: self.idempotency_key,
             created_at: now,
             voided_at: None,
+            used_up_at: None,
         })
     }
 
@@ -744,6 +750,7 @@ mod tests {
             idempotency_key: None,
             created_at: 0,
             voided_at: None,
+            used_up_at: None,
         }
     }
 

@@ -2,8 +2,10 @@
 //! is heading at the current pace, and the cheapest plan that would fit. Pure: the route
 //! gathers the org's standing and its recent concurrency denials.
 
+use rust_decimal::Decimal;
 use serde::Serialize;
 
+use crate::charges::money;
 use crate::plans::{Plan, Plans};
 use crate::standing::WindowUsage;
 use crate::time::{rfc3339, Secs};
@@ -108,6 +110,155 @@ pub fn suggest<'p>(
         .min_by(|a, b| a.price.cmp(&b.price).then_with(|| a.id.cmp(&b.id)))
 }
 
+named! {
+    /// A way to go on past the plan.
+    pub enum WayKind {
+        /// The cheapest dearer plan whose ceilings hold the projection.
+        Upgrade = "upgrade",
+        /// Top-up packs covering the shortfall.
+        Topup = "topup",
+        /// Pay-as-you-go for the shortfall.
+        Overage = "overage",
+    }
+}
+
+/// One way on, and what it costs to the period's end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Way {
+    pub kind: WayKind,
+    /// Decimal, in `currency`: the plan's extra price, the packs, or the overage.
+    #[schema(value_type = String, example = "5.50")]
+    pub cost: String,
+    pub currency: String,
+    /// The plan to move to (`upgrade`).
+    pub plan: Option<String>,
+    /// The packs to buy, in hours (`topup`).
+    pub packs: Vec<i64>,
+    /// The cap pay-as-you-go would need (`overage`): over the plan's maximum, it cannot
+    /// cover the shortfall alone.
+    #[schema(value_type = Option<String>)]
+    pub cap_needed: Option<String>,
+    /// Whether this way covers the whole shortfall.
+    pub covers: bool,
+}
+
+/// Past the plan by the period's end, at this pace: how far, and each way on, cheapest
+/// that covers first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct WaysOn {
+    /// Agent seconds the projection needs beyond the plan and the grants in force.
+    pub shortfall_seconds: i64,
+    pub ways: Vec<Way>,
+    /// The cheapest way that covers the shortfall (`null` when there is none to cover).
+    pub cheapest: Option<WayKind>,
+}
+
+/// What an org past (or heading past) its plan can do: move up a plan, buy top-up packs,
+/// or pay as it goes, each priced for the shortfall its projections show beyond its
+/// ceilings and its grants (`grant_seconds` left).
+pub fn ways_on(
+    plans: &Plans,
+    current: &Plan,
+    month: &Projection,
+    week: &Projection,
+    grant_seconds: i64,
+) -> WaysOn {
+    let past = |p: &Projection| (p.projected_seconds.max(p.used_seconds) - p.limit_seconds).max(0);
+    let shortfall = (past(month).max(past(week)) - grant_seconds).max(0);
+    if shortfall == 0 {
+        return WaysOn {
+            shortfall_seconds: 0,
+            ways: Vec::new(),
+            cheapest: None,
+        };
+    }
+    let mut ways = Vec::new();
+    if let Some(p) = suggest(plans, current, month, week, None) {
+        ways.push(Way {
+            kind: WayKind::Upgrade,
+            cost: format!("{:.2}", money(p.price - current.price)),
+            currency: p.currency.clone(),
+            plan: Some(p.id.clone()),
+            packs: Vec::new(),
+            cap_needed: None,
+            covers: true,
+        });
+    }
+    let hours_needed = (shortfall + 3599) / 3600;
+    if let Some(packs) = packs_for(&current.topup_hours, hours_needed) {
+        let bought: i64 = packs.iter().sum();
+        ways.push(Way {
+            kind: WayKind::Topup,
+            cost: format!(
+                "{:.2}",
+                money(Decimal::from(bought) * current.topup_hour_price)
+            ),
+            currency: current.currency.clone(),
+            plan: None,
+            packs,
+            cap_needed: None,
+            covers: true,
+        });
+    }
+    if current.offers_overage() {
+        let cost =
+            money(Decimal::from(shortfall) * current.overage_unit_price / Decimal::from(3600));
+        ways.push(Way {
+            kind: WayKind::Overage,
+            cost: format!("{cost:.2}"),
+            currency: current.currency.clone(),
+            plan: None,
+            packs: Vec::new(),
+            cap_needed: Some(format!("{cost:.2}")),
+            covers: cost <= current.overage_cap_max,
+        });
+    }
+    let cheapest = ways
+        .iter()
+        .filter(|w| w.covers)
+        .min_by(|a, b| {
+            let cost = |w: &Way| w.cost.parse::<Decimal>().unwrap_or(Decimal::MAX);
+            cost(a).cmp(&cost(b))
+        })
+        .map(|w| w.kind);
+    WaysOn {
+        shortfall_seconds: shortfall,
+        ways,
+        cheapest,
+    }
+}
+
+/// The packs (from `sizes`, hours each) whose hours add up to the fewest at or over
+/// `hours`; `None` when the plan sells none.
+fn packs_for(sizes: &[i64], hours: i64) -> Option<Vec<i64>> {
+    let largest = *sizes.iter().max()?;
+    // Whole largest packs first, then the fewest hours that cover the rest (the rest is
+    // below the largest pack, so the search is small).
+    let whole = (hours / largest - 1).max(0);
+    let rest = hours - whole * largest;
+    let limit = rest + largest;
+    // best[h]: the packs reaching exactly h hours with the fewest packs.
+    let mut best: Vec<Option<Vec<i64>>> = vec![None; (limit + 1) as usize];
+    best[0] = Some(Vec::new());
+    for h in 1..=limit {
+        for s in sizes {
+            if *s <= h {
+                if let Some(prev) = &best[(h - s) as usize] {
+                    let mut v = prev.clone();
+                    v.push(*s);
+                    if best[h as usize].as_ref().is_none_or(|b| v.len() < b.len()) {
+                        best[h as usize] = Some(v);
+                    }
+                }
+            }
+        }
+    }
+    let mut packs = (rest..=limit).find_map(|h| best[h as usize].clone())?;
+    packs.extend(std::iter::repeat_n(largest, whole as usize));
+    packs.sort_unstable_by(|a, b| b.cmp(a));
+    Some(packs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +352,63 @@ mod tests {
         );
         let huge = (proj(1000 * 3600, 0), proj(20 * 3600, 0));
         assert_eq!(suggest(&p, free, &huge.0, &huge.1, None), None);
+    }
+
+    #[test]
+    fn packs_cover_the_hours_with_the_fewest_bought() {
+        assert_eq!(packs_for(&[5, 10, 25], 1), Some(vec![5]));
+        assert_eq!(packs_for(&[5, 10, 25], 12), Some(vec![10, 5]));
+        assert_eq!(packs_for(&[5, 10, 25], 26), Some(vec![25, 5]));
+        assert_eq!(packs_for(&[5, 10, 25], 60), Some(vec![25, 25, 10]));
+        assert_eq!(packs_for(&[], 3), None);
+    }
+
+    #[test]
+    fn the_cheapest_way_on_is_named() {
+        let p = plans();
+        let pro = p.get("pro").unwrap();
+        let proj = |used: i64, projected: i64, limit: i64| Projection {
+            used_seconds: used,
+            projected_seconds: projected,
+            limit_seconds: limit,
+            ceiling_at: None,
+            ends_at: 0,
+        };
+        let week = proj(0, 0, pro.weekly_limit_seconds);
+        // 10 hours past the month: a 10-hour top-up (5.50) beats pay-as-you-go (6.00) and
+        // Team (180.00 more).
+        let month = proj(40 * 3600, 50 * 3600, pro.monthly_limit_seconds);
+        let w = ways_on(&p, pro, &month, &week, 0);
+        assert_eq!(w.shortfall_seconds, 10 * 3600);
+        assert_eq!(w.cheapest, Some(WayKind::Topup));
+        let costs: Vec<(WayKind, &str)> =
+            w.ways.iter().map(|x| (x.kind, x.cost.as_str())).collect();
+        assert_eq!(
+            costs,
+            [
+                (WayKind::Upgrade, "180.00"),
+                (WayKind::Topup, "5.50"),
+                (WayKind::Overage, "6.00")
+            ]
+        );
+        // 1 hour past: pay-as-you-go (0.60) beats the smallest pack (2.75).
+        let month = proj(40 * 3600, 41 * 3600, pro.monthly_limit_seconds);
+        assert_eq!(
+            ways_on(&p, pro, &month, &week, 0).cheapest,
+            Some(WayKind::Overage)
+        );
+        // Grants in force cover it: nothing to buy.
+        assert_eq!(ways_on(&p, pro, &month, &week, 3600).shortfall_seconds, 0);
+        // 400 hours past: Team is the only way that covers (the cap stops at 200.00).
+        let month = proj(40 * 3600, 380 * 3600, pro.monthly_limit_seconds);
+        let w = ways_on(&p, pro, &month, &week, 0);
+        assert_eq!(w.cheapest, Some(WayKind::Upgrade));
+        assert!(
+            !w.ways
+                .iter()
+                .find(|x| x.kind == WayKind::Overage)
+                .unwrap()
+                .covers
+        );
     }
 }

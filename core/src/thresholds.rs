@@ -1,14 +1,166 @@
-//! Usage thresholds: when an org's month or week reaches one of its plan's
-//! `prompt_thresholds`, that crossing is notified once (the service records it under its
-//! id and delivers it signed). This says which thresholds a window has reached, how far
-//! the next one is, and what the notification says.
+//! What is notified, once each (the service records it under its key and delivers it
+//! signed): an org's month or week reaching one of its plan's `prompt_thresholds`; its
+//! pay-as-you-go reaching 50, 80 and 100% of its monthly cap; a grant used up; a grant 7
+//! days from expiring. This says which have happened, how far the next threshold is, and
+//! what each notification says.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::funding::{self, Grant, WindowKind};
 use crate::plans::Plan;
 use crate::standing::WindowUsage;
 use crate::time::{format_rfc3339, hours, Secs};
+
+/// A notification to record once: under `(org_id, kind, start, threshold)`, whatever
+/// instance sees it first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    pub org_id: String,
+    /// What it is about: `month`, `week`, `cap`, `grant_used_up:<grant>` or
+    /// `grant_expiring:<grant>` (the store's `window_kind`).
+    pub kind: String,
+    pub start: Secs,
+    pub threshold: i64,
+    pub body: String,
+}
+
+impl Notice {
+    /// Its id: the same on every instance, so the record is once only.
+    pub fn id(&self) -> String {
+        notice_id(&self.org_id, &self.kind, self.start, self.threshold)
+    }
+}
+
+fn notice_id(org_id: &str, kind: &str, start: Secs, threshold: i64) -> String {
+    let key = format!("{org_id}|{kind}|{start}|{threshold}");
+    format!("ntf_{}", &hex::encode(Sha256::digest(key.as_bytes()))[..24])
+}
+
+/// Percentages of the monthly cap at which pay-as-you-go is notified.
+pub const CAP_THRESHOLDS: [u8; 3] = [50, 80, 100];
+
+/// Days before a grant expires at which that is notified.
+pub const EXPIRY_NOTICE_DAYS: i64 = 7;
+
+#[derive(Serialize)]
+struct CapBody<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    created_at: String,
+    org_id: &'a str,
+    month_start: String,
+    month_end: String,
+    threshold_percent: u8,
+    spent: String,
+    monthly_cap: String,
+    currency: &'a str,
+    overage: String,
+}
+
+/// Each threshold of the monthly cap that pay-as-you-go has reached in the month of `now`
+/// (nothing while it is off).
+pub fn cap_notices(
+    org_id: &str,
+    state: &funding::State,
+    overage: &funding::Overage,
+    currency: &str,
+    now: Secs,
+) -> Vec<Notice> {
+    if !state.terms.pay_as_you_go() || state.terms.cap_units <= 0 {
+        return Vec::new();
+    }
+    let w = state.windows_at(now);
+    let units = state.funds(WindowKind::Month, w.month).charge_units;
+    CAP_THRESHOLDS
+        .iter()
+        .filter(|t| i128::from(units) * 100 >= i128::from(**t) * i128::from(state.terms.cap_units))
+        .map(|t| {
+            let id = notice_id(org_id, "cap", w.month.start, i64::from(*t));
+            let body = serde_json::to_string(&CapBody {
+                id: &id,
+                kind: "overage.cap_threshold_crossed",
+                created_at: format_rfc3339(now),
+                org_id,
+                month_start: format_rfc3339(w.month.start),
+                month_end: format_rfc3339(w.month.end),
+                threshold_percent: *t,
+                spent: format!("{:.2}", funding::amount(units)),
+                monthly_cap: format!("{:.2}", overage.monthly_cap),
+                currency,
+                overage: format!("/v1/orgs/{org_id}/overage"),
+            })
+            .expect("a notification serialises");
+            Notice {
+                org_id: org_id.to_owned(),
+                kind: "cap".into(),
+                start: w.month.start,
+                threshold: i64::from(*t),
+                body,
+            }
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct GrantBody<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    created_at: String,
+    org_id: &'a str,
+    grant_id: &'a str,
+    grant_kind: &'static str,
+    seconds: i64,
+    used_seconds: i64,
+    remaining_seconds: i64,
+    remaining_hours: String,
+    expires_at: Option<String>,
+    grants: String,
+}
+
+/// A grant used up, or 7 days (or less) from expiring with time left, as of `now`.
+pub fn grant_notices(g: &Grant, now: Secs) -> Vec<Notice> {
+    let used_up = g.voided_at.is_none() && g.used_seconds >= g.seconds;
+    let expiring = g.voided_at.is_none()
+        && g.remaining() > 0
+        && g.expires_at
+            .is_some_and(|e| now < e && e - now <= EXPIRY_NOTICE_DAYS * 86_400);
+    [
+        (used_up, "grant_used_up", "grant.used_up"),
+        (expiring, "grant_expiring", "grant.expiring"),
+    ]
+    .into_iter()
+    .filter(|(due, _, _)| *due)
+    .map(|(_, kind, event)| {
+        let kind = format!("{kind}:{}", g.grant_id);
+        let id = notice_id(&g.org_id, &kind, g.created_at, 100);
+        let body = serde_json::to_string(&GrantBody {
+            id: &id,
+            kind: event,
+            created_at: format_rfc3339(now),
+            org_id: &g.org_id,
+            grant_id: &g.grant_id,
+            grant_kind: g.kind.as_str(),
+            seconds: g.seconds,
+            used_seconds: g.used_seconds,
+            remaining_seconds: g.remaining(),
+            remaining_hours: hours(g.remaining()),
+            expires_at: g.expires_at.map(format_rfc3339),
+            grants: format!("/v1/orgs/{}/grants", g.org_id),
+        })
+        .expect("a notification serialises");
+        Notice {
+            org_id: g.org_id.clone(),
+            kind,
+            start: g.created_at,
+            threshold: 100,
+            body,
+        }
+    })
+    .collect()
+}
 
 /// A window's usage at or past one of its plan's thresholds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,11 +178,23 @@ pub struct Crossing {
 impl Crossing {
     /// Its key, and its id: the same on every instance, so the record is once only.
     pub fn id(&self) -> String {
-        let key = format!(
-            "{}|{}|{}|{}",
-            self.org_id, self.window, self.start, self.threshold
-        );
-        format!("ntf_{}", &hex::encode(Sha256::digest(key.as_bytes()))[..24])
+        notice_id(
+            &self.org_id,
+            self.window,
+            self.start,
+            i64::from(self.threshold),
+        )
+    }
+
+    /// The notification it makes at `now`.
+    pub fn notice(&self, now: Secs) -> Notice {
+        Notice {
+            org_id: self.org_id.clone(),
+            kind: self.window.to_owned(),
+            start: self.start,
+            threshold: i64::from(self.threshold),
+            body: body(self, now),
+        }
     }
 }
 
@@ -61,6 +225,23 @@ pub fn crossings(
         }
     }
     out
+}
+
+/// Seconds of pay-as-you-go until the next cap threshold not yet reached in the month of
+/// `now` (`i64::MAX` while it is off or none is left).
+pub fn cap_room_to_next(state: &funding::State, now: Secs) -> i64 {
+    if !state.terms.pay_as_you_go() {
+        return i64::MAX;
+    }
+    let w = state.windows_at(now);
+    let units = state.funds(WindowKind::Month, w.month).charge_units;
+    CAP_THRESHOLDS
+        .iter()
+        .map(|t| i128::from(*t) * i128::from(state.terms.cap_units) / 100 - i128::from(units))
+        .filter(|r| *r > 0)
+        .map(|r| i64::try_from(r / i128::from(state.terms.price_units) + 1).unwrap_or(i64::MAX))
+        .min()
+        .unwrap_or(i64::MAX)
 }
 
 /// Seconds until the lowest threshold not yet reached, over both windows.

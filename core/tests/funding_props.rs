@@ -33,6 +33,7 @@ fn grant() -> impl Strategy<Value = Grant> {
             idempotency_key: None,
             created_at: created,
             voided_at: None,
+            used_up_at: None,
         })
 }
 

@@ -23,9 +23,16 @@ CREATE TABLE grants (
     idempotency_key TEXT,
     created_at      BIGINT NOT NULL,
     voided_at       BIGINT,
+    -- When (in ledger time) its last second was used.
+    used_up_at      BIGINT,
     PRIMARY KEY (org_id, grant_id),
     UNIQUE (org_id, idempotency_key)
 );
+
+-- The notifier's look for grants used up lately or about to expire (every few seconds).
+CREATE INDEX grants_used_up ON grants (used_up_at) WHERE used_up_at IS NOT NULL;
+CREATE INDEX grants_expiring ON grants (expires_at)
+    WHERE voided_at IS NULL AND expires_at IS NOT NULL;
 
 -- What each of an org's windows (its billing month, its ISO week) has funded, by source,
 -- as booked: the ceilings count plan_seconds, the cap charge_units (price-seconds in

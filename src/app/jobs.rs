@@ -18,7 +18,7 @@ pub fn start(
     s: &Services,
     config: &Config,
     watch: Watch,
-    crossings: Option<mpsc::Receiver<rush_meter_core::thresholds::Crossing>>,
+    crossings: Option<mpsc::Receiver<rush_meter_core::thresholds::Notice>>,
     stop: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let mut jobs = vec![

@@ -1,9 +1,11 @@
-//! Usage-threshold notifications: when an org's month or week passes one of its plan's
-//! `prompt_thresholds` (`rush_meter_core::thresholds`), a signed JSON notification is
+//! Notifications (`rush_meter_core::thresholds`): when an org's month or week passes one
+//! of its plan's `prompt_thresholds`, its pay-as-you-go passes 50, 80 or 100% of its cap,
+//! a grant is used up or comes within 7 days of expiring, a signed JSON notification is
 //! POSTed to the configured URL.
 //!
 //! - Detection: every heartbeat commit reads its orgs' standing (ingest.rs `advise`);
-//!   `Watch::observe` turns each threshold at or below the usage into a crossing.
+//!   `Watch::observe` turns each threshold at or below the usage into a notice. Grants are
+//!   looked at every 5 s.
 //! - Once per threshold per window: the crossing is recorded under the key (org, window,
 //!   window start, threshold); a second record of it, from any instance, is a no-op.
 //! - Delivery: recorded notifications are taken with `SKIP LOCKED` by any instance and
@@ -18,7 +20,9 @@ use std::time::Duration;
 
 use rush_meter_core::retry::{backoff, MAX_ATTEMPTS};
 use rush_meter_core::standing::Standing;
-use rush_meter_core::thresholds::{body, crossings, room_to_next, Crossing};
+use rush_meter_core::thresholds::{
+    cap_notices, cap_room_to_next, crossings, grant_notices, room_to_next, Notice,
+};
 use rush_meter_core::time::Secs;
 use secrecy::ExposeSecret;
 use tokio::sync::{mpsc, watch};
@@ -49,7 +53,7 @@ const HOLD: Secs = TAKE * TIMEOUT.as_secs() as Secs + 60;
 pub struct Watch(Option<Arc<WatchInner>>);
 
 struct WatchInner {
-    tx: mpsc::Sender<Crossing>,
+    tx: mpsc::Sender<Notice>,
     /// Crossings handed on already: an org past 80% is seen on every commit after.
     seen: Mutex<HashSet<String>>,
 }
@@ -59,7 +63,7 @@ struct WatchInner {
 const SEEN_MAX: usize = 100_000;
 
 impl Watch {
-    pub fn new() -> (Watch, mpsc::Receiver<Crossing>) {
+    pub fn new() -> (Watch, mpsc::Receiver<Notice>) {
         let (tx, rx) = mpsc::channel(1024);
         let inner = WatchInner {
             tx,
@@ -68,22 +72,41 @@ impl Watch {
         (Watch(Some(Arc::new(inner))), rx)
     }
 
-    /// Note the thresholds an org's standing has reached. Never waits: with the queue
-    /// full a crossing is dropped from memory and picked up again on a later commit.
+    /// Note the thresholds an org's standing has reached: its plan's windows and its
+    /// pay-as-you-go's cap.
     pub fn observe(&self, s: &Standing) {
+        if self.0.is_none() {
+            return;
+        }
+        let windows = crossings(&s.org.org_id, &s.plan, &s.month, &s.week)
+            .into_iter()
+            .map(|c| c.notice(s.at));
+        let cap = cap_notices(
+            &s.org.org_id,
+            &s.funding,
+            &s.org.overage,
+            &s.plan.currency,
+            s.at,
+        );
+        for n in windows.chain(cap) {
+            self.hand_on(n);
+        }
+    }
+
+    /// Hand a notice to the notifier once. Never waits: with the queue full it is dropped
+    /// from memory and picked up again when next seen.
+    fn hand_on(&self, n: Notice) {
         let Some(inner) = &self.0 else { return };
-        for c in crossings(&s.org.org_id, &s.plan, &s.month, &s.week) {
-            let id = c.id();
-            let mut seen = inner.seen.lock().expect("seen lock");
-            if seen.contains(&id) {
-                continue;
-            }
-            if seen.len() >= SEEN_MAX {
-                seen.clear();
-            }
-            if inner.tx.try_send(c).is_ok() {
-                seen.insert(id);
-            }
+        let id = n.id();
+        let mut seen = inner.seen.lock().expect("seen lock");
+        if seen.contains(&id) {
+            return;
+        }
+        if seen.len() >= SEEN_MAX {
+            seen.clear();
+        }
+        if inner.tx.try_send(n).is_ok() {
+            seen.insert(id);
         }
     }
 
@@ -93,7 +116,7 @@ impl Watch {
         if self.0.is_none() {
             return i64::MAX;
         }
-        room_to_next(&s.plan, &s.month, &s.week)
+        room_to_next(&s.plan, &s.month, &s.week).min(cap_room_to_next(&s.funding, s.at))
     }
 
     /// Forget a crossing that could not be recorded, so a later commit tries again.
@@ -145,25 +168,16 @@ impl Notifier {
             .inc();
     }
 
-    async fn record(&self, c: &Crossing) {
+    async fn record(&self, n: &Notice) {
         let now = self.clock.now();
-        let id = c.id();
-        let threshold = i64::from(c.threshold);
+        let id = n.id();
         match self
             .db
-            .insert_notification(
-                &c.org_id,
-                c.window,
-                c.start,
-                threshold,
-                &id,
-                &body(c, now),
-                now,
-            )
+            .insert_notification(&n.org_id, &n.kind, n.start, n.threshold, &id, &n.body, now)
             .await
         {
             Ok(true) => {
-                tracing::info!(org_id = %c.org_id, window = c.window, threshold = c.threshold, id = %id, "usage threshold crossed");
+                tracing::info!(org_id = %n.org_id, kind = %n.kind, threshold = n.threshold, id = %id, "notification recorded");
                 self.count("recorded");
             }
             Ok(false) => {}
@@ -239,18 +253,43 @@ impl Notifier {
     }
 }
 
+/// How often grants are looked at for ones used up or about to expire.
+const GRANT_SCAN: Duration = Duration::from_secs(5);
+
+/// Grants used up this long ago or less are still notified (once: the record is keyed).
+const USED_UP_WITHIN: Secs = 86_400;
+
+impl Notifier {
+    /// Hand on every grant used up lately, or 7 days or less from expiring.
+    async fn scan_grants(&self) -> StoreResult<()> {
+        let now = self.clock.now();
+        for g in self.db.grants_to_notify(now, now - USED_UP_WITHIN).await? {
+            for n in grant_notices(&g, now) {
+                self.watch.hand_on(n);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Record what the watch hands on and deliver what is due, until `stop`.
 pub async fn run(
     n: Notifier,
-    mut crossings: mpsc::Receiver<Crossing>,
+    mut notices: mpsc::Receiver<Notice>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut scan = tokio::time::interval(GRANT_SCAN);
     loop {
         tokio::select! {
-            c = crossings.recv() => match c {
+            c = notices.recv() => match c {
                 Some(c) => n.record(&c).await,
                 None => return,
             },
+            _ = scan.tick() => {
+                if let Err(e) = n.scan_grants().await {
+                    tracing::warn!(error = %e, "looking for grants to notify failed; will retry");
+                }
+            }
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.changed() => return,
         }

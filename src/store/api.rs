@@ -223,6 +223,9 @@ pub trait FundingStore: Send + Sync {
         from: Secs,
         to: Secs,
     ) -> StoreResult<BTreeMap<Source, (i64, i64)>>;
+    /// Grants to notify about at `now`: used up since `since`, or 7 days or less from
+    /// expiring with time left (not voided); at most 1,000.
+    async fn grants_to_notify(&self, now: Secs, since: Secs) -> StoreResult<Vec<Grant>>;
     /// Set an org's pay-as-you-go; `None` if the org does not exist.
     async fn set_overage(
         &self,

@@ -313,8 +313,8 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
          fw AS (INSERT INTO funding_windows ({FUNDING_WINDOW_COLUMNS}) \
                SELECT * FROM UNNEST($33::text[], $34::text[], $35::int8[], $36::int8[], $37::int8[], \
                  $38::int8[], $39::int8[], $40::int8[], $41::int8[]){FUNDING_WINDOW_UPSERT}), \
-         g AS (UPDATE grants SET used_seconds = u.used \
-               FROM UNNEST($42::text[], $43::text[], $44::int8[]) AS u(org_id, grant_id, used) \
+         g AS (UPDATE grants SET used_seconds = u.used, used_up_at = u.used_up_at \
+               FROM UNNEST($42::text[], $43::text[], $44::int8[], $52::int8[]) AS u(org_id, grant_id, used, used_up_at) \
                WHERE grants.org_id = ANY($45) AND grants.org_id = u.org_id AND grants.grant_id = u.grant_id), \
          fh AS (INSERT INTO funding_hourly (org_id, hour, source, grant_id, seconds, charge_units) \
                SELECT * FROM UNNEST($46::text[], $47::int8[], $48::text[], $49::text[], $50::int8[], \
@@ -358,6 +358,7 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
         .bind(col(f.hourly.keys(), |(_, _, _, g)| g.clone()))
         .bind(col(f.hourly.values(), |(s, _)| *s))
         .bind(col(f.hourly.values(), |(_, u)| *u))
+        .bind(col(&f.grants, |g| g.used_up_at))
         .execute(&mut **tx)
         .await?;
     Ok(())

@@ -201,10 +201,13 @@ async fn write_funding(tx: &mut Tx, f: &Funding) -> StoreResult<()> {
         once(&mut q).execute(&mut **tx).await?;
     }
     for g in &f.grants {
-        sqlx::query("UPDATE grants SET used_seconds = $1 WHERE org_id = $2 AND grant_id = $3")
+        sqlx::query(
+            "UPDATE grants SET used_seconds = $1, used_up_at = $4 WHERE org_id = $2 AND grant_id = $3",
+        )
             .bind(g.used_seconds)
             .bind(&g.org_id)
             .bind(&g.grant_id)
+            .bind(g.used_up_at)
             .execute(&mut **tx)
             .await?;
     }

@@ -320,6 +320,7 @@ mod tests {
             idempotency_key: None,
             created_at: 0,
             voided_at: None,
+            used_up_at: None,
         });
         with_grant.holds_grants = true;
         assert_eq!(spent(&with_grant, NOW), None);

@@ -143,6 +143,9 @@ pub struct UpgradePrompt {
     /// The cheapest plan that holds the projection; `null` when none is needed or none does.
     suggested_plan: Option<SuggestedPlan>,
     checkout: Option<CheckoutCall>,
+    /// Past the plan by the period's end at this pace: the next plan, top-up packs and
+    /// pay-as-you-go priced for the shortfall, and the cheapest that covers it.
+    ways_on: rush_meter_core::prompt::WaysOn,
     #[schema(format = DateTime)]
     as_of: String,
 }
@@ -313,7 +316,7 @@ pub async fn get_upgrade_prompt(
     State(state): State<AppState>,
     OrgReader { org_id, .. }: OrgReader,
 ) -> ApiResult<Json<UpgradePrompt>> {
-    use rush_meter_core::prompt::{project, reasons, suggest, PromptReason};
+    use rush_meter_core::prompt::{project, reasons, suggest, ways_on, PromptReason};
     let now = state.clock.now();
     let s = standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules)
         .await?
@@ -332,7 +335,15 @@ pub async fn get_upgrade_prompt(
     let suggested = (!why.is_empty())
         .then(|| suggest(&state.plans, &s.plan, &month, &week, need))
         .flatten();
+    let ways = ways_on(
+        &state.plans,
+        &s.plan,
+        &month,
+        &week,
+        s.funding.grant_room(now),
+    );
     Ok(Json(UpgradePrompt {
+        ways_on: ways,
         show: !why.is_empty(),
         reasons: why,
         projection: Projections { month, week },

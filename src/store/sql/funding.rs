@@ -82,6 +82,7 @@ impl<'r> sqlx::FromRow<'r, Row> for FundingRow {
                     idempotency_key: None,
                     created_at,
                     voided_at: None,
+                    used_up_at: None,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()?;
@@ -242,6 +243,7 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Grant> {
             idempotency_key: row.try_get("idempotency_key")?,
             created_at: row.try_get("created_at")?,
             voided_at: row.try_get("voided_at")?,
+            used_up_at: row.try_get("used_up_at")?,
         }))
     }
 }
@@ -331,6 +333,22 @@ impl FundingStore for Backend {
                 Ok((source, (s, u)))
             })
             .collect()
+    }
+
+    async fn grants_to_notify(&self, now: Secs, since: Secs) -> StoreResult<Vec<Grant>> {
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Grant>>(
+                "SELECT * FROM grants WHERE voided_at IS NULL AND ( \
+                   (used_up_at IS NOT NULL AND used_up_at >= $2) OR \
+                   (used_seconds < seconds AND expires_at > $1 AND expires_at <= $1 + $3)) \
+                 LIMIT 1000",
+            )
+            .bind(now)
+            .bind(since)
+            .bind(rush_meter_core::thresholds::EXPIRY_NOTICE_DAYS * 86_400)
+            .fetch_all(self.read())
+            .await?,
+        ))
     }
 
     async fn list_grants(&self, org_id: &str) -> StoreResult<Vec<Grant>> {
