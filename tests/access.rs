@@ -72,6 +72,12 @@ const ROUTES: &[Route] = &[
         grants: &[],
     },
     Route {
+        method: "POST",
+        path: "/v1/orgs/{org}/topups",
+        body: |_, _| Some(json!({"hours": 5})),
+        grants: &[],
+    },
+    Route {
         method: "GET",
         path: "/v1/orgs/{org}/overage",
         body: none,

@@ -8,41 +8,8 @@ use common::*;
 use rush_meter::tokens::Scope;
 use serde_json::{json, Value};
 
-/// A plan small enough to spend in a test: 180 s a week, 360 s a month, 30 s of grace;
-/// pay-as-you-go at 3.60 an hour (a tenth of a cent a second) capped at up to 1.00.
-const MINI: &str = r#"
-id = "mini"
-name = "Mini"
-price = "1.00"
-currency = "usd"
-monthly_agent_hours = 0.1
-weekly_agent_hours = 0.05
-concurrency_default = 10
-concurrency_max = 20
-ceiling_grace_seconds = 30
-overage_unit_price = "3.60"
-overage_cap_max = "1.00"
-topup_hours = [1, 2]
-topup_hour_price = "1.00"
-"#;
-
-const FREE: &str = r#"
-id = "free"
-name = "Free"
-price = "0.00"
-currency = "usd"
-monthly_agent_hours = 5
-weekly_agent_hours = 2
-concurrency_default = 4
-concurrency_max = 4
-upgrade_to = "mini"
-"#;
-
 fn plans_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("free.toml"), FREE).unwrap();
-    std::fs::write(dir.path().join("mini.toml"), MINI).unwrap();
-    dir
+    mini_plans()
 }
 
 async fn start(backend: Backend, dir: &tempfile::TempDir) -> Option<TestServer> {
@@ -312,7 +279,7 @@ async fn sources_in_order(backend: Backend) {
     assert_eq!(line["grace_seconds"].as_i64(), Some(grace));
     assert_eq!(
         (line["amount"].as_str(), line["overage_hours"].as_str()),
-        (Some("1.10"), Some("0.0278")),
+        (Some("20.10"), Some("0.0278")),
         "{line}"
     );
     let (_, _, before) = srv

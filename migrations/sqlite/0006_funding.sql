@@ -50,6 +50,10 @@ CREATE TABLE funding_windows (
     PRIMARY KEY (org_id, kind, window_start)
 );
 
+-- The windows whose pay-as-you-go is due to be charged (the billing job's look).
+CREATE INDEX funding_windows_overage ON funding_windows (window_end)
+    WHERE kind = 'month' AND overage_seconds > 0;
+
 -- Billed seconds that the plan did not pay for, by UTC hour, source and grant ('' for
 -- none); an hour's plan seconds are the rest of org_hourly's.
 CREATE TABLE funding_hourly (

@@ -30,6 +30,7 @@ pub fn start(
         )),
         tokio::spawn(stripe_events(s.clone(), stop.clone())),
         tokio::spawn(statistics(s.clone(), stop.clone())),
+        tokio::spawn(overage(s.clone(), stop.clone())),
     ];
     if let (Some(notify), Some(rx)) = (&config.notify, crossings) {
         let notifier = Notifier::new(
@@ -52,6 +53,25 @@ pub fn start(
         jobs.push(tokio::spawn(reconcile(s.clone(), every, stop.clone())));
     }
     jobs
+}
+
+/// How long after a billing window ends its pay-as-you-go is charged by this job, if no
+/// invoice took it before (Stripe keeps a renewal invoice a draft for about an hour).
+const OVERAGE_SETTLE: Secs = 2 * 3600;
+
+/// Charge the pay-as-you-go of ended windows (`billing::funding::charge_due`). Orgs that do
+/// not pay through Stripe have theirs closed all the same: the window's funding is final.
+async fn overage(s: Services, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = stop.changed() => return,
+        }
+        let before = s.clock.now() - OVERAGE_SETTLE;
+        if let Err(e) = crate::billing::funding::charge_due(&s.billing, before, None).await {
+            tracing::warn!(error = %e, "charging pay-as-you-go failed; will retry");
+        }
+    }
 }
 
 /// Give the hot tables their first planner statistics as soon as they hold rows, then

@@ -44,6 +44,12 @@ pub struct CheckoutSession {
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct InvoiceItem {
+    pub id: String,
+    pub invoice: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 pub struct PortalSession {
     pub url: String,
 }
@@ -64,6 +70,9 @@ pub struct InvoiceLine {
     #[serde(default)]
     pub amount: i64,
     pub period: Option<LinePeriod>,
+    /// An invoice item's metadata, carried onto its line: pay-as-you-go's names its window.
+    #[serde(default)]
+    pub metadata: HashMap<String, String>,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -268,6 +277,76 @@ impl StripeApi {
         self.send(req.build(), Some(idempotency_key)).await
     }
 
+    /// A Checkout Session in payment mode for `hours` agent-hours at `unit_cents` each: a
+    /// top-up. Its metadata names the org and the hours, so that the paid session's event
+    /// says what to grant.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create_topup_session(
+        &self,
+        customer: &str,
+        org_id: &str,
+        hours: i64,
+        unit_cents: i64,
+        currency: &str,
+        return_url: &str,
+        idempotency_key: &str,
+    ) -> StripeResult<CheckoutSession> {
+        use stripe_checkout::checkout_session::{
+            CreateCheckoutSession, CreateCheckoutSessionLineItems,
+            CreateCheckoutSessionLineItemsPriceData, ProductData,
+        };
+        let mut price = CreateCheckoutSessionLineItemsPriceData::new(currency_code(currency));
+        price.unit_amount = Some(unit_cents);
+        price.product_data = Some(ProductData::new("Agent-hours (top-up)"));
+        let mut item = CreateCheckoutSessionLineItems::new();
+        item.price_data = Some(price);
+        item.quantity = Some(hours as u64);
+        let sep = if return_url.contains('?') { '&' } else { '?' };
+        let req = CreateCheckoutSession::new()
+            .mode(stripe_checkout::CheckoutSessionMode::Payment)
+            .customer(customer)
+            .client_reference_id(org_id)
+            .line_items(vec![item])
+            .metadata(HashMap::from([
+                ("org_id".to_owned(), org_id.to_owned()),
+                ("rush_meter_kind".to_owned(), "topup".to_owned()),
+                ("hours".to_owned(), hours.to_string()),
+            ]))
+            .success_url(format!("{return_url}{sep}topup=success"))
+            .cancel_url(format!("{return_url}{sep}topup=cancel"));
+        self.send(req.build(), Some(idempotency_key)).await
+    }
+
+    /// An invoice item for pay-as-you-go: on `invoice` (a draft) when given, else pending
+    /// on the customer for its subscription's next invoice. The metadata names the org and
+    /// the window it charges, so that the invoice report finds it.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create_overage_item(
+        &self,
+        customer: &str,
+        subscription: Option<&str>,
+        invoice: Option<&str>,
+        cents: i64,
+        currency: &str,
+        description: &str,
+        metadata: HashMap<String, String>,
+        idempotency_key: &str,
+    ) -> StripeResult<InvoiceItem> {
+        let mut req = stripe_billing::invoice_item::CreateInvoiceItem::new()
+            .customer(customer)
+            .amount(cents)
+            .currency(currency_code(currency))
+            .description(description)
+            .metadata(metadata);
+        if let Some(s) = subscription {
+            req = req.subscription(s);
+        }
+        if let Some(i) = invoice {
+            req = req.invoice(i);
+        }
+        self.send(req.build(), Some(idempotency_key)).await
+    }
+
     /// Move a subscription's item to another price (or legacy plan). An upgrade is
     /// prorated and invoiced at once; `prorate = false` changes it without proration (a
     /// downgrade applied at the period's end).
@@ -351,6 +430,15 @@ impl StripeApi {
             req = req.starting_after(after);
         }
         self.send(req.build(), None).await
+    }
+}
+
+/// An ISO currency code as async-stripe takes it (every string is one: unknown codes are
+/// kept as they are).
+fn currency_code(code: &str) -> stripe_types::Currency {
+    match code.parse() {
+        Ok(c) => c,
+        Err(never) => match never {},
     }
 }
 

@@ -25,7 +25,12 @@ pub enum Change {
 /// Record an outbound write before it is sent, and its idempotency key: the key of an
 /// unfinished request for the same operation and target (a retry after a crash, which
 /// Stripe then replays), else a new one.
-async fn begin(b: &Billing, org_id: &str, operation: &str, target: &str) -> BillingResult<String> {
+pub(super) async fn begin(
+    b: &Billing,
+    org_id: &str,
+    operation: &str,
+    target: &str,
+) -> BillingResult<String> {
     if let Some(open) = b.db.open_stripe_request(org_id, operation, target).await? {
         return Ok(open.idempotency_key);
     }
@@ -42,7 +47,7 @@ async fn begin(b: &Billing, org_id: &str, operation: &str, target: &str) -> Bill
 }
 
 /// Close a recorded request with Stripe's answer.
-async fn settle<T>(
+pub(super) async fn settle<T>(
     b: &Billing,
     org_id: &str,
     key: &str,
@@ -61,7 +66,7 @@ async fn settle<T>(
 
 /// A refusal closes the request, so the next attempt is a new request with a new key; one
 /// left unanswered stays open, for a retry with the same key.
-async fn failed(b: &Billing, org_id: &str, key: &str, e: StripeFailure) -> BillingError {
+pub(super) async fn failed(b: &Billing, org_id: &str, key: &str, e: StripeFailure) -> BillingError {
     if matches!(
         e,
         StripeFailure::Refused { .. } | StripeFailure::NotFound(_)

@@ -151,6 +151,18 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> BillingResult<Outcome> {
         .map_err(|e| BillingError::Unmatched(format!("stored event does not parse: {e}")))?;
     let object = &env.data.object;
     let kind = env.kind.as_str();
+    let payment_mode = object.get("mode").and_then(|m| m.as_str()) == Some("payment");
+    if payment_mode
+        && matches!(
+            kind,
+            "checkout.session.completed" | "checkout.session.async_payment_succeeded"
+        )
+    {
+        return super::funding::topup_paid(b, object).await;
+    }
+    if kind == "invoice.created" {
+        attach_overage(b, object).await?;
+    }
     let about_subscription = kind.starts_with("customer.subscription.")
         || kind.starts_with("invoice.")
         || kind == "checkout.session.completed";
@@ -196,6 +208,26 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> BillingResult<Outcome> {
         return linked(b.link_customer(&org, customer).await, org);
     }
     Ok(Outcome::Ignored(format!("type {kind} is not acted on")))
+}
+
+/// A draft invoice of an org's subscription takes the pay-as-you-go of every window that
+/// has ended (Stripe keeps a renewal invoice a draft for about an hour); windows it misses
+/// are charged on the next invoice by the billing job.
+async fn attach_overage(b: &Billing, invoice: &serde_json::Value) -> BillingResult<()> {
+    let draft = invoice.get("status").and_then(|s| s.as_str()) == Some("draft");
+    let (Some(id), Some(customer)) = (
+        invoice.get("id").and_then(|v| v.as_str()),
+        invoice.get("customer").and_then(|v| v.as_str()),
+    ) else {
+        return Ok(());
+    };
+    if !draft {
+        return Ok(());
+    }
+    if let Some(org) = b.db.org_by_stripe_customer(customer).await? {
+        super::funding::charge_due(b, b.clock.now(), Some((&org.org_id, id))).await?;
+    }
+    Ok(())
 }
 
 /// What linking a customer came to: a customer naming an org that does not exist, or one

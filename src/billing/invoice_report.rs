@@ -23,6 +23,10 @@ pub struct Line {
     pub invoices: usize,
     /// `stripe_invoiced - ledger_owes`.
     pub difference: Decimal,
+    /// Of `ledger_owes`: pay-as-you-go of the billing windows that start in the month.
+    pub overage_owed: Decimal,
+    /// Of `stripe_invoiced`: the pay-as-you-go items Stripe holds for those windows.
+    pub overage_invoiced: Decimal,
 }
 
 /// `YYYY-MM` as its calendar month; the month must have ended by `now`.
@@ -52,17 +56,32 @@ pub fn seconds_in(hourly: &[(Secs, i64)], month: Interval) -> i64 {
         .sum()
 }
 
-/// What an invoice charges for service that starts in `month`, in cents.
-pub fn cents_for(inv: &super::api::Invoice, month: Interval) -> i64 {
-    inv.lines
-        .data
-        .iter()
-        .filter(|l| {
-            l.period
-                .is_some_and(|p| p.start >= month.start && p.start < month.end)
-        })
-        .map(|l| l.amount)
-        .sum()
+/// The billing window a pay-as-you-go line charges (its item's metadata), if it is one.
+fn overage_window(l: &super::api::InvoiceLine) -> Option<Secs> {
+    (l.metadata.get("rush_meter_kind").map(String::as_str) == Some("overage"))
+        .then(|| l.metadata.get("window_start")?.parse().ok())
+        .flatten()
+}
+
+/// What an invoice charges for service that starts in `month`, in cents: the plan's lines
+/// by their period, pay-as-you-go by the window it charges (its line's own period is when
+/// the item was made). The second figure is the pay-as-you-go part.
+pub fn cents_for(inv: &super::api::Invoice, month: Interval) -> (i64, i64) {
+    let mut all = 0;
+    let mut overage = 0;
+    for l in &inv.lines.data {
+        let start = match overage_window(l) {
+            Some(w) => Some(w),
+            None => l.period.map(|p| p.start),
+        };
+        if start.is_some_and(|s| s >= month.start && s < month.end) {
+            all += l.amount;
+            if overage_window(l).is_some() {
+                overage += l.amount;
+            }
+        }
+    }
+    (all, overage)
 }
 
 /// Cents as currency units.
@@ -82,6 +101,7 @@ pub async fn invoice_report(
         let hourly = b.db.hourly_totals(&org.org_id).await?;
         let seconds = seconds_in(&hourly, month);
         let mut invoiced = 0_i64;
+        let mut overage_invoiced = 0_i64;
         let mut count = 0;
         if let Some(customer) = &org.stripe_customer_id {
             let mut after: Option<String> = None;
@@ -94,9 +114,10 @@ pub async fn invoice_report(
                     .filter(|i| seen.insert(i.id.clone()))
                     .collect();
                 for inv in fresh.iter().filter(|i| i.status.as_deref() != Some("void")) {
-                    let cents = cents_for(inv, month);
+                    let (cents, overage) = cents_for(inv, month);
                     if cents != 0 {
                         invoiced += cents;
+                        overage_invoiced += overage;
                         count += 1;
                     }
                 }
@@ -109,8 +130,15 @@ pub async fn invoice_report(
         let (plan, _) = org.subscribed_plan(&b.plans);
         let paid_through_stripe =
             org.stripe_subscription_id.is_some() && !plan.stripe_prices.is_empty();
+        let overage_owed: Decimal =
+            b.db.overage_charges(&org.org_id)
+                .await?
+                .iter()
+                .filter(|c| c.window_start >= month.start && c.window_start < month.end)
+                .filter_map(|c| c.amount.parse::<Decimal>().ok())
+                .sum();
         let owes = if paid_through_stripe {
-            plan.price
+            plan.price + overage_owed
         } else {
             Decimal::ZERO
         };
@@ -125,6 +153,12 @@ pub async fn invoice_report(
             ledger_owes: owes,
             stripe_invoiced,
             invoices: count,
+            overage_owed: if paid_through_stripe {
+                overage_owed
+            } else {
+                Decimal::ZERO
+            },
+            overage_invoiced: from_cents(overage_invoiced),
         });
         progress(&org.org_id);
     }
@@ -170,6 +204,16 @@ mod tests {
             ]}
         }))
         .unwrap();
-        assert_eq!(cents_for(&inv, oct), 1500);
+        assert_eq!(cents_for(&inv, oct), (1500, 0));
+        // Pay-as-you-go counts for the window its metadata names, not its line's period.
+        let inv: crate::billing::api::Invoice = serde_json::from_value(serde_json::json!({
+            "id": "in_2", "status": "draft",
+            "lines": {"data": [
+                {"amount": 10, "period": {"start": oct.end + 60, "end": oct.end + 60},
+                 "metadata": {"rush_meter_kind": "overage", "window_start": oct.start.to_string()}}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(cents_for(&inv, oct), (10, 10));
     }
 }

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod checkout;
 pub mod events;
+pub mod funding;
 pub mod invoice_report;
 pub mod reconcile;
 pub mod subscription;

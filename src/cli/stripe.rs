@@ -59,6 +59,8 @@ pub async fn invoice_report(config: &Config, period: &str) -> CliResult {
         "stripe_invoiced",
         "invoices",
         "difference",
+        "overage_owed",
+        "overage_invoiced",
     ])
     .map_err(fail)?;
     let mut off = 0;
@@ -75,6 +77,8 @@ pub async fn invoice_report(config: &Config, period: &str) -> CliResult {
             &l.stripe_invoiced.to_string(),
             &l.invoices.to_string(),
             &l.difference.to_string(),
+            &l.overage_owed.to_string(),
+            &l.overage_invoiced.to_string(),
         ])
         .map_err(fail)?;
     }

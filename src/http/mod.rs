@@ -142,6 +142,7 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(funding::post_grant, funding::list_grants))
         .routes(routes!(funding::void_grant))
         .routes(routes!(funding::get_overage, funding::put_overage))
+        .routes(routes!(funding::post_topup))
         .routes(routes!(usage::get_breakdown))
         .routes(routes!(usage::get_upgrade_prompt))
         .routes(routes!(heartbeats::post_heartbeats))

@@ -16,12 +16,12 @@ use rush_meter_core::org::{Key, Org};
 use rush_meter_core::plans::Plans;
 use rush_meter_core::session::Session;
 use rush_meter_core::standing::WindowTotals;
-use rush_meter_core::time::{Secs, Windows};
+use rush_meter_core::time::{Interval, Secs, Windows};
 use tokio::sync::mpsc;
 
 use super::rows::{
-    FrozenOrgRow, LineQuery, NotificationRow, OrgUpsert, PeriodRow, SessionCounts, StripeEventRow,
-    StripeRequestRow, SubscriptionState, TokenRow,
+    FrozenOrgRow, LineQuery, NotificationRow, OrgUpsert, OverageChargeRow, PeriodRow,
+    SessionCounts, StripeEventRow, StripeRequestRow, SubscriptionState, TokenRow,
 };
 use super::StoreResult;
 
@@ -226,6 +226,37 @@ pub trait FundingStore: Send + Sync {
     /// Grants to notify about at `now`: used up since `since`, or 7 days or less from
     /// expiring with time left (not voided); at most 1,000.
     async fn grants_to_notify(&self, now: Secs, since: Secs) -> StoreResult<Vec<Grant>>;
+    /// Month windows that ended by `before` with pay-as-you-go not yet charged, oldest
+    /// first, at most `limit`.
+    async fn due_overage_windows(
+        &self,
+        before: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, Interval)>>;
+    /// Close an ended window's funding and record its pay-as-you-go to charge (`pending`),
+    /// under the org's lock: later time of the window is funded in the next one. Returns
+    /// the record (the one made before, if any); `None` if the window funded nothing.
+    async fn close_overage_window(
+        &self,
+        org_id: &str,
+        window_start: Secs,
+        currency: &str,
+        now: Secs,
+    ) -> StoreResult<Option<OverageChargeRow>>;
+    /// Record how charging went: `charged` (with Stripe's ids) or `none`.
+    async fn finish_overage_charge(
+        &self,
+        org_id: &str,
+        window_start: Secs,
+        state: &str,
+        invoice_id: Option<&str>,
+        item_id: Option<&str>,
+        now: Secs,
+    ) -> StoreResult<()>;
+    /// Charges recorded and not yet sent, oldest first, at most `limit`.
+    async fn pending_overage_charges(&self, limit: i64) -> StoreResult<Vec<OverageChargeRow>>;
+    /// An org's charges, newest first.
+    async fn overage_charges(&self, org_id: &str) -> StoreResult<Vec<OverageChargeRow>>;
     /// Set an org's pay-as-you-go; `None` if the org does not exist.
     async fn set_overage(
         &self,

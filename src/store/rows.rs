@@ -94,6 +94,25 @@ pub struct PeriodRow {
     pub adjustment_seconds: i64,
 }
 
+/// Pay-as-you-go of one billing window, as charged (or to be) through Stripe.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct OverageChargeRow {
+    pub org_id: String,
+    pub window_start: i64,
+    pub window_end: i64,
+    pub overage_seconds: i64,
+    pub charge_units: i64,
+    /// Decimal, in `currency`: the window's overage, rounded once to the cent.
+    pub amount: String,
+    pub currency: String,
+    /// `pending`, `charged` or `none`.
+    pub state: String,
+    pub stripe_invoice_id: Option<String>,
+    pub stripe_invoice_item_id: Option<String>,
+    pub created_at: i64,
+    pub charged_at: Option<i64>,
+}
+
 /// An org's line of a closed period, with the plan's terms frozen as text.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct FrozenOrgRow {

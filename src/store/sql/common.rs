@@ -31,7 +31,7 @@ use super::api::{
     TermsOf,
 };
 use super::{
-    FrozenOrgRow, LineQuery, NotificationRow, OrgUpsert, PeriodRow, Rec, SessionCounts,
+    FrozenOrgRow, OverageChargeRow, LineQuery, NotificationRow, OrgUpsert, PeriodRow, Rec, SessionCounts,
     StoreError, StoreResult, StripeEventRow, StripeRequestRow, TokenRow,
 };
 

@@ -1,0 +1,404 @@
+//! Past the plan, through Stripe: top-ups bought in Checkout (a recording stub: localstripe
+//! has no Checkout) and granted once when paid; pay-as-you-go charged once a billing
+//! window as an invoice item (localstripe), and the invoice report reconciling it to the
+//! cent. On SQLite and PostgreSQL.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::localstripe::{LocalStripe, KEY};
+use common::{eventually, hb, mini_plans, Backend, Options, TestServer, ADMIN};
+use rush_meter::config::StripeConfig;
+use rush_meter_core::signature::sign;
+use secrecy::SecretString;
+use serde_json::{json, Value};
+
+const SECRET: &str = "whsec_rush_meter_test";
+
+/// Requests a stub Stripe was sent: method, path, form body.
+type Sent = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// Stripe as far as a top-up goes: a customer and a Checkout Session; records every call.
+async fn stripe_stub() -> (String, Sent) {
+    use axum::http::{Method, Uri};
+    let sent: Sent = Arc::default();
+    let log = sent.clone();
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri, body: String| {
+        let log = log.clone();
+        async move {
+            let n = {
+                let mut l = log.lock().unwrap();
+                l.push((method.to_string(), uri.path().to_owned(), body));
+                l.len()
+            };
+            let (status, body) = match (method.as_str(), uri.path()) {
+                ("POST", "/v1/customers") => (200, json!({"id": format!("cus_stub{n}"), "object": "customer", "metadata": {}})),
+                ("POST", "/v1/checkout/sessions") => (200, json!({"id": format!("cs_stub{n}"), "url": format!("https://checkout.stripe.test/{n}")})),
+                _ => (404, json!({"error": {"type": "invalid_request_error", "message": "the stub has no such route"}})),
+            };
+            (axum::http::StatusCode::from_u16(status).unwrap(), axum::Json(body))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, sent)
+}
+
+fn stripe_at(base: &str) -> StripeConfig {
+    StripeConfig {
+        secret_key: Some(SecretString::from(KEY)),
+        api_base: base.to_owned(),
+        webhook_secrets: vec![SecretString::from(SECRET)],
+        ..StripeConfig::default()
+    }
+}
+
+async fn start(
+    backend: Backend,
+    dir: &tempfile::TempDir,
+    stripe: StripeConfig,
+    at: i64,
+) -> Option<TestServer> {
+    TestServer::start_with(
+        backend,
+        Options {
+            plans_dir: dir.path().to_path_buf(),
+            stripe,
+            clock_start: at,
+            ..Options::default()
+        },
+    )
+    .await
+}
+
+/// Deliver a Stripe event, signed as Stripe signs it, at the server's time.
+async fn deliver(srv: &TestServer, id: &str, kind: &str, object: Value) -> u16 {
+    let now = srv.clock.now();
+    let body = json!({"id": id, "object": "event", "type": kind, "created": now,
+                      "data": {"object": object}})
+    .to_string();
+    srv.client
+        .post(format!("{}/v1/stripe/webhook", srv.url))
+        .header("Stripe-Signature", sign(SECRET, now, body.as_bytes()))
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+async fn events_done(srv: &TestServer) -> bool {
+    let v = srv
+        .admin("GET", "/v1/admin/stripe/events?state=pending", None)
+        .await;
+    v["events"].as_array().unwrap().is_empty()
+}
+
+async fn purchased(srv: &TestServer) -> Vec<Value> {
+    srv.admin("GET", "/v1/orgs/acme/grants", None).await["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["kind"] == "purchased")
+        .cloned()
+        .collect()
+}
+
+async fn a_top_up_is_bought_in_checkout_and_granted_once_when_paid(backend: Backend) {
+    let dir = mini_plans();
+    let (base, sent) = stripe_stub().await;
+    let Some(srv) = start(backend, &dir, stripe_at(&base), common::T0).await else {
+        return;
+    };
+    srv.create_org("acme", "mini").await;
+    srv.create_org("poor", "free").await;
+    let console = srv
+        .token(&[rush_meter::tokens::Scope::Console], Some("acme"))
+        .await;
+    let before = srv.db.digest().await.unwrap();
+    // Packs the plan does not sell, and a plan that sells none, are refused first.
+    for (org, hours, message) in [
+        ("acme", 3, "packs of 1, 2 hours"),
+        ("poor", 1, "sells no top-ups"),
+    ] {
+        let (status, v) = srv
+            .call(
+                "POST",
+                &format!("/v1/orgs/{org}/topups"),
+                Some(ADMIN),
+                Some(&json!({"hours": hours})),
+            )
+            .await;
+        assert_eq!(
+            (status, v["error"]["field"].as_str()),
+            (422, Some("hours")),
+            "{v}"
+        );
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(message),
+            "{v}"
+        );
+    }
+    assert_eq!(srv.db.digest().await.unwrap(), before);
+    assert!(
+        sent.lock().unwrap().is_empty(),
+        "nothing was sent to Stripe"
+    );
+
+    let (status, t) = srv
+        .call(
+            "POST",
+            "/v1/orgs/acme/topups",
+            Some(&console),
+            Some(&json!({"hours": 2})),
+        )
+        .await;
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(
+        (
+            t["amount"].as_str(),
+            t["currency"].as_str(),
+            t["expires_after_days"].as_i64()
+        ),
+        (Some("2.00"), Some("usd"), Some(365))
+    );
+    let session = t["session_id"].as_str().unwrap().to_owned();
+    {
+        let sent = sent.lock().unwrap();
+        let (_, _, form) = sent
+            .iter()
+            .find(|(_, p, _)| p == "/v1/checkout/sessions")
+            .unwrap();
+        let form = urlencoding_pairs(form);
+        for (k, v) in [
+            ("mode", "payment"),
+            ("line_items[0][quantity]", "2"),
+            ("line_items[0][price_data][unit_amount]", "100"),
+            ("line_items[0][price_data][currency]", "usd"),
+            ("metadata[rush_meter_kind]", "topup"),
+            ("metadata[hours]", "2"),
+            ("metadata[org_id]", "acme"),
+        ] {
+            assert!(
+                form.contains(&(k.to_owned(), v.to_owned())),
+                "{k}={v} not in {form:?}"
+            );
+        }
+    }
+    let paid = |status: &str| {
+        json!({"id": session, "object": "checkout.session", "mode": "payment",
+        "payment_status": status, "status": "complete", "client_reference_id": "acme",
+        "metadata": {"org_id": "acme", "rush_meter_kind": "topup", "hours": "2"}})
+    };
+    // A payment that clears later: nothing yet.
+    assert_eq!(
+        deliver(&srv, "evt_t1", "checkout.session.completed", paid("unpaid")).await,
+        200
+    );
+    eventually(30, "the event is done", || events_done(&srv)).await;
+    assert!(purchased(&srv).await.is_empty());
+    // Cleared, and the event delivered twice, and a completed one after it: one grant.
+    for id in ["evt_t2", "evt_t2", "evt_t3"] {
+        let kind = if id == "evt_t3" {
+            "checkout.session.completed"
+        } else {
+            "checkout.session.async_payment_succeeded"
+        };
+        assert_eq!(deliver(&srv, id, kind, paid("paid")).await, 200);
+    }
+    eventually(30, "the events are done", || events_done(&srv)).await;
+    let grants = purchased(&srv).await;
+    assert_eq!(grants.len(), 1, "{grants:?}");
+    let g = &grants[0];
+    assert_eq!(
+        (g["seconds"].as_i64(), g["status"].as_str()),
+        (Some(7200), Some("active")),
+        "{g}"
+    );
+    assert_eq!(
+        g["expires_at"],
+        rush_meter_core::time::format_rfc3339(srv.clock.now() + 365 * 86_400)
+    );
+    // It funds past the plan like any grant.
+    srv.admin("PUT", "/v1/orgs/acme/keys/k1", Some(json!({})))
+        .await;
+    let (_, d) = srv
+        .call(
+            "POST",
+            "/v1/admissions",
+            Some(ADMIN),
+            Some(&json!({"org_id": "acme", "key_id": "k1", "session_id": "s1", "agent": "codex"})),
+        )
+        .await;
+    assert_eq!(d["remaining"]["grant_seconds"], 7200, "{d}");
+}
+
+/// `a=1&b=2` as pairs, percent-decoded.
+fn urlencoding_pairs(form: &str) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(form.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn real_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backend: Backend) {
+    let dir = mini_plans();
+    let Some(ls) = LocalStripe::start().await else {
+        return;
+    };
+    let now = real_now();
+    let Some(srv) = start(backend, &dir, stripe_at(&ls.url), now).await else {
+        return;
+    };
+    ls.register_webhook(&format!("{}/v1/stripe/webhook", srv.url), SECRET)
+        .await;
+    srv.create_org("acme", "free").await;
+    srv.admin("PUT", "/v1/orgs/acme/keys/k1", Some(json!({})))
+        .await;
+    let customer = ls.customer(Some("acme")).await;
+    ls.subscribe(&customer, "pro_monthly").await;
+    eventually(30, "the subscription makes acme mini", || async {
+        srv.db.get_org("acme").await.unwrap().unwrap().plan_id == "mini"
+    })
+    .await;
+    let org = srv.db.get_org("acme").await.unwrap().unwrap();
+    let window = org
+        .billing_period()
+        .expect("the subscription's period is the month window");
+    srv.admin(
+        "PUT",
+        "/v1/orgs/acme/overage",
+        Some(json!({"enabled": true, "monthly_cap": "0.10"})),
+    )
+    .await;
+    let (_, d) = srv
+        .call(
+            "POST",
+            "/v1/admissions",
+            Some(ADMIN),
+            Some(&json!({"org_id": "acme", "key_id": "k1", "session_id": "s1", "agent": "codex"})),
+        )
+        .await;
+    assert_eq!(d["decision"], "allow", "{d}");
+    // Past the week's 180 s and 100 s of pay-as-you-go (the 0.10 cap), then parked.
+    let mut t = now;
+    let mut seq = 0;
+    loop {
+        srv.clock.set(t);
+        seq += 1;
+        let (status, v) = srv
+            .heartbeats(vec![hb("acme", "s1", seq, "running", t)])
+            .await;
+        assert_eq!(status, 200, "{v}");
+        if v["results"][0]["action"] == "park" {
+            seq += 1;
+            srv.heartbeats(vec![hb("acme", "s1", seq, "parked", t)])
+                .await;
+            break;
+        }
+        t += 15;
+        assert!(t < now + 3600, "never told to park");
+    }
+    let overage = srv.admin("GET", "/v1/orgs/acme/overage", None).await;
+    assert_eq!(
+        (
+            overage["overage_seconds"].as_i64(),
+            overage["spent"].as_str()
+        ),
+        (Some(100), Some("0.10")),
+        "{overage}"
+    );
+
+    // The window ends; two hours on, the billing job charges it: one item of 10 cents.
+    srv.clock.set(window.end + 2 * 3600 + 1);
+    let items = || async {
+        let (_, v) = ls
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/invoiceitems?customer={customer}"),
+                &[],
+            )
+            .await;
+        v["data"].as_array().cloned().unwrap_or_default()
+    };
+    eventually(60, "the window's pay-as-you-go is charged", || async {
+        !items().await.is_empty()
+    })
+    .await;
+    let charged = srv.db.overage_charges("acme").await.unwrap();
+    assert_eq!(charged.len(), 1, "{charged:?}");
+    assert_eq!(
+        (
+            charged[0].state.as_str(),
+            charged[0].amount.as_str(),
+            charged[0].window_start
+        ),
+        ("charged", "0.10", window.start)
+    );
+    let list = items().await;
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(
+        (
+            list[0]["amount"].as_i64(),
+            list[0]["metadata"]["rush_meter_kind"].as_str()
+        ),
+        (Some(10), Some("overage"))
+    );
+    assert_eq!(
+        list[0]["metadata"]["window_start"],
+        window.start.to_string()
+    );
+    // The job runs on: still one charge, one item.
+    srv.clock.set(window.end + 4 * 3600);
+    let settled = srv.db.overage_charges("acme").await.unwrap();
+    eventually(15, "the job ran again", || async {
+        srv.db.overage_charges("acme").await.unwrap() == settled
+    })
+    .await;
+    assert_eq!(items().await.len(), 1);
+
+    // Stripe invoices the pending item (the next invoice of the customer); the report
+    // reconciles it to the cent.
+    ls.post("/v1/invoices", &[("customer", &customer)]).await;
+    let plans = std::sync::Arc::new(rush_meter::config::load_plans(dir.path()).unwrap());
+    let billing = rush_meter::billing::Billing::new(
+        srv.db.clone(),
+        plans,
+        srv.clock.clone(),
+        stripe_at(&ls.url),
+        Default::default(),
+    );
+    let month = rush_meter_core::time::calendar_month(window.start);
+    let lines = rush_meter::billing::invoice_report::invoice_report(&billing, month, |_| {})
+        .await
+        .unwrap();
+    let line = lines.iter().find(|l| l.org_id == "acme").unwrap();
+    assert_eq!(
+        (
+            line.overage_owed.to_string(),
+            line.overage_invoiced.to_string()
+        ),
+        ("0.10".into(), "0.10".into()),
+        "{line:?}"
+    );
+    // localstripe has no clock: an invoice made now bills the subscription's current
+    // period again (Stripe's renewal bills the next one, in the next month). All else
+    // reconciles: the plan's 20.00 and the 0.10 of pay-as-you-go.
+    assert_eq!(
+        (line.ledger_owes.to_string(), line.difference.to_string()),
+        ("20.10".into(), "20.00".into()),
+        "{line:?}"
+    );
+}
+
+every_backend!(
+    a_top_up_is_bought_in_checkout_and_granted_once_when_paid,
+    pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent,
+);
