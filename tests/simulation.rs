@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use common::{fresh_database, Backend};
 use rush_meter::sim::{self, Delivery, Fleet, Params, Reference};
 use rush_meter::store::{Db, OrgUpsert};
+use rush_meter_core::funding::{Grant, GrantKind, Overage, WindowKind};
 use rush_meter_core::heartbeats::Heartbeat;
 use rush_meter_core::ledger::{Interval, Secs};
 
@@ -128,26 +129,119 @@ fn reference_of(fleet: &Fleet) -> Reference {
     r
 }
 
+/// How each org is funded past its plan, by its number: Free with nothing past it; Free
+/// with grants of every kind (one ending mid-run, one starting mid-run, and a top-up
+/// bought mid-run, `TOPUP_AT`); Pro paying as it goes up to a 5.00 cap after a grant; Pro
+/// with nothing past it.
+fn funding_of(o: usize, start: Secs) -> (&'static str, Option<&'static str>, Vec<Grant>) {
+    let grant =
+        |id: &str, kind: GrantKind, hours: i64, priority: i64, from: Secs, until: Option<Secs>| {
+            Grant {
+                org_id: sim::org_name(o),
+                grant_id: format!("grt_{id}_{o}"),
+                kind,
+                seconds: hours * 3600,
+                used_seconds: 0,
+                priority,
+                starts_at: from,
+                expires_at: until,
+                note: None,
+                idempotency_key: None,
+                created_at: start,
+                voided_at: None,
+                used_up_at: None,
+            }
+        };
+    match o % 4 {
+        1 => (
+            "free",
+            None,
+            vec![
+                grant("promo", GrantKind::Promo, 1, 10, start, None),
+                grant(
+                    "make_good",
+                    GrantKind::MakeGood,
+                    2,
+                    10,
+                    start,
+                    Some(start + 36 * 3600),
+                ),
+                grant("trial", GrantKind::Trial, 2, 50, start + 86_400, None),
+            ],
+        ),
+        2 => (
+            "pro",
+            Some("5.00"),
+            vec![grant("promo", GrantKind::Promo, 1, 50, start, None)],
+        ),
+        3 => ("pro", None, vec![]),
+        _ => ("free", None, vec![]),
+    }
+}
+
+/// When the orgs with grants buy a 2-hour top-up, in simulated time after the start.
+const TOPUP_AT: Secs = 36 * 3600 + 1800;
+
+fn topup(o: usize, at: Secs) -> Grant {
+    Grant {
+        org_id: sim::org_name(o),
+        grant_id: format!("grt_topup_{o}"),
+        kind: GrantKind::Purchased,
+        seconds: 2 * 3600,
+        used_seconds: 0,
+        priority: 50,
+        starts_at: at,
+        expires_at: Some(at + 365 * 86_400),
+        note: None,
+        idempotency_key: Some(format!("cs_sim_{o}")),
+        created_at: at,
+        voided_at: None,
+        used_up_at: None,
+    }
+}
+
 /// Feed a fleet to the store as the service would: every request delivered in the same
 /// second committed together, the expiry job every `EXPIRE_EVERY` seconds.
 async fn replay_into(db: &Db, fleet: &Fleet) {
     let rules = fleet.params.rules;
     let plans = common::plans();
+    let start = fleet.params.start;
     for o in 0..fleet.params.orgs {
+        let (plan, cap, grants) = funding_of(o, start);
         db.upsert_org(
             &OrgUpsert {
                 org_id: sim::org_name(o),
+                plan_id: Some(plan.into()),
                 ..Default::default()
             },
-            fleet.params.start,
+            start,
         )
         .await
         .unwrap();
+        if let Some(cap) = cap {
+            let overage = Overage {
+                enabled: true,
+                monthly_cap: cap.parse().unwrap(),
+            };
+            db.set_overage(&sim::org_name(o), &overage, start)
+                .await
+                .unwrap();
+        }
+        for g in grants {
+            db.create_grant(&g).await.unwrap().unwrap();
+        }
     }
+    let mut topups_due = true;
     let mut next_expiry = fleet.params.start + EXPIRE_EVERY;
     let mut i = 0;
     while i < fleet.deliveries.len() {
         let at = fleet.deliveries[i].at();
+        if topups_due && at >= start + TOPUP_AT {
+            for o in (0..fleet.params.orgs).filter(|o| o % 4 == 1) {
+                db.create_grant(&topup(o, at)).await.unwrap().unwrap();
+            }
+            topups_due = false;
+        }
         while next_expiry <= at {
             db.expire_sessions(next_expiry, &rules, &plans, 100_000)
                 .await
@@ -297,6 +391,95 @@ async fn check_store(seed: u64, db: &Db, fleet: &Fleet, reference: &Reference) {
     }
 }
 
+/// Who paid, as the store holds it, against the reference ledger: each window's sources
+/// add up to what the ledger billed in it; the plan pays up to its ceilings, grants up to
+/// what they hold, pay-as-you-go up to its cap in money; what grants paid is what they say
+/// they were used for.
+async fn check_funding(seed: u64, db: &Db, fleet: &Fleet, reference: &Reference) {
+    let hint = replay_hint(seed);
+    let plans = common::plans();
+    let mut sources = [0i64; 4];
+    for o in 0..fleet.params.orgs {
+        let org = sim::org_name(o);
+        let (plan, cap, _) = funding_of(o, fleet.params.start);
+        let plan = plans.get(plan).unwrap();
+        let billed: Vec<&Interval> = reference
+            .sessions
+            .values()
+            .filter(|s| s.org == org)
+            .flat_map(|s| s.billed.iter())
+            .collect();
+        let windows = db.funding_windows_of(&org).await.unwrap();
+        assert!(!windows.is_empty(), "{hint}: {org} funded nothing");
+        let mut grant_seconds = 0;
+        for w in &windows {
+            let want: i64 = billed
+                .iter()
+                .filter_map(|b| b.clip(&w.window))
+                .map(|c| c.len())
+                .sum();
+            assert_eq!(
+                w.funds.total(),
+                want,
+                "{hint}: {org} {:?} {:?} sources against the ledger",
+                w.kind,
+                w.window
+            );
+            let limit = match w.kind {
+                WindowKind::Month => plan.monthly_limit_seconds,
+                WindowKind::Week => plan.weekly_limit_seconds,
+            };
+            assert!(
+                w.funds.plan <= limit,
+                "{hint}: {org} plan paid {} s past {limit}",
+                w.funds.plan
+            );
+            if w.kind == WindowKind::Month {
+                grant_seconds += w.funds.grant;
+                for (i, s) in [w.funds.plan, w.funds.grant, w.funds.overage, w.funds.grace]
+                    .iter()
+                    .enumerate()
+                {
+                    sources[i] += s;
+                }
+                let cap = cap.map_or(rust_decimal::Decimal::ZERO, |c| c.parse().unwrap());
+                assert!(
+                    w.funds.overage_amount() <= cap,
+                    "{hint}: {org} paid {} past its cap {cap}",
+                    w.funds.overage_amount()
+                );
+                if cap.is_zero() {
+                    assert_eq!(
+                        w.funds.overage, 0,
+                        "{hint}: {org} paid as it went without pay-as-you-go"
+                    );
+                }
+            }
+        }
+        let grants = db.list_grants(&org).await.unwrap();
+        for g in &grants {
+            assert!(
+                g.used_seconds <= g.seconds,
+                "{hint}: {org} {} used past what it holds",
+                g.grant_id
+            );
+        }
+        let used: i64 = grants.iter().map(|g| g.used_seconds).sum();
+        assert_eq!(
+            used, grant_seconds,
+            "{hint}: {org} grants' use against the windows' grant seconds"
+        );
+    }
+    eprintln!(
+        "seed {seed}: plan {} s, grants {} s, pay-as-you-go {} s, grace {} s",
+        sources[0], sources[1], sources[2], sources[3]
+    );
+    assert!(
+        sources.iter().all(|s| *s > 0),
+        "{hint}: the fleet exercises every source: {sources:?}"
+    );
+}
+
 /// Seconds of `billed` inside `w`.
 fn clipped(billed: &[Interval], w: Interval) -> i64 {
     billed
@@ -335,7 +518,9 @@ async fn check_readers(
                 .iter()
                 .map(|(_, s)| clipped(&s.billed, month))
                 .sum();
-            for g in ["hour", "day", "session", "project", "user", "agent"] {
+            for g in [
+                "hour", "day", "session", "project", "user", "agent", "funding",
+            ] {
                 let v = srv
                     .admin(
                         "GET",
@@ -459,6 +644,56 @@ async fn check_readers(
             Some(want),
             "{hint}: {org} usage page"
         );
+        // Who paid, the same on the usage page, the breakdown and the export.
+        let (from, to) = (
+            rush_meter_core::time::format_rfc3339(month.start),
+            rush_meter_core::time::format_rfc3339(month.end),
+        );
+        let b = srv
+            .admin(
+                "GET",
+                &format!("/v1/orgs/{org}/usage/breakdown?group_by=funding&from={from}&to={to}"),
+                None,
+            )
+            .await;
+        let row = |k: &str| {
+            b["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["key"] == k)
+                .map_or(0, |r| r["seconds"].as_i64().unwrap())
+        };
+        let (_, _, export) = srv
+            .get_text("/v1/exports/usage?period=2026-12&by=org&format=jsonl", "x")
+            .await;
+        let line: serde_json::Value = export
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|v| v["org_id"] == org.as_str())
+            .unwrap();
+        for (source, page, column) in [
+            ("plan", "plan_seconds", "plan_seconds"),
+            ("grant", "grant_seconds", "grant_seconds"),
+            ("overage", "overage_seconds", "overage_seconds"),
+            ("grace", "grace_seconds", "grace_seconds"),
+        ] {
+            let p = usage["month"][page].as_i64().unwrap();
+            assert_eq!(
+                p,
+                row(source),
+                "{hint}: {org} {source}: usage page against breakdown"
+            );
+            assert_eq!(
+                line[column].as_i64(),
+                Some(p),
+                "{hint}: {org} {source}: usage page against export"
+            );
+        }
+        assert_eq!(
+            usage["month"]["overage_amount"], line["overage_amount"],
+            "{hint}: {org} overage amount"
+        );
     }
     // Closing November changes none of its bytes.
     srv.admin("POST", "/v1/periods/2026-11/close", None).await;
@@ -499,6 +734,7 @@ async fn readers_on(backend: Backend, seed: u64) -> Option<(Vec<(String, i64, i6
         started.elapsed()
     );
     check_store(seed, &db, &fleet, &reference).await;
+    check_funding(seed, &db, &fleet, &reference).await;
     let digest = db.digest().await.unwrap();
     db.close().await;
     let srv = common::TestServer::start_on(

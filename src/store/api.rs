@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use rush_meter_core::breakdown::{GroupBy, Piece};
 use rush_meter_core::charges::Terms;
 use rush_meter_core::export::{PeriodFunding, SessionLine};
-use rush_meter_core::funding::{self, Grant, Overage, Source};
+use rush_meter_core::funding::{self, Grant, Overage, Source, WindowFunds};
 use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision};
 use rush_meter_core::heartbeats::{Heartbeat, RequestOutcome};
 use rush_meter_core::ledger::{EndStatus, Phase, Rules};
@@ -205,6 +205,8 @@ pub trait FundingStore: Send + Sync {
     /// Create a grant, or answer the one made before with the same idempotency key
     /// (`false`: nothing was created). `None` if the org does not exist.
     async fn create_grant(&self, grant: &Grant) -> StoreResult<Option<(Grant, bool)>>;
+    /// Every window an org funded in, oldest first.
+    async fn funding_windows_of(&self, org_id: &str) -> StoreResult<Vec<WindowFunds>>;
     /// An org's grants, oldest first (voided, expired and used up ones too).
     async fn list_grants(&self, org_id: &str) -> StoreResult<Vec<Grant>>;
     /// Void a grant at `now`: its remainder lapses, what was used stays. Voiding it again

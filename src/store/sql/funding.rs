@@ -466,6 +466,38 @@ impl FundingStore for Backend {
         .await?)
     }
 
+    async fn funding_windows_of(&self, org_id: &str) -> StoreResult<Vec<WindowFunds>> {
+        let rows: Vec<(String, Secs, Secs, i64, i64, i64, i64, i64)> = sqlx::query_as(
+            "SELECT kind, window_start, window_end, plan_seconds, grant_seconds, \
+               overage_seconds, grace_seconds, charge_units \
+             FROM funding_windows WHERE org_id = $1 ORDER BY window_start, kind",
+        )
+        .bind(org_id)
+        .fetch_all(self.read())
+        .await?;
+        rows.into_iter()
+            .map(|(kind, start, end, plan, grant, overage, grace, units)| {
+                let kind = WindowKind::parse(&kind).ok_or_else(|| {
+                    StoreError::Other(decode_error("funding_windows.kind", format!("`{kind}`")))
+                })?;
+                let window = Interval::new(start, end).ok_or_else(|| {
+                    StoreError::Other(decode_error("funding_windows", "an empty window"))
+                })?;
+                Ok(WindowFunds {
+                    kind,
+                    window,
+                    funds: Funds {
+                        plan,
+                        grant,
+                        overage,
+                        grace,
+                        charge_units: units,
+                    },
+                })
+            })
+            .collect()
+    }
+
     async fn list_grants(&self, org_id: &str) -> StoreResult<Vec<Grant>> {
         Ok(unwrap_all(
             sqlx::query_as::<_, Rec<Grant>>(&format!(
