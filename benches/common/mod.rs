@@ -59,6 +59,101 @@ pub fn bench_options() -> Options {
     }
 }
 
+/// How a benchmark's orgs are funded: all on the Team plan, well within it; or past a plan
+/// already spent, half of them on a large grant and half paying as they go under a high
+/// cap, so that every second booked is paid by a grant or by pay-as-you-go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Funding {
+    Plan,
+    PastThePlan,
+}
+
+impl Funding {
+    pub const BOTH: [Funding; 2] = [Funding::Plan, Funding::PastThePlan];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Funding::Plan => "plan",
+            Funding::PastThePlan => "grants and pay-as-you-go",
+        }
+    }
+}
+
+/// A plan spent at once (0.0001 h), that sells pay-as-you-go up to a very high cap.
+const SPENT: &str = r#"
+id = "spent"
+name = "Spent"
+price = "200.00"
+currency = "usd"
+monthly_agent_hours = 0.0001
+weekly_agent_hours = 0.0001
+concurrency_default = 100
+concurrency_max = 100
+overage_unit_price = "0.50"
+overage_cap_max = "1000000.00"
+"#;
+
+/// The repository's plans and `spent`, in a directory of their own.
+pub fn funded_plans() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(harness::repo_plans()).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(dir.path().join("spent.toml"), SPENT).unwrap();
+    dir
+}
+
+/// The service on the system clock over a fresh, fsynced database, with `plans` (from
+/// `funded_plans()`).
+pub async fn start_funded(backend: Backend, plans: &tempfile::TempDir) -> Server {
+    start_with(
+        backend,
+        Options {
+            system_clock: true,
+            plans_dir: plans.path().to_path_buf(),
+            ..bench_options()
+        },
+    )
+    .await
+}
+
+/// Create `orgs` orgs (`org_0`…) funded as `funding` says.
+pub async fn create_orgs(server: &Server, orgs: usize, funding: Funding) {
+    for o in 0..orgs {
+        let plan = match funding {
+            Funding::Plan => "team",
+            Funding::PastThePlan => "spent",
+        };
+        server
+            .admin(
+                "PUT",
+                &format!("/v1/orgs/org_{o}"),
+                Some(serde_json::json!({ "plan": plan })),
+            )
+            .await;
+        if funding == Funding::PastThePlan {
+            if o % 2 == 0 {
+                server
+                    .admin(
+                        "POST",
+                        &format!("/v1/orgs/org_{o}/grants"),
+                        Some(serde_json::json!({"seconds": 360_000_000, "kind": "promo"})),
+                    )
+                    .await;
+            } else {
+                server
+                    .admin(
+                        "PUT",
+                        &format!("/v1/orgs/org_{o}/overage"),
+                        Some(serde_json::json!({"enabled": true, "monthly_cap": "1000000.00"})),
+                    )
+                    .await;
+            }
+        }
+    }
+}
+
 pub async fn start_with(backend: Backend, opts: Options) -> Server {
     Server::start_with(backend, opts)
         .await
