@@ -106,7 +106,7 @@ fn main() {
     md.push_str(&common::provenance(
         "admission",
         &format!(
-            "wrk on the same two cores; {KEYS} keys of {ORGS} orgs (Team), new session ids, {} s a row",
+            "wrk on the same two cores; {KEYS} keys of {ORGS} orgs (Team, or past a spent plan: see below), new session ids, {} s a row",
             MEASURE.as_secs()
         ),
     ));
@@ -115,7 +115,9 @@ fn main() {
     for r in &rows {
         let base = rows
             .iter()
-            .find(|b| b.backend == r.backend && b.callers == r.callers && b.funding == Funding::Plan)
+            .find(|b| {
+                b.backend == r.backend && b.callers == r.callers && b.funding == Funding::Plan
+            })
             .map_or(r.rate, |b| b.rate);
         md.push_str(&format!(
             "| {:?} | {} | {} | {:.0} | {:.2} | {:.2} ms | {:.2} ms | {:.0}% | {} |\n",

@@ -120,7 +120,7 @@ fn main() {
     md.push_str(&common::provenance(
         "ingest",
         &format!(
-            "wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs on the Team plan, {} s warm-up, {} s measured",
+            "wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs (on the Team plan, or past a spent plan: see below), {} s warm-up, {} s measured",
             ORGS,
             WARMUP.as_secs(),
             MEASURE.as_secs()
@@ -176,6 +176,14 @@ fn main() {
         "  answering heartbeats of one connection in batches.\n",
         "- SQLite has one writer; single-heartbeat requests share commits (about 60 requests per\n",
         "  commit), which is what lets it pass PostgreSQL here.\n",
+        "- Funding (docs/funding.md): every booking locks the rows of the orgs it bills, so the\n",
+        "  bookings of one org follow each other; past the plan, a booking also writes the grants\n",
+        "  it used and the hourly rollup of what the plan did not pay. With one heartbeat a\n",
+        "  request, a group of about 20 requests bills about 17 of the 50 orgs and the four\n",
+        "  writers wait on each other's org locks, which magnifies those writes. Routing each\n",
+        "  request to a writer by its first org was measured (single heartbeats past the plan at\n",
+        "  0.96 to 1.01 of the plan's rate) but cost batches of 100 about a third of their rate,\n",
+        "  so it was not kept.\n",
     ));
     if only.is_none() {
         std::fs::write(

@@ -24,16 +24,7 @@ async fn start(backend: Backend, dir: &tempfile::TempDir) -> Option<TestServer> 
 }
 
 async fn admit(srv: &TestServer, session: &str) -> Value {
-    let (status, v) = srv
-        .call(
-            "POST",
-            "/v1/admissions",
-            Some(ADMIN),
-            Some(&json!({"org_id": "acme", "key_id": "k1", "session_id": session, "agent": "claude"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{v}");
-    v
+    srv.admit("acme", "k1", session).await
 }
 
 async fn setup(srv: &TestServer) {

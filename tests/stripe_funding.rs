@@ -226,14 +226,7 @@ async fn a_top_up_is_bought_in_checkout_and_granted_once_when_paid(backend: Back
     // It funds past the plan like any grant.
     srv.admin("PUT", "/v1/orgs/acme/keys/k1", Some(json!({})))
         .await;
-    let (_, d) = srv
-        .call(
-            "POST",
-            "/v1/admissions",
-            Some(ADMIN),
-            Some(&json!({"org_id": "acme", "key_id": "k1", "session_id": "s1", "agent": "codex"})),
-        )
-        .await;
+    let d = srv.admit("acme", "k1", "s1").await;
     assert_eq!(d["remaining"]["grant_seconds"], 7200, "{d}");
 }
 
@@ -278,14 +271,7 @@ async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backe
         Some(json!({"enabled": true, "monthly_cap": "0.10"})),
     )
     .await;
-    let (_, d) = srv
-        .call(
-            "POST",
-            "/v1/admissions",
-            Some(ADMIN),
-            Some(&json!({"org_id": "acme", "key_id": "k1", "session_id": "s1", "agent": "codex"})),
-        )
-        .await;
+    let d = srv.admit("acme", "k1", "s1").await;
     assert_eq!(d["decision"], "allow", "{d}");
     // Past the week's 180 s and 100 s of pay-as-you-go (the 0.10 cap), then parked.
     let mut t = now;

@@ -9,7 +9,7 @@ use rush_meter_core::time::Secs;
 use serde::Deserialize;
 
 use super::subscription::Subscription;
-use super::{Billing, BillingError, BillingResult};
+use super::{Billing, BillingError, BillingResult, Outcome};
 use crate::store::{StoreResult, StripeEventRow};
 
 rush_meter_core::named! {
@@ -31,15 +31,6 @@ const HOLD: Secs = 600;
 
 /// Events taken at a time.
 const TAKE: i64 = 5;
-
-/// What processing an event came to.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Applied to this org (or found it in step already).
-    Applied(Option<String>),
-    /// Nothing to do for this type or object.
-    Ignored(String),
-}
 
 /// The envelope of a Stripe event.
 #[derive(Debug, Deserialize)]

@@ -16,8 +16,7 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 
 use super::checkout::{begin, ensure_customer, failed, settle};
-use super::events::Outcome;
-use super::{Billing, BillingError, BillingResult};
+use super::{Billing, BillingError, BillingResult, Outcome};
 use crate::store::OverageChargeRow;
 
 /// A top-up opened in Checkout: pay at `url`.

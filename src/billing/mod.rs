@@ -53,6 +53,15 @@ pub enum BillingError {
 
 pub type BillingResult<T> = Result<T, BillingError>;
 
+/// What processing a webhook event came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied to this org (or found it in step already).
+    Applied(Option<String>),
+    /// Nothing to do for this type or object.
+    Ignored(String),
+}
+
 /// What applying a subscription did.
 #[derive(Debug)]
 pub struct Applied {

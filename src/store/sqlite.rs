@@ -200,16 +200,23 @@ async fn write_funding(tx: &mut Tx, f: &Funding) -> StoreResult<()> {
         q.push(FUNDING_WINDOW_UPSERT);
         once(&mut q).execute(&mut **tx).await?;
     }
-    for g in &f.grants {
-        sqlx::query(
-            "UPDATE grants SET used_seconds = $1, used_up_at = $4 WHERE org_id = $2 AND grant_id = $3",
-        )
-            .bind(g.used_seconds)
-            .bind(&g.org_id)
-            .bind(&g.grant_id)
-            .bind(g.used_up_at)
-            .execute(&mut **tx)
-            .await?;
+    for chunk in f.grants.chunks(CHUNK) {
+        // One statement for every grant the booking used (SQLite names a VALUES row's
+        // columns column1, column2, …).
+        let mut q = QueryBuilder::<DB>::new(
+            "UPDATE grants SET used_seconds = v.column3, used_up_at = v.column4 FROM (",
+        );
+        q.push_values(chunk, |mut b, g| {
+            b.push_bind(&g.org_id)
+                .push_bind(&g.grant_id)
+                .push_bind(g.used_seconds)
+                .push_bind(g.used_up_at);
+        });
+        let orgs: Vec<&str> = chunk.iter().map(|g| g.org_id.as_str()).collect();
+        q.push(") AS v WHERE grants.org_id IN (SELECT value FROM json_each(")
+            .push_bind(org_list(&orgs))
+            .push(")) AND grants.org_id = v.column1 AND grants.grant_id = v.column2");
+        once(&mut q).execute(&mut **tx).await?;
     }
     let hourly: Vec<_> = f.hourly.iter().collect();
     for chunk in hourly.chunks(CHUNK) {

@@ -377,6 +377,16 @@ impl TestServer {
         .await
     }
 
+    /// An admission of `session` on `org`'s `key` (agent `codex`), answered 200.
+    pub async fn admit(&self, org: &str, key: &str, session: &str) -> Value {
+        let body = json!({"org_id": org, "key_id": key, "session_id": session, "agent": "codex"});
+        let (status, v) = self
+            .call("POST", "/v1/admissions", Some(ADMIN), Some(&body))
+            .await;
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
     pub async fn usage(&self, org: &str) -> Value {
         self.admin("GET", &format!("/v1/orgs/{org}/usage"), None)
             .await

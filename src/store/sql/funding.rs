@@ -27,6 +27,24 @@ type WindowJson = (String, Secs, Secs, i64, i64, i64, i64, i64);
 /// An open grant as the row's JSON array holds it.
 type GrantJson = (String, String, String, i64, i64, i64, Secs, Option<Secs>, Secs);
 
+/// A window's funds from its columns, in `WindowJson`'s order.
+fn window_funds(w: WindowJson) -> Result<WindowFunds, String> {
+    let (kind, start, end, plan, grant, overage, grace, units) = w;
+    let kind = WindowKind::parse(&kind).ok_or_else(|| format!("kind `{kind}`"))?;
+    let window = Interval::new(start, end).ok_or("an empty window")?;
+    Ok(WindowFunds {
+        kind,
+        window,
+        funds: Funds {
+            plan,
+            grant,
+            overage,
+            grace,
+            charge_units: units,
+        },
+    })
+}
+
 fn decode_error(column: &str, e: impl std::fmt::Display) -> sqlx::Error {
     sqlx::Error::ColumnDecode {
         index: column.to_owned(),
@@ -43,23 +61,7 @@ impl<'r> sqlx::FromRow<'r, Row> for FundingRow {
             serde_json::from_str(&text).map_err(|e| decode_error("funding_windows", e))?;
         let windows = windows
             .into_iter()
-            .map(|(kind, start, end, plan, grant, overage, grace, units)| {
-                let kind = WindowKind::parse(&kind)
-                    .ok_or_else(|| decode_error("funding_windows", format!("kind `{kind}`")))?;
-                let window = Interval::new(start, end)
-                    .ok_or_else(|| decode_error("funding_windows", "an empty window"))?;
-                Ok(WindowFunds {
-                    kind,
-                    window,
-                    funds: Funds {
-                        plan,
-                        grant,
-                        overage,
-                        grace,
-                        charge_units: units,
-                    },
-                })
-            })
+            .map(|w| window_funds(w).map_err(|e| decode_error("funding_windows", e)))
             .collect::<Result<_, sqlx::Error>>()?;
         let text: String = row.try_get("open_grants")?;
         let grants: Vec<GrantJson> =
@@ -467,7 +469,7 @@ impl FundingStore for Backend {
     }
 
     async fn funding_windows_of(&self, org_id: &str) -> StoreResult<Vec<WindowFunds>> {
-        let rows: Vec<(String, Secs, Secs, i64, i64, i64, i64, i64)> = sqlx::query_as(
+        let rows: Vec<WindowJson> = sqlx::query_as(
             "SELECT kind, window_start, window_end, plan_seconds, grant_seconds, \
                overage_seconds, grace_seconds, charge_units \
              FROM funding_windows WHERE org_id = $1 ORDER BY window_start, kind",
@@ -476,25 +478,7 @@ impl FundingStore for Backend {
         .fetch_all(self.read())
         .await?;
         rows.into_iter()
-            .map(|(kind, start, end, plan, grant, overage, grace, units)| {
-                let kind = WindowKind::parse(&kind).ok_or_else(|| {
-                    StoreError::Other(decode_error("funding_windows.kind", format!("`{kind}`")))
-                })?;
-                let window = Interval::new(start, end).ok_or_else(|| {
-                    StoreError::Other(decode_error("funding_windows", "an empty window"))
-                })?;
-                Ok(WindowFunds {
-                    kind,
-                    window,
-                    funds: Funds {
-                        plan,
-                        grant,
-                        overage,
-                        grace,
-                        charge_units: units,
-                    },
-                })
-            })
+            .map(|w| window_funds(w).map_err(|e| StoreError::Other(decode_error("funding_windows", e))))
             .collect()
     }
 
