@@ -15,7 +15,7 @@ pub const UNITS_PER_HOUR: i64 = 3600 * 10_000;
 /// A price per hour in charge units per second (price × 10⁴); `None` when it has more
 /// than 4 decimal places or is out of range.
 pub fn price_units(price: Decimal) -> Option<i64> {
-    let scaled = price * Decimal::from(10_000);
+    let scaled = price.checked_mul(Decimal::from(10_000))?;
     (scaled.fract().is_zero() && scaled >= Decimal::ZERO)
         .then(|| i64::try_from(scaled).ok())
         .flatten()
@@ -28,8 +28,9 @@ pub fn amount(units: i64) -> Decimal {
 
 /// A money amount in charge units (what a cap of that amount allows).
 pub fn money_units(m: Decimal) -> i64 {
-    let scaled = (m * Decimal::from(UNITS_PER_HOUR)).floor();
-    i64::try_from(scaled).unwrap_or(i64::MAX)
+    m.checked_mul(Decimal::from(UNITS_PER_HOUR))
+        .and_then(|scaled| i64::try_from(scaled.floor()).ok())
+        .unwrap_or(i64::MAX)
 }
 
 /// A plan's terms as a period is billed on them (frozen when the period closes).

@@ -220,7 +220,14 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
     if f.overage_unit_price.round_dp(4) != f.overage_unit_price {
         return Err("overage_unit_price: at most 4 decimal places, e.g. \"0.6000\"".into());
     }
+    // Bounds that keep every sum of charge units (price-seconds × 10⁴) within 64 bits.
+    if f.overage_unit_price > Decimal::from(10_000) {
+        return Err("overage_unit_price: at most 10000 an hour".into());
+    }
     non_negative("overage_cap_max", f.overage_cap_max)?;
+    if f.overage_cap_max > Decimal::from(1_000_000_000) {
+        return Err("overage_cap_max: at most 1000000000".into());
+    }
     if f.overage_cap_max.round_dp(2) != f.overage_cap_max {
         return Err("overage_cap_max: an amount in cents at most, e.g. \"200.00\"".into());
     }
@@ -230,6 +237,9 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
         return Err("topup_hours: whole hours 1 to 10000, ascending, e.g. [5, 10, 25]".into());
     }
     non_negative("topup_hour_price", f.topup_hour_price)?;
+    if f.topup_hour_price > Decimal::from(10_000) {
+        return Err("topup_hour_price: at most 10000 an hour".into());
+    }
     if !f.topup_hours.is_empty() && f.topup_hour_price <= Decimal::ZERO {
         return Err("topup_hour_price: a plan that sells top-ups must price them".into());
     }

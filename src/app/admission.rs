@@ -37,6 +37,7 @@ impl Gate {
             writers_per_queue: 1,
             max_weight: MAX_GROUP,
             capacity: 4096,
+            first_writer: 1,
         };
         GroupCommit::start(self, shape)
     }

@@ -55,6 +55,8 @@ pub struct Shape {
     pub max_weight: usize,
     /// Jobs a queue holds before `submit` waits for room.
     pub capacity: usize,
+    /// The number of the first writer (writers are numbered on from it).
+    pub first_writer: usize,
 }
 
 struct Queued<W: Work> {
@@ -79,14 +81,18 @@ impl<W: Work> Clone for GroupCommit<W> {
 impl<W: Work> GroupCommit<W> {
     /// Start the writers of `shape`.
     pub fn start(work: W, shape: Shape) -> (GroupCommit<W>, Vec<JoinHandle<()>>) {
-        let work = Arc::new(work);
+        Self::start_shared(Arc::new(work), shape)
+    }
+
+    /// Start the writers of `shape` on work that other writers share.
+    pub fn start_shared(work: Arc<W>, shape: Shape) -> (GroupCommit<W>, Vec<JoinHandle<()>>) {
         let mut handles = Vec::new();
         let mut queues = Vec::new();
         for q in 0..shape.queues.max(1) {
             let (tx, rx) = mpsc::channel::<Queued<W>>(shape.capacity.max(1));
             let rx = Arc::new(Mutex::new(rx));
             for w in 0..shape.writers_per_queue.max(1) {
-                let number = q * shape.writers_per_queue.max(1) + w + 1;
+                let number = shape.first_writer + q * shape.writers_per_queue.max(1) + w;
                 handles.push(tokio::spawn(writer(
                     Arc::clone(&work),
                     Arc::clone(&rx),

@@ -11,7 +11,7 @@ use rush_meter_core::ledger::Rules;
 use rush_meter_core::plans::Plans;
 use rush_meter_core::time::Secs;
 
-use super::group_commit::{GroupCommit, Shape, Work};
+use super::group_commit::{GroupCommit, Reply, Shape, Work};
 use super::notifier::Watch;
 use super::standing::standings;
 use crate::clock::Clock;
@@ -28,8 +28,29 @@ pub struct OrgAdvice {
 /// A request's answer: its outcome, and the advice for every org of its group.
 pub type Answer = (RequestOutcome, Arc<HashMap<String, OrgAdvice>>);
 
-/// The queue in front of the heartbeat writers.
-pub type Ingestor = GroupCommit<Ingest>;
+/// The queues in front of the heartbeat writers. A request whose heartbeats are all of one
+/// org goes to the writer of that org (bookings of an org lock its row: docs/funding.md,
+/// so requests of one org are then grouped by one writer rather than waiting on each
+/// other across writers); a request of several orgs to writers that take any. One writer
+/// (SQLite) takes everything.
+#[derive(Clone)]
+pub struct Ingestor {
+    one_org: GroupCommit<Ingest>,
+    mixed: Option<GroupCommit<Ingest>>,
+}
+
+impl Ingestor {
+    pub async fn submit(&self, job: Vec<Heartbeat>) -> Reply<Ingest> {
+        match &self.mixed {
+            Some(mixed) if !one_org(&job) => mixed.submit(job).await,
+            _ => self.one_org.submit(job).await,
+        }
+    }
+}
+
+fn one_org(job: &[Heartbeat]) -> bool {
+    job.windows(2).all(|w| w[0].org_id == w[1].org_id)
+}
 
 /// Heartbeats a group carries at most: big enough to amortise a commit, small enough to
 /// keep one transaction's locks short.
@@ -78,17 +99,41 @@ impl Ingest {
         }
     }
 
-    /// Start the writers: one queue, and as many writers as the database overlaps
-    /// commits (each adds to its own `org_hourly` rows, its shard: 0 is left to session
-    /// ends and the expiry job).
+    /// Start the writers: as many as the database overlaps commits for requests of one
+    /// org, one queue each by org, and as many again for requests of several orgs, sharing
+    /// one queue (each writer adds to its own `org_hourly` rows, its shard: 0 is left to
+    /// session ends and the expiry job). With one writer (SQLite), one queue for all.
     pub fn start(self) -> (Ingestor, Vec<tokio::task::JoinHandle<()>>) {
-        let shape = Shape {
-            queues: 1,
-            writers_per_queue: self.db.writers(),
+        let writers = self.db.writers();
+        let work = Arc::new(self);
+        let shape = |queues, writers_per_queue, first_writer| Shape {
+            queues,
+            writers_per_queue,
             max_weight: MAX_GROUP_HEARTBEATS,
             capacity: 8192,
+            first_writer,
         };
-        GroupCommit::start(self, shape)
+        if writers == 1 {
+            let (one_org, handles) = GroupCommit::start_shared(work, shape(1, 1, 1));
+            return (
+                Ingestor {
+                    one_org,
+                    mixed: None,
+                },
+                handles,
+            );
+        }
+        let (one_org, mut handles) =
+            GroupCommit::start_shared(Arc::clone(&work), shape(writers, 1, 1));
+        let (mixed, more) = GroupCommit::start_shared(work, shape(1, writers, writers + 1));
+        handles.extend(more);
+        (
+            Ingestor {
+                one_org,
+                mixed: Some(mixed),
+            },
+            handles,
+        )
     }
 
     /// Every org of a group once, after its commit.
@@ -150,6 +195,10 @@ impl Work for Ingest {
 
     fn weight(job: &Vec<Heartbeat>) -> usize {
         job.len()
+    }
+
+    fn lane(job: &Vec<Heartbeat>) -> impl std::hash::Hash {
+        job.first().map(|h| h.org_id.to_string())
     }
 
     async fn commit(&self, jobs: &[Vec<Heartbeat>], writer: usize) -> StoreResult<Vec<Answer>> {

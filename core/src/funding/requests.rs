@@ -156,7 +156,7 @@ pub fn check_overage(plan: &Plan, enabled: bool, cap: Option<Decimal>) -> Result
         (_, Some(c)) => c,
         (false, None) => Decimal::ZERO,
     };
-    if cap.is_sign_negative() || cap.round_dp(2) != cap {
+    if cap.is_sign_negative() || cap.round_dp(2) != cap || cap > Decimal::from(1_000_000_000) {
         return invalid(
             "monthly_cap",
             format!("monthly_cap must be an amount of 0 or more, in cents at most (got {cap})"),
