@@ -91,6 +91,36 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/v1/orgs/{org}/limits",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "PUT",
+        path: "/v1/orgs/{org}/limits/project/web",
+        body: |_, _| Some(json!({"weekly_hours": "1"})),
+        grants: &[],
+    },
+    Route {
+        method: "DELETE",
+        path: "/v1/orgs/{org}/limits/project/web",
+        body: none,
+        grants: &[],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/orgs/{org}/audit",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "GET",
+        path: "/v1/audit",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "GET",
         path: "/v1/orgs/{org}/decisions",
         body: none,
         grants: &[Scope::Finance],

@@ -232,7 +232,7 @@ every_backend! {
         let (s, v) = srv.call("PUT", "/v1/orgs/big", Some(ADMIN), Some(&Value::Null)).await;
         assert_eq!((s, v["plan"].as_str(), v["name"].as_str()), (200, Some("team"), Some("big")), "{v}");
         let (s, v) = srv.call("PUT", "/v1/orgs/big/keys/k", Some(ADMIN), None).await;
-        assert_eq!((s, v["concurrency_limit"].as_i64(), v["concurrency_limit_set"].as_i64()), (200, Some(10), None), "{v}");
+        assert_eq!((s, v["concurrency_limit"].as_i64(), v["concurrency_limit_set"].as_i64()), (200, Some(4), None), "{v}");
     }
 
     async fn console_tokens_see_their_org_only(srv: TestServer) {

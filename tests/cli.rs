@@ -238,6 +238,7 @@ async fn export_and_period_commands() {
             ..Default::default()
         },
         nov.start + 60,
+        &rush_meter_core::audit::Actor::system("test"),
     )
     .await
     .unwrap();
@@ -277,7 +278,39 @@ async fn export_and_period_commands() {
     assert_eq!(code, 0);
     assert!(out.lines().nth(1).unwrap().starts_with("2026-11,"), "{out}");
 
+    // The audit log: the org's creation (by the test), and the service's closed month.
+    let mut c = rush_meter();
+    base(&mut c);
+    let (code, out, err) = run(c.args(["audit", "--org", "acme"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.starts_with("2026-11-01T00:01:00Z org.created acme by system (test): null -> {"),
+        "{out}"
+    );
+    let mut c = rush_meter();
+    base(&mut c);
+    let (code, out, err) = run(c.args(["audit", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let line: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (
+            &line["action"],
+            &line["actor"]["label"],
+            &line["after"]["orgs"]
+        ),
+        (
+            &serde_json::json!("period.closed"),
+            &serde_json::json!("rush-meter period close"),
+            &serde_json::json!(1)
+        ),
+        "{out}"
+    );
+
     for (args, says) in [
+        (vec!["audit", "--org", "not an id"], "--org"),
+        (vec!["audit", "--org", "ghost"], "--org"),
+        (vec!["audit", "--from", "yesterday"], "--from"),
         (vec!["export", "--period", "2026-13"], "--period"),
         (
             vec!["export", "--period", "2026-11", "--by", "team"],

@@ -591,38 +591,8 @@ async fn run_into_the_cap(servers: &[&TestServer], n: usize) -> Value {
         let d = admit(srv, s).await;
         assert_eq!(d["decision"], "allow", "{d}");
     }
-    let mut seq = vec![0i64; n];
-    let mut parked = vec![false; n];
-    let mut told = 0;
-    let mut t = T0;
-    while parked.iter().any(|p| !p) {
-        assert!(t < T0 + 3600, "sessions never told to park");
-        for s in servers {
-            s.clock.set(t);
-        }
-        let due: Vec<usize> = (0..n)
-            .filter(|i| !parked[*i] && (t - T0) % 15 == (*i as i64 * 2) % 15)
-            .collect();
-        for i in due {
-            let server = servers[(t as usize + i) % servers.len()];
-            seq[i] += 1;
-            let (status, v) = server
-                .heartbeats(vec![hb("acme", &sessions[i], seq[i], "running", t)])
-                .await;
-            assert_eq!(status, 200, "{v}");
-            if v["results"][0]["action"] == "park" {
-                told += 1;
-                seq[i] += 1;
-                let (status, _) = server
-                    .heartbeats(vec![hb("acme", &sessions[i], seq[i], "parked", t)])
-                    .await;
-                assert_eq!(status, 200);
-                parked[i] = true;
-            }
-        }
-        t += 1;
-    }
-    assert_eq!(told, n);
+    let run = common::run_staggered_until_parked(servers, "acme", &sessions).await;
+    assert_eq!(run.told, n);
     srv.usage("acme").await["week"].clone()
 }
 

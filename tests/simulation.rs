@@ -10,9 +10,11 @@ use std::collections::BTreeMap;
 use common::{fresh_database, Backend};
 use rush_meter::sim::{self, Delivery, Fleet, Params, Reference};
 use rush_meter::store::{Db, OrgUpsert};
+use rush_meter_core::audit::{Action, Actor};
 use rush_meter_core::funding::{Grant, GrantKind, Overage, WindowKind};
 use rush_meter_core::heartbeats::Heartbeat;
 use rush_meter_core::ledger::{Interval, Secs};
+use rush_meter_core::members::{Limit, LimitKind};
 
 /// The expiry job's period in simulated time.
 const EXPIRE_EVERY: Secs = 300;
@@ -202,11 +204,36 @@ fn topup(o: usize, at: Secs) -> Grant {
 
 /// Feed a fleet to the store as the service would: every request delivered in the same
 /// second committed together, the expiry job every `EXPIRE_EVERY` seconds.
-async fn replay_into(db: &Db, fleet: &Fleet) {
+/// Who the replay says made its changes.
+fn actor() -> Actor {
+    Actor::system("simulation")
+}
+
+/// A change the replay made: its org, action and subject, as the audit log must list it.
+type Made = (String, Action, String);
+
+/// A limit the replay sets, changes and removes on some orgs (never tight enough to
+/// matter: the replay admits nothing, and the audit log is what it checks).
+fn sim_limit(o: usize, weekly: Option<&str>) -> Limit {
+    Limit {
+        org_id: sim::org_name(o),
+        kind: LimitKind::Project,
+        member_id: "everything".into(),
+        monthly_hours: Some("100000".parse().unwrap()),
+        weekly_hours: weekly.map(|w| w.parse().unwrap()),
+        created_at: 0,
+        updated_at: 0,
+    }
+}
+
+async fn replay_into(db: &Db, fleet: &Fleet) -> Vec<Made> {
     let rules = fleet.params.rules;
     let plans = common::plans();
     let start = fleet.params.start;
+    let mut made: Vec<Made> = Vec::new();
     for o in 0..fleet.params.orgs {
+        let org = sim::org_name(o);
+        made.push((org.clone(), Action::OrgCreated, org.clone()));
         let (plan, cap, grants) = funding_of(o, start);
         db.upsert_org(
             &OrgUpsert {
@@ -215,6 +242,7 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
                 ..Default::default()
             },
             start,
+            &actor(),
         )
         .await
         .unwrap();
@@ -223,12 +251,28 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
                 enabled: true,
                 monthly_cap: cap.parse().unwrap(),
             };
-            db.set_overage(&sim::org_name(o), &overage, start)
+            db.set_overage(&sim::org_name(o), &overage, start, &actor())
                 .await
                 .unwrap();
+            made.push((org.clone(), Action::OverageUpdated, "overage".into()));
         }
         for g in grants {
-            db.create_grant(&g).await.unwrap().unwrap();
+            db.create_grant(&g, &actor()).await.unwrap().unwrap();
+            made.push((
+                org.clone(),
+                Action::GrantCreated,
+                format!("grant:{}", g.grant_id),
+            ));
+        }
+        if o % 4 == 3 {
+            db.put_limit(&sim_limit(o, None), start, &actor())
+                .await
+                .unwrap();
+            made.push((
+                org.clone(),
+                Action::LimitSet,
+                "limit:project:everything".into(),
+            ));
         }
     }
     let mut topups_due = true;
@@ -238,7 +282,29 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
         let at = fleet.deliveries[i].at();
         if topups_due && at >= start + TOPUP_AT {
             for o in (0..fleet.params.orgs).filter(|o| o % 4 == 1) {
-                db.create_grant(&topup(o, at)).await.unwrap().unwrap();
+                db.create_grant(&topup(o, at), &actor())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                // The same checkout told twice grants once, and is one change.
+                let again = db.create_grant(&topup(o, at), &actor()).await.unwrap();
+                assert_eq!(again.map(|(_, created)| created), Some(false));
+                made.push((
+                    sim::org_name(o),
+                    Action::GrantCreated,
+                    format!("grant:grt_topup_{o}"),
+                ));
+            }
+            for o in (0..fleet.params.orgs).filter(|o| o % 4 == 3) {
+                let limit = sim_limit(o, Some("5000"));
+                db.put_limit(&limit, at, &actor()).await.unwrap();
+                // Setting what is there is no change.
+                db.put_limit(&limit, at, &actor()).await.unwrap();
+                made.push((
+                    sim::org_name(o),
+                    Action::LimitSet,
+                    "limit:project:everything".into(),
+                ));
             }
             topups_due = false;
         }
@@ -286,6 +352,43 @@ async fn replay_into(db: &Db, fleet: &Fleet) {
     db.expire_sessions(final_time(fleet), &rules, &plans, 100_000)
         .await
         .unwrap();
+    for o in (0..fleet.params.orgs).filter(|o| o % 4 == 3) {
+        let (org, kind) = (sim::org_name(o), LimitKind::Project);
+        let end = final_time(fleet);
+        db.delete_limit(&org, kind, "everything", end, &actor())
+            .await
+            .unwrap()
+            .unwrap();
+        // Nothing left to remove: no change.
+        assert_eq!(
+            db.delete_limit(&org, kind, "everything", end, &actor())
+                .await
+                .unwrap(),
+            None
+        );
+        made.push((org, Action::LimitRemoved, "limit:project:everything".into()));
+    }
+    made
+}
+
+/// The audit log of every org lists exactly the changes the replay made, in order, each
+/// by the replay's actor.
+async fn check_audit(seed: u64, db: &Db, fleet: &Fleet, made: &[Made]) {
+    for o in 0..fleet.params.orgs {
+        let org = sim::org_name(o);
+        let logged = db.list_audit(&org, 0, i64::MAX, None, 1000).await.unwrap();
+        assert!(
+            logged.iter().all(|e| e.actor == actor()),
+            "{}",
+            replay_hint(seed)
+        );
+        let got: Vec<Made> = logged
+            .into_iter()
+            .map(|e| (e.org_id, e.action, e.subject))
+            .collect();
+        let want: Vec<Made> = made.iter().filter(|m| m.0 == org).cloned().collect();
+        assert_eq!(got, want, "{}: the audit log of {org}", replay_hint(seed));
+    }
 }
 
 /// Merge touching intervals, so booked pieces compare with stored spans.
@@ -727,7 +830,7 @@ async fn readers_on(backend: Backend, seed: u64) -> Option<(Vec<(String, i64, i6
     let db = Db::connect(&url, Default::default()).await.unwrap();
     db.migrate().await.unwrap();
     let started = std::time::Instant::now();
-    replay_into(&db, &fleet).await;
+    let made = replay_into(&db, &fleet).await;
     eprintln!(
         "{backend:?}: replayed {} deliveries in {:?}",
         fleet.deliveries.len(),
@@ -735,6 +838,7 @@ async fn readers_on(backend: Backend, seed: u64) -> Option<(Vec<(String, i64, i6
     );
     check_store(seed, &db, &fleet, &reference).await;
     check_funding(seed, &db, &fleet, &reference).await;
+    check_audit(seed, &db, &fleet, &made).await;
     let digest = db.digest().await.unwrap();
     db.close().await;
     let srv = common::TestServer::start_on(

@@ -427,7 +427,7 @@ async fn subscriptions_follow_stripe_through_real_webhooks(backend: Backend) {
     assert_eq!(status, 200, "{d}");
     assert_eq!(
         (d["plan"].as_str(), d["concurrency"]["limit"].as_i64()),
-        (Some("team"), Some(10))
+        (Some("team"), Some(4))
     );
 
     // Down to pro: made when the period ends, not now.
@@ -455,6 +455,28 @@ async fn subscriptions_follow_stripe_through_real_webhooks(backend: Backend) {
     );
     let org = srv.db.get_org("org_1").await.unwrap().unwrap();
     assert_eq!((org.scheduled_plan_id, org.scheduled_at), (None, None));
+    // The audit log has each plan change by Stripe, and the downgrade asked for and called
+    // off by the org's console token.
+    let log = srv.admin("GET", "/v1/orgs/org_1/audit", None).await;
+    let entries = log["entries"].as_array().unwrap();
+    let by_stripe: Vec<&str> = entries
+        .iter()
+        .filter(|e| e["action"] == "subscription.synced")
+        .inspect(|e| assert_eq!(e["actor"]["kind"], "stripe", "{e}"))
+        .map(|e| e["after"]["plan_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(by_stripe.first(), Some(&"pro"), "{log}");
+    assert_eq!(by_stripe.last(), Some(&"team"), "{log}");
+    let scheduled: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["action"] == "downgrade.scheduled")
+        .map(|e| &e["after"]["scheduled_plan_id"])
+        .collect();
+    assert_eq!(scheduled, [&json!("pro"), &Value::Null], "{log}");
+    assert!(entries
+        .iter()
+        .filter(|e| e["action"] == "downgrade.scheduled")
+        .all(|e| e["actor"]["kind"] == "token" && e["actor"]["label"] == "test"));
     let (status, v) = checkout(&srv, "org_1", Some(&console), &again).await;
     assert_eq!(
         (status, v["error"]["code"].as_str()),

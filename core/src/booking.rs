@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::funding::{self, Grant, Source, WindowFunds};
 use crate::ledger::{split_hours, Effects, Span};
+use crate::members::{buckets, member_of, Dimension};
 use crate::session::Session;
 use crate::time::{Interval, Secs};
 
@@ -23,6 +24,9 @@ pub struct Booking {
     pub billed: Vec<(String, String, Interval)>,
     /// Who pays for what was billed: filled in by `fund`, under the orgs' locks.
     pub funding: Funding,
+    /// Seconds by `(org, bucket, dimension, member)` (`members::buckets`): filled in by
+    /// `fund`, which knows each org's windows.
+    pub member_hours: BTreeMap<(String, Secs, Dimension, String), i64>,
 }
 
 /// What funding what a booking billed changes (`funding::State::fund`).
@@ -81,6 +85,7 @@ impl Booking {
         let mut billed: Vec<&(String, String, Interval)> = self.billed.iter().collect();
         billed.sort_by(|a, b| (&a.0, a.2.start, &a.1).cmp(&(&b.0, b.2.start, &b.1)));
         let mut pieces: BTreeMap<&str, Vec<funding::Piece>> = BTreeMap::new();
+        let mut members: BTreeMap<(String, Secs, Dimension, String), i64> = BTreeMap::new();
         for (org, session, interval) in billed {
             let state = states
                 .get_mut(org)
@@ -89,7 +94,16 @@ impl Booking {
                 .entry(org.as_str())
                 .or_default()
                 .extend(state.fund(session, *interval));
+            let s = &self.sessions[session];
+            for (bucket, seconds) in buckets(*interval, |t| state.windows_at(t)) {
+                for dim in Dimension::ALL {
+                    *members
+                        .entry((org.clone(), bucket, *dim, member_of(s, *dim).to_owned()))
+                        .or_default() += seconds;
+                }
+            }
         }
+        self.member_hours = members;
         let mut out = Funding::default();
         for (org, pieces) in pieces {
             let state = &states[org];
@@ -171,6 +185,9 @@ impl Booking {
                 .funding
                 .hourly
                 .insert(k, v);
+        }
+        for (k, v) in self.member_hours {
+            out.entry(key(&k.0)).or_default().member_hours.insert(k, v);
         }
         out
     }

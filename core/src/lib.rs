@@ -12,11 +12,13 @@
 //! - `heartbeats`: a supervisor's batch checked, and a group of batches applied.
 //! - `breakdown`, `timeline`, `prompt`, `thresholds`: what the console reads.
 //! - `charges`, `export`, `periods`: money, finance's export lines, billing periods.
+//! - `members`, `audit`: limits inside an org, and who changed what.
 //! - `signature`, `retry`, `wire`, `ids`, `names`: small rules several shells share.
 
 #[macro_use]
 pub mod names;
 
+pub mod audit;
 pub mod booking;
 pub mod breakdown;
 pub mod charges;
@@ -26,6 +28,7 @@ pub mod gate;
 pub mod heartbeats;
 pub mod ids;
 pub mod ledger;
+pub mod members;
 pub mod org;
 pub mod periods;
 pub mod plans;

@@ -69,5 +69,11 @@ SELECT create_distributed_table('funding_hourly', 'org_id', colocate_with => 'or
   WHERE pg_temp.undistributed('funding_hourly');
 SELECT create_distributed_table('overage_charges', 'org_id', colocate_with => 'orgs')
   WHERE pg_temp.undistributed('overage_charges');
+SELECT create_distributed_table('member_hourly', 'org_id', colocate_with => 'orgs')
+  WHERE pg_temp.undistributed('member_hourly');
+SELECT create_distributed_table('member_limits', 'org_id', colocate_with => 'orgs')
+  WHERE pg_temp.undistributed('member_limits');
+SELECT create_distributed_table('audit_log', 'org_id', colocate_with => 'orgs')
+  WHERE pg_temp.undistributed('audit_log');
 
 COMMIT;

@@ -3,12 +3,15 @@
 //! advised once (how much it has left, whether its sessions must park), so each answer
 //! counts its own batch.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use rush_meter_core::heartbeats::{Heartbeat, RequestOutcome};
 use rush_meter_core::ledger::Rules;
+use rush_meter_core::members::{self, Dimension, MemberRoom};
+use rush_meter_core::org::Org;
 use rush_meter_core::plans::Plans;
+use rush_meter_core::standing::Standing;
 use rush_meter_core::time::Secs;
 
 use super::group_commit::{GroupCommit, Reply, Shape, Work};
@@ -18,11 +21,42 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::store::{Db, StoreResult};
 
-/// What a heartbeat answer tells a running session about its org, read after the commit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a heartbeat answer tells a running session about its org, read after the commit:
+/// the org's room, and the room of each member the org limits (docs/limits.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrgAdvice {
     pub remaining_seconds: i64,
     pub park: bool,
+    pub members: BTreeMap<(Dimension, String), MemberRoom>,
+}
+
+impl OrgAdvice {
+    /// For an org that was not found: nothing left.
+    pub const NONE: OrgAdvice = OrgAdvice {
+        remaining_seconds: 0,
+        park: true,
+        members: BTreeMap::new(),
+    };
+
+    /// The advice for a session of these members (its user, project and key): the least
+    /// room of the org and of each limited member, and park if any of them must.
+    pub fn for_session(&self, members: &[(Dimension, String)]) -> (i64, bool) {
+        let mut room = (self.remaining_seconds, self.park);
+        for m in members {
+            if let Some(r) = self.members.get(m) {
+                room = (room.0.min(r.remaining_seconds), room.1 || r.park);
+            }
+        }
+        room
+    }
+
+    /// The least room of the org and its limited members.
+    fn least_room(&self) -> i64 {
+        self.members
+            .values()
+            .map(|r| r.remaining_seconds)
+            .fold(self.remaining_seconds, i64::min)
+    }
 }
 
 /// A request's answer: its outcome, and the advice for every org of its group.
@@ -155,7 +189,7 @@ impl Ingest {
             for id in ids {
                 match cache.get(id) {
                     Some((a, until)) if *until > now => {
-                        advice.insert(id.to_owned(), *a);
+                        advice.insert(id.to_owned(), a.clone());
                     }
                     _ => missing.push(id),
                 }
@@ -165,6 +199,7 @@ impl Ingest {
             return Ok(advice);
         }
         let fresh = standings(&self.db, &self.plans, &missing, now, &self.rules).await?;
+        let mut rooms = self.member_rooms(&missing, &fresh, now).await?;
         let mut cache = self.advice.lock().expect("advice cache lock");
         if cache.len() > 100_000 {
             cache.retain(|_, (_, until)| *until > now);
@@ -174,18 +209,48 @@ impl Ingest {
             let a = OrgAdvice {
                 remaining_seconds: s.remaining_seconds(),
                 park: s.must_park(),
+                members: rooms.remove(&s.org.org_id).unwrap_or_default(),
             };
             // Near a notification threshold, read fresh too, so the commit that crosses it
             // is the one that sees it.
-            let room = a.remaining_seconds.min(self.watch.room(&s));
+            let room = a.least_room().min(self.watch.room(&s));
             if reusable(room, s.running) {
-                cache.insert(s.org.org_id.clone(), (a, now + ADVICE_TTL));
+                cache.insert(s.org.org_id.clone(), (a.clone(), now + ADVICE_TTL));
             } else {
                 cache.remove(&s.org.org_id);
             }
             advice.insert(s.org.org_id, a);
         }
         Ok(advice)
+    }
+
+    /// The room of the members each org limits (orgs that limit none are absent: one
+    /// index lookup finds that out).
+    async fn member_rooms(
+        &self,
+        ids: &[&str],
+        fresh: &[Standing],
+        now: Secs,
+    ) -> StoreResult<HashMap<String, BTreeMap<(Dimension, String), MemberRoom>>> {
+        let limits = self.db.limits_of(ids).await?;
+        if limits.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let limited: Vec<&Standing> = fresh
+            .iter()
+            .filter(|s| limits.contains_key(&s.org.org_id))
+            .collect();
+        let orgs: Vec<&Org> = limited.iter().map(|s| &s.org).collect();
+        let used = self.db.member_usage(&orgs, now, &self.rules).await?;
+        Ok(limited
+            .into_iter()
+            .map(|s| {
+                let id = &s.org.org_id;
+                let u = used.get(id).cloned().unwrap_or_default();
+                let r = members::rooms(&limits[id], &u, s.plan.ceiling_grace_seconds);
+                (id.clone(), r)
+            })
+            .collect())
     }
 }
 

@@ -155,7 +155,15 @@ async fn period_close(s: Services, settle: Secs, mut stop: watch::Receiver<bool>
             }
         };
         if !done {
-            match close_through(&s.db, &s.plans, due, now).await {
+            match close_through(
+                &s.db,
+                &s.plans,
+                due,
+                now,
+                &rush_meter_core::audit::Actor::system("period close job"),
+            )
+            .await
+            {
                 // The first org came after the due month (or none yet): nothing is due.
                 Ok(_) | Err(ExportError::NothingToClose(_)) => {}
                 Err(e) => tracing::warn!(error = %e, "closing billing periods failed; will retry"),

@@ -90,7 +90,10 @@ impl App {
                 "bootstrap",
                 clock.now(),
             );
-            db.insert_token(&row).await?;
+            let actor = rush_meter_core::audit::Actor::system(
+                "bootstrap admin token (RUSH_METER_BOOTSTRAP_ADMIN_TOKEN)",
+            );
+            db.insert_token(&row, &actor).await?;
         }
         let metrics = Arc::new(Metrics::default());
         let (watch, crossings) = match &config.notify {

@@ -217,6 +217,7 @@ pub async fn close_through(
     plans: &Plans,
     through: Interval,
     now: Secs,
+    actor: &rush_meter_core::audit::Actor,
 ) -> Result<Vec<PeriodRow>, ExportError> {
     if through.end > now {
         return Err(ExportError::Invalid(format!(
@@ -250,7 +251,7 @@ pub async fn close_through(
             closed: false,
             adjusts,
         };
-        if let Some(row) = db.close_period(&q, now, &terms).await? {
+        if let Some(row) = db.close_period(&q, now, &terms, actor).await? {
             tracing::info!(
                 period = %month_name(month),
                 orgs = row.orgs,

@@ -4,6 +4,7 @@
 //! before it is sent, so a retry after a crash reuses the key and Stripe makes no second
 //! object.
 
+use rush_meter_core::audit::Actor;
 use rush_meter_core::org::Org;
 use rush_meter_core::plans::Plan;
 
@@ -121,7 +122,12 @@ pub async fn ensure_customer(b: &Billing, org: &Org) -> BillingResult<String> {
 }
 
 /// Move an org to `target`.
-pub async fn change_plan(b: &Billing, org: &Org, target: &Plan) -> BillingResult<Change> {
+pub async fn change_plan(
+    b: &Billing,
+    org: &Org,
+    target: &Plan,
+    actor: &Actor,
+) -> BillingResult<Change> {
     let api = b.api()?;
     let subscribed = org.stripe_subscription_id.as_deref().filter(|_| {
         !matches!(
@@ -157,7 +163,8 @@ pub async fn change_plan(b: &Billing, org: &Org, target: &Plan) -> BillingResult
         } else if org.scheduled_plan_id.is_none() {
             return Err(BillingError::SamePlan(target.id.clone()));
         }
-        b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
+        b.db.schedule_plan(&org.org_id, None, b.clock.now(), actor)
+            .await?;
         let now =
             b.db.get_org(&org.org_id)
                 .await?
@@ -185,14 +192,14 @@ pub async fn change_plan(b: &Billing, org: &Org, target: &Plan) -> BillingResult
     }
     if target.price < current_price {
         let at = org.period_end.unwrap_or_else(|| b.clock.now());
-        b.db.schedule_plan(&org.org_id, Some((&target.id, at)), b.clock.now())
+        b.db.schedule_plan(&org.org_id, Some((&target.id, at)), b.clock.now(), actor)
             .await?;
         return Ok(Change::Scheduled {
             plan: target.id.clone(),
             at,
         });
     }
-    let org = move_item(b, api, org, sub_id, target, true).await?;
+    let org = move_item(b, api, org, sub_id, target, true, actor).await?;
     Ok(Change::Changed(Box::new(org)))
 }
 
@@ -204,6 +211,7 @@ async fn move_item(
     sub_id: &str,
     target: &Plan,
     prorate: bool,
+    actor: &Actor,
 ) -> BillingResult<Org> {
     let price = target
         .stripe_prices
@@ -229,7 +237,8 @@ async fn move_item(
         .apply(&changed, Some(&org.org_id), read_at, "checkout")
         .await?;
     if org.scheduled_plan_id.is_some() {
-        b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
+        b.db.schedule_plan(&org.org_id, None, b.clock.now(), actor)
+            .await?;
     }
     match applied.org {
         Some(o) => Ok(o),
@@ -244,6 +253,7 @@ async fn move_item(
 /// Make the downgrades whose period has ended; returns how many were made.
 pub async fn apply_due_downgrades(b: &Billing) -> BillingResult<usize> {
     let api = b.api()?;
+    let actor = Actor::system("scheduled downgrade");
     let mut done = 0;
     for org in b.db.due_downgrades(b.clock.now(), 100).await? {
         let (Some(target), Some(sub_id)) = (
@@ -252,10 +262,11 @@ pub async fn apply_due_downgrades(b: &Billing) -> BillingResult<usize> {
                 .and_then(|p| b.plans.get(p)),
             org.stripe_subscription_id.as_deref(),
         ) else {
-            b.db.schedule_plan(&org.org_id, None, b.clock.now()).await?;
+            b.db.schedule_plan(&org.org_id, None, b.clock.now(), &actor)
+                .await?;
             continue;
         };
-        match move_item(b, api, &org, sub_id, target, false).await {
+        match move_item(b, api, &org, sub_id, target, false, &actor).await {
             Ok(_) => done += 1,
             Err(e) => {
                 tracing::warn!(org_id = %org.org_id, error = %e, "scheduled downgrade failed; will retry")

@@ -8,6 +8,7 @@
 //! idempotency and recorded before it is sent; meter events would need a metered price on
 //! every subscription and a second copy of the usage in Stripe to reconcile against.
 
+use rush_meter_core::audit::Actor;
 use std::collections::HashMap;
 
 use rush_meter_core::funding::{Grant, GrantKind, DEFAULT_PRIORITY};
@@ -125,7 +126,8 @@ pub async fn topup_paid(b: &Billing, object: &serde_json::Value) -> BillingResul
         voided_at: None,
         used_up_at: None,
     };
-    match b.db.create_grant(&grant).await? {
+    let actor = Actor::stripe(&format!("checkout {}", s.id));
+    match b.db.create_grant(&grant, &actor).await? {
         Some((made, created)) => {
             if created {
                 tracing::info!(org_id = %made.org_id, grant_id = %made.grant_id, hours, session = %s.id, "top-up granted");

@@ -1,5 +1,6 @@
 //! The `rush-meter` command: the clap tree, and one file a command.
 
+mod audit;
 mod export;
 mod period;
 mod serve;
@@ -99,6 +100,22 @@ pub enum Command {
     /// Fails if the meter's bill departs from the ledger's rules. Give it the server's
     /// `--heartbeat-interval-secs` and `--lease-secs` (or their variables).
     Simulate(SimulateArgs),
+    /// Who changed what: an org's audit log (plan, suspension, keys, limits, grants,
+    /// pay-as-you-go, tokens), or without --org the service's own (tokens for no org,
+    /// closed periods), oldest first.
+    Audit {
+        #[arg(long)]
+        org: Option<String>,
+        /// RFC 3339; default from the first entry.
+        #[arg(long)]
+        from: Option<String>,
+        /// RFC 3339, exclusive; default to the last.
+        #[arg(long)]
+        to: Option<String>,
+        /// One JSON object a line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -205,6 +222,12 @@ pub async fn run(command: Option<Command>, config: &Config) -> CliResult {
         Command::Period(PeriodCommand::Close { period }) => period::close(config, &period).await,
         Command::Period(PeriodCommand::List) => period::list(config).await,
         Command::Simulate(args) => simulate::simulate(config, args).await,
+        Command::Audit {
+            org,
+            from,
+            to,
+            json,
+        } => audit::audit(config, org.as_deref(), from.as_deref(), to.as_deref(), json).await,
     }
 }
 

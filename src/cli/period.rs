@@ -17,7 +17,14 @@ pub async fn close(config: &Config, period: &str) -> CliResult {
     let month = parse_month(period).map_err(|m| format!("--{m}"))?;
     let plans = load_plans(&config.plans_dir)?;
     let db = app::open_db(config).await?;
-    let closed = close_through(&db, &plans, month, chrono::Utc::now().timestamp()).await;
+    let closed = close_through(
+        &db,
+        &plans,
+        month,
+        chrono::Utc::now().timestamp(),
+        &rush_meter_core::audit::Actor::system("rush-meter period close"),
+    )
+    .await;
     db.close().await;
     let closed = closed.map_err(|e| format!("--{e}"))?;
     if closed.is_empty() {

@@ -23,7 +23,8 @@ pub async fn create(config: &Config, scope: &str, org: Option<&str>, label: &str
     }
     let now = chrono::Utc::now().timestamp();
     let (row, secret) = new_token(&scopes, org, label, now);
-    db.insert_token(&row).await?;
+    let actor = rush_meter_core::audit::Actor::system("rush-meter token create");
+    db.insert_token(&row, &actor).await?;
     db.close().await;
     eprintln!(
         "created token {} with scopes {}{}; the secret is shown once:",

@@ -18,6 +18,9 @@ pub struct Principal {
     pub scopes: Vec<Scope>,
     /// The one org a console (or org-bound) token may see.
     pub org_id: Option<String>,
+    /// What the token was made for (`rush-meter token create --label`): shown in the
+    /// audit log beside its id.
+    pub label: String,
 }
 
 impl Principal {
@@ -26,11 +29,17 @@ impl Principal {
             token_id: row.token_id.clone(),
             scopes: row.scopes.split(',').filter_map(Scope::parse).collect(),
             org_id: row.org_id.clone(),
+            label: row.label.clone(),
         }
     }
 
     pub fn has(&self, scope: Scope) -> bool {
         self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope)
+    }
+
+    /// Who the audit log says made a change with this token.
+    pub fn actor(&self) -> rush_meter_core::audit::Actor {
+        rush_meter_core::audit::Actor::token(&self.token_id, &self.label)
     }
 
     /// 403 unless the token has one of `scopes` (admin has them all).

@@ -170,6 +170,13 @@ pub struct OrgGrantPath {
 }
 
 #[derive(Deserialize)]
+pub struct OrgLimitPath {
+    pub org_id: String,
+    pub kind: String,
+    pub member_id: String,
+}
+
+#[derive(Deserialize)]
 pub struct SessionPath {
     pub session_id: String,
 }
@@ -207,6 +214,25 @@ impl IntoParams for OrgGrantPath {
         vec![
             id_param(ORG_ID.0, ORG_ID.1),
             id_param("grant_id", "The grant's id"),
+        ]
+    }
+}
+
+impl IntoParams for OrgLimitPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let kind = ParameterBuilder::new()
+            .name("kind")
+            .parameter_in(ParameterIn::Path)
+            .required(Required::True)
+            .description(Some(
+                "What is limited: `user` (an admission's `started_by`), `project` or `key`",
+            ))
+            .schema(Some(crate::http::openapi::strings::limit_kind()))
+            .build();
+        vec![
+            id_param(ORG_ID.0, ORG_ID.1),
+            kind,
+            id_param("member_id", "The user's, project's or key's id"),
         ]
     }
 }

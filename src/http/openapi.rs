@@ -36,7 +36,9 @@ use super::error::ErrorBody;
         (name = "usage", description = "The console's usage pages"),
         (name = "funding", description = "Past the plan: hour grants and pay-as-you-go"),
         (name = "billing", description = "Stripe checkout, portal and webhooks"),
+        (name = "limits", description = "Hour limits inside an org, on its users, projects and keys"),
         (name = "finance", description = "Exports and closed periods"),
+        (name = "audit", description = "Who changed what"),
         (name = "admin", description = "Operators' queues"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
     )
@@ -93,6 +95,10 @@ pub mod strings {
 
     pub fn id() -> Object {
         rush_meter_core::ids::schema()
+    }
+
+    pub fn limit_kind() -> Object {
+        one_of(rush_meter_core::members::LimitKind::NAMES)
     }
 
     pub fn id_or_null() -> Object {

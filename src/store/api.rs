@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
+use rush_meter_core::audit::{Actor, Entry};
 use rush_meter_core::breakdown::{GroupBy, Piece};
 use rush_meter_core::charges::Terms;
 use rush_meter_core::export::{PeriodFunding, SessionLine};
@@ -12,6 +13,7 @@ use rush_meter_core::funding::{self, Grant, Overage, Source, WindowFunds};
 use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision};
 use rush_meter_core::heartbeats::{Heartbeat, RequestOutcome};
 use rush_meter_core::ledger::{EndStatus, Phase, Rules};
+use rush_meter_core::members::{Limit, LimitKind, MemberUsage};
 use rush_meter_core::org::{Key, Org};
 use rush_meter_core::plans::Plans;
 use rush_meter_core::session::Session;
@@ -31,10 +33,12 @@ pub trait Store:
     + OrgStore
     + LedgerStore
     + FundingStore
+    + MemberStore
     + GateStore
     + StripeStore
     + PeriodStore
     + NotificationStore
+    + AuditStore
 {
 }
 
@@ -43,10 +47,12 @@ impl<T> Store for T where
         + OrgStore
         + LedgerStore
         + FundingStore
+        + MemberStore
         + GateStore
         + StripeStore
         + PeriodStore
         + NotificationStore
+        + AuditStore
 {
 }
 
@@ -77,7 +83,7 @@ pub trait Admin: Send + Sync {
 /// Orgs, their API keys, and tokens.
 #[async_trait]
 pub trait OrgStore: Send + Sync {
-    async fn upsert_org(&self, org: &OrgUpsert, now: Secs) -> StoreResult<Org>;
+    async fn upsert_org(&self, org: &OrgUpsert, now: Secs, actor: &Actor) -> StoreResult<Org>;
     async fn get_org(&self, org_id: &str) -> StoreResult<Option<Org>>;
     /// The orgs among `org_ids` that exist.
     async fn get_orgs(&self, org_ids: &[&str]) -> StoreResult<Vec<Org>>;
@@ -93,10 +99,11 @@ pub trait OrgStore: Send + Sync {
         key_id: &str,
         limit: Option<i64>,
         now: Secs,
+        actor: &Actor,
     ) -> StoreResult<Key>;
     async fn get_key(&self, org_id: &str, key_id: &str) -> StoreResult<Option<Key>>;
     /// Insert a token, or give an existing secret (the bootstrap token) the row's scopes.
-    async fn insert_token(&self, token: &TokenRow) -> StoreResult<()>;
+    async fn insert_token(&self, token: &TokenRow, actor: &Actor) -> StoreResult<()>;
     async fn token_by_hash(&self, hash: &str) -> StoreResult<Option<TokenRow>>;
 }
 
@@ -204,7 +211,11 @@ pub trait FundingStore: Send + Sync {
     ) -> StoreResult<Vec<(Org, funding::Recorded)>>;
     /// Create a grant, or answer the one made before with the same idempotency key
     /// (`false`: nothing was created). `None` if the org does not exist.
-    async fn create_grant(&self, grant: &Grant) -> StoreResult<Option<(Grant, bool)>>;
+    async fn create_grant(
+        &self,
+        grant: &Grant,
+        actor: &Actor,
+    ) -> StoreResult<Option<(Grant, bool)>>;
     /// Every window an org funded in, oldest first.
     async fn funding_windows_of(&self, org_id: &str) -> StoreResult<Vec<WindowFunds>>;
     /// An org's grants, oldest first (voided, expired and used up ones too).
@@ -216,6 +227,7 @@ pub trait FundingStore: Send + Sync {
         org_id: &str,
         grant_id: &str,
         now: Secs,
+        actor: &Actor,
     ) -> StoreResult<Option<Grant>>;
     /// Seconds (and charge units) an org's sources other than the plan paid for in the whole
     /// hours `[from, to)`, by source.
@@ -265,7 +277,36 @@ pub trait FundingStore: Send + Sync {
         org_id: &str,
         overage: &Overage,
         now: Secs,
+        actor: &Actor,
     ) -> StoreResult<Option<Org>>;
+}
+
+/// Inside an org: its limits on its users, projects and keys, and what they used.
+#[async_trait]
+pub trait MemberStore: Send + Sync {
+    /// Set a limit (created, or its hours replaced).
+    async fn put_limit(&self, limit: &Limit, now: Secs, actor: &Actor) -> StoreResult<Limit>;
+    /// Remove a limit; the one removed, `None` if there was none.
+    async fn delete_limit(
+        &self,
+        org_id: &str,
+        kind: LimitKind,
+        member_id: &str,
+        now: Secs,
+        actor: &Actor,
+    ) -> StoreResult<Option<Limit>>;
+    /// An org's limits, by kind and member.
+    async fn list_limits(&self, org_id: &str) -> StoreResult<Vec<Limit>>;
+    /// The limits of each of `org_ids` that has any.
+    async fn limits_of(&self, org_ids: &[&str]) -> StoreResult<HashMap<String, Vec<Limit>>>;
+    /// What the users, projects and keys of each of `orgs` used in its month and week
+    /// windows at `now`, running sessions counted up to now.
+    async fn member_usage(
+        &self,
+        orgs: &[&Org],
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<HashMap<String, MemberUsage>>;
 }
 
 /// The gate's writes and its record.
@@ -388,6 +429,7 @@ pub trait StripeStore: Send + Sync {
         org_id: &str,
         plan: Option<(&str, Secs)>,
         now: Secs,
+        actor: &Actor,
     ) -> StoreResult<()>;
     /// Orgs with a downgrade whose period has ended.
     async fn due_downgrades(&self, now: Secs, limit: i64) -> StoreResult<Vec<Org>>;
@@ -428,7 +470,24 @@ pub trait PeriodStore: Send + Sync {
         q: &LineQuery,
         now: Secs,
         terms: TermsOf<'_>,
+        actor: &Actor,
     ) -> StoreResult<Option<PeriodRow>>;
+}
+
+/// The audit log: who changed what (`core::audit`). Entries are written by the changing
+/// methods above, in their transactions; this only reads them.
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// An org's entries (`""`: the service's own) made in `[from, to)`, after the entry
+    /// `after` (its time and id), oldest first, at most `limit`.
+    async fn list_audit(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+        after: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<Entry>>;
 }
 
 /// Usage-threshold notifications.

@@ -38,11 +38,13 @@ include!("sql/common.rs");
 include!("sql/rows.rs");
 include!("sql/orgs.rs");
 include!("sql/funding.rs");
+include!("sql/members.rs");
 include!("sql/ledger.rs");
 include!("sql/gate.rs");
 include!("sql/stripe.rs");
 include!("sql/periods.rs");
 include!("sql/notifications.rs");
+include!("sql/audit.rs");
 
 /// One pool serves reads and writes: PostgreSQL orders concurrent writers by row locks.
 pub struct Pg {
@@ -302,6 +304,7 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
     let sessions: Vec<Session> = b.sessions.values().cloned().collect();
     let (org_hours, session_hours, spans) = (&b.org_hours, &b.session_hours, &b.spans);
     let f = &b.funding;
+    let m = &b.member_hours;
     let orgs: Vec<String> = sorted_unique(b.sessions.values().map(|s| s.org_id.clone()));
     let sql = format!(
         "WITH s AS (INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}){SESSION_UPSERT}), \
@@ -318,7 +321,10 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
                WHERE grants.org_id = ANY($45) AND grants.org_id = u.org_id AND grants.grant_id = u.grant_id), \
          fh AS (INSERT INTO funding_hourly (org_id, hour, source, grant_id, seconds, charge_units) \
                SELECT * FROM UNNEST($46::text[], $47::int8[], $48::text[], $49::text[], $50::int8[], \
-                 $51::int8[]){FUNDING_HOURS_CONFLICT}) \
+                 $51::int8[]){FUNDING_HOURS_CONFLICT}), \
+         mh AS (INSERT INTO member_hourly (org_id, dimension, bucket, member_id, seconds) \
+               SELECT * FROM UNNEST($53::text[], $54::text[], $55::int8[], $56::text[], $57::int8[]) \
+               {MEMBER_HOURS_CONFLICT}) \
          INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
          SELECT * FROM UNNEST($27::text[], $28::text[], $29::int8[], $30::int8[], $31::text[])"
     );
@@ -359,6 +365,11 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
         .bind(col(f.hourly.values(), |(s, _)| *s))
         .bind(col(f.hourly.values(), |(_, u)| *u))
         .bind(col(&f.grants, |g| g.used_up_at))
+        .bind(col(m.keys(), |(o, _, _, _)| o.clone()))
+        .bind(col(m.keys(), |(_, _, d, _)| d.as_str()))
+        .bind(col(m.keys(), |(_, b, _, _)| *b))
+        .bind(col(m.keys(), |(_, _, _, id)| id.clone()))
+        .bind(col(m.values(), |s| *s))
         .execute(&mut **tx)
         .await?;
     Ok(())
@@ -546,7 +557,8 @@ async fn write_admissions(
            $28::text[], $29::int8[], $30::text[], $31::text[], $32::text[], $33::text[], \
            $34::text[], $35::text[], $36::bool[], $37::int8[], $38::int8[], $39::int8[], \
            $40::int8[], $41::int8[], $42::int8[], $43::int8[], $44::int8[], $45::int8[], \
-           $46::int8[], $47::text[], $50::text[], $51::int8[], $52::int8[], $53::int8[])) \
+           $46::int8[], $47::text[], $50::text[], $51::int8[], $52::int8[], $53::int8[], \
+           $54::text[], $55::text[], $56::int8[], $57::int8[], $58::int8[], $59::int8[])) \
          SELECT COUNT(*) FROM n"
     );
     fn col<T>(rows: &[&Decision], f: impl Fn(&Decision) -> T) -> Vec<T> {
@@ -588,6 +600,12 @@ async fn write_admissions(
         .bind(col(rows, |d| d.plan_room))
         .bind(col(rows, |d| d.grant_room))
         .bind(col(rows, |d| d.overage_room))
+        .bind(col(rows, |d| d.limit.as_ref().map(|l| l.kind.clone())))
+        .bind(col(rows, |d| d.limit.as_ref().map(|l| l.member_id.clone())))
+        .bind(col(rows, |d| d.limit.as_ref().map(|l| l.month_used)))
+        .bind(col(rows, |d| d.limit.as_ref().and_then(|l| l.month_limit)))
+        .bind(col(rows, |d| d.limit.as_ref().map(|l| l.week_used)))
+        .bind(col(rows, |d| d.limit.as_ref().and_then(|l| l.week_limit)))
         .fetch_one(&mut **tx)
         .await?;
     let inserted: i64 = sqlx::Row::try_get(&row, 0)?;

@@ -42,11 +42,13 @@ use rush_meter_core::booking::Funding;
 include!("sql/rows.rs");
 include!("sql/orgs.rs");
 include!("sql/funding.rs");
+include!("sql/members.rs");
 include!("sql/ledger.rs");
 include!("sql/gate.rs");
 include!("sql/stripe.rs");
 include!("sql/periods.rs");
 include!("sql/notifications.rs");
+include!("sql/audit.rs");
 
 /// Writes go through one connection; reads through a pool of read-only ones.
 pub struct Lite {
@@ -176,7 +178,23 @@ async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> 
     for chunk in spans.chunks(CHUNK) {
         insert_spans(tx, chunk).await?;
     }
-    write_funding(tx, &b.funding).await
+    write_funding(tx, &b.funding).await?;
+    let members: Vec<_> = b.member_hours.iter().collect();
+    for chunk in members.chunks(CHUNK) {
+        let mut q = QueryBuilder::<DB>::new(
+            "INSERT INTO member_hourly (org_id, dimension, bucket, member_id, seconds) ",
+        );
+        q.push_values(chunk, |mut b, ((org, bucket, dim, member), secs)| {
+            b.push_bind(org)
+                .push_bind(dim.as_str())
+                .push_bind(*bucket)
+                .push_bind(member)
+                .push_bind(**secs);
+        });
+        q.push(MEMBER_HOURS_CONFLICT);
+        once(&mut q).execute(&mut **tx).await?;
+    }
+    Ok(())
 }
 
 /// Who pays for what a booking billed: each window's funds and each grant's use as they
@@ -530,7 +548,13 @@ async fn insert_decisions(tx: &mut Tx, rows: &[&Decision]) -> StoreResult<()> {
             .push_bind(&d.funded_by)
             .push_bind(d.plan_room)
             .push_bind(d.grant_room)
-            .push_bind(d.overage_room);
+            .push_bind(d.overage_room)
+            .push_bind(d.limit.as_ref().map(|l| l.kind.clone()))
+            .push_bind(d.limit.as_ref().map(|l| l.member_id.clone()))
+            .push_bind(d.limit.as_ref().map(|l| l.month_used))
+            .push_bind(d.limit.as_ref().and_then(|l| l.month_limit))
+            .push_bind(d.limit.as_ref().map(|l| l.week_used))
+            .push_bind(d.limit.as_ref().and_then(|l| l.week_limit));
     });
     once(&mut q).execute(&mut **tx).await?;
     Ok(())

@@ -363,7 +363,10 @@ impl TestServer {
     /// A token with `scopes`, optionally bound to `org`, created through the store.
     pub async fn token(&self, scopes: &[rush_meter::tokens::Scope], org: Option<&str>) -> String {
         let (row, secret) = rush_meter::tokens::new_token(scopes, org, "test", self.clock.now());
-        self.db.insert_token(&row).await.unwrap();
+        self.db
+            .insert_token(&row, &rush_meter_core::audit::Actor::system("test"))
+            .await
+            .unwrap();
         secret
     }
 
@@ -477,6 +480,63 @@ where
 pub fn hb(org: &str, session: &str, seq: i64, state: &str, at: Secs) -> Value {
     json!({"org_id": org, "session_id": session, "vm_id": format!("vm_{session}"),
            "seq": seq, "state": state, "sent_at": rush_meter_core::time::format_rfc3339(at)})
+}
+
+/// What `run_staggered_until_parked` saw: how many sessions were told to park, and the least
+/// `remaining_seconds` an answer gave.
+pub struct Parked {
+    pub told: usize,
+    pub least_remaining: i64,
+}
+
+/// `sessions` of `org` (admitted already), each beating every 15 s from `T0` at its own
+/// offset and parking as soon as an answer says so, through `servers` in turn, all on one
+/// meter time. A session never told to park within an hour fails the test.
+pub async fn run_staggered_until_parked(
+    servers: &[&TestServer],
+    org: &str,
+    sessions: &[String],
+) -> Parked {
+    let n = sessions.len();
+    let mut seq = vec![0i64; n];
+    let mut parked = vec![false; n];
+    let mut out = Parked {
+        told: 0,
+        least_remaining: i64::MAX,
+    };
+    let mut t = T0;
+    while parked.iter().any(|p| !p) {
+        assert!(t < T0 + 3600, "sessions never told to park");
+        for s in servers {
+            s.clock.set(t);
+        }
+        let due: Vec<usize> = (0..n)
+            .filter(|i| !parked[*i] && (t - T0) % 15 == (*i as i64 * 2) % 15)
+            .collect();
+        for i in due {
+            let server = servers[(t as usize + i) % servers.len()];
+            seq[i] += 1;
+            let (status, v) = server
+                .heartbeats(vec![hb(org, &sessions[i], seq[i], "running", t)])
+                .await;
+            assert_eq!(status, 200, "{v}");
+            let answer = &v["results"][0];
+            out.least_remaining = out
+                .least_remaining
+                .min(answer["remaining_seconds"].as_i64().unwrap());
+            if answer["action"] == "park" {
+                out.told += 1;
+                seq[i] += 1;
+                let (status, _) = server
+                    .heartbeats(vec![hb(org, &sessions[i], seq[i], "parked", t)])
+                    .await;
+                assert_eq!(status, 200);
+                parked[i] = true;
+            }
+        }
+        t += 1;
+    }
+    out
 }
 
 /// The process's subscriber: the server's logs under the failing test (`RUST_LOG=debug`),

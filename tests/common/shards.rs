@@ -6,7 +6,7 @@
 //! such a database; `.ci/run` does it once for the suite's PostgreSQL tests.
 
 /// The tables keyed by org: distributed by org_id on Citus, partitioned here.
-pub const ORG_TABLES: [&str; 16] = [
+pub const ORG_TABLES: [&str; 19] = [
     "orgs",
     "api_keys",
     "sessions",
@@ -23,6 +23,9 @@ pub const ORG_TABLES: [&str; 16] = [
     "funding_windows",
     "funding_hourly",
     "overage_charges",
+    "member_hourly",
+    "member_limits",
+    "audit_log",
 ];
 
 /// Tables shared by every org (reference tables on Citus) or keyed by an id of their own.

@@ -4,11 +4,12 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::{
-    decide, funded_by, upgrade_for, AdmissionRequest, AdmitReject, Decision, Facts, Reason, Rule,
-    Verdict,
+    decide, funded_by, upgrade_for, AdmissionRequest, AdmitReject, Decision, Facts, LimitFigures,
+    Reason, Rule, Verdict,
 };
 use crate::funding;
 use crate::ledger::Phase;
+use crate::members::{spent_limit, Limit, LimitKind, MemberUsage};
 use crate::org::{effective_concurrency_limit, Key, Org};
 use crate::plans::{Plan, Plans};
 use crate::session::Session;
@@ -50,6 +51,26 @@ pub struct GroupFacts {
     pub usage: HashMap<String, WindowTotals>,
     /// What is recorded of each org's funding.
     pub funding: HashMap<String, funding::Recorded>,
+    /// Each org's limits on its users, projects and keys (orgs without any are absent).
+    pub limits: HashMap<String, Vec<Limit>>,
+    /// What the members of those orgs used in their windows, running sessions counted.
+    pub member_usage: HashMap<String, MemberUsage>,
+}
+
+/// The org's limits that apply to a run: on its user, its project and its key.
+fn limits_of(limits: &[Limit], req: &AdmissionRequest) -> Vec<Limit> {
+    limits
+        .iter()
+        .filter(|l| {
+            let member = match l.kind {
+                LimitKind::User => req.started_by.as_deref(),
+                LimitKind::Project => req.project_id.as_deref(),
+                LimitKind::Key => Some(req.key_id.as_str()),
+            };
+            member == Some(l.member_id.as_str())
+        })
+        .cloned()
+        .collect()
 }
 
 /// What a group decides: an answer per request, and the session rows to write.
@@ -121,6 +142,14 @@ pub fn decide_group(
                 )
             };
             let (month, week, limit, state) = facts_on(plan);
+            let applicable = facts
+                .limits
+                .get(&req.org_id)
+                .map(|l| limits_of(l, req))
+                .unwrap_or_default();
+            let no_usage = MemberUsage::new();
+            let usage = facts.member_usage.get(&req.org_id).unwrap_or(&no_usage);
+            let spent_member = spent_limit(&applicable, usage);
             let f = Facts {
                 suspended: org.suspended,
                 plan,
@@ -131,6 +160,7 @@ pub fn decide_group(
                 holds_slot: holds,
                 funding: &state,
                 now,
+                spent_limit: spent_member.map(|l| l.kind),
             };
             let mut rule = decide(&f);
             // Refused on Free's terms, where the plan it pays for would allow it: the fix is
@@ -193,6 +223,20 @@ pub fn decide_group(
                 plan_room: rooms[0],
                 grant_room: rooms[1],
                 overage_room: rooms[2],
+                limit: spent_member.filter(|_| !rule.allows()).map(|l| {
+                    let used = usage
+                        .get(&(l.kind.dimension(), l.member_id.clone()))
+                        .copied()
+                        .unwrap_or_default();
+                    LimitFigures {
+                        kind: l.kind.as_str().to_owned(),
+                        member_id: l.member_id.clone(),
+                        month_used: used.0,
+                        month_limit: l.monthly_seconds(),
+                        week_used: used.1,
+                        week_limit: l.weekly_seconds(),
+                    }
+                }),
             };
             if rule == Rule::WithinLimits {
                 *slots += 1;

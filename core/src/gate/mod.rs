@@ -6,6 +6,7 @@ mod group;
 use serde::Serialize;
 
 use crate::funding::{self, Source, WindowKind};
+use crate::members::LimitKind;
 use crate::plans::{Plan, Plans};
 use crate::standing::WindowUsage;
 use crate::time::Secs;
@@ -81,6 +82,21 @@ pub struct Decision {
     pub plan_room: i64,
     pub grant_room: i64,
     pub overage_room: i64,
+    /// The org's limit on one of the run's members that decided it (a denial), with what
+    /// its member had used in each window: `kind`, id, month used and limit, week used
+    /// and limit (a window without a limit: `None`).
+    pub limit: Option<LimitFigures>,
+}
+
+/// A member's limit and use, as a decision records them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitFigures {
+    pub kind: String,
+    pub member_id: String,
+    pub month_used: i64,
+    pub month_limit: Option<i64>,
+    pub week_used: i64,
+    pub week_limit: Option<i64>,
 }
 
 /// Why a run is refused.
@@ -96,6 +112,12 @@ pub enum Reason {
     GrantsExhausted,
     /// Past the plan and the grants, and pay-as-you-go has reached its monthly cap.
     SpendCapReached,
+    /// The run's user (`started_by`) has spent a limit the org set on it.
+    UserCeilingReached,
+    /// The run's project has spent a limit the org set on it.
+    ProjectCeilingReached,
+    /// The run's API key has spent a limit the org set on it.
+    KeyCeilingReached,
 }
 
 impl Reason {
@@ -108,6 +130,9 @@ impl Reason {
             Reason::ConcurrencyLimitReached => "concurrency_limit_reached",
             Reason::GrantsExhausted => "grants_exhausted",
             Reason::SpendCapReached => "spend_cap_reached",
+            Reason::UserCeilingReached => "user_ceiling_reached",
+            Reason::ProjectCeilingReached => "project_ceiling_reached",
+            Reason::KeyCeilingReached => "key_ceiling_reached",
         }
     }
 }
@@ -151,6 +176,8 @@ pub struct Facts<'a> {
     /// Who would pay, running sessions counted up to `now`.
     pub funding: &'a funding::State,
     pub now: Secs,
+    /// The org's limit on one of the run's members that is spent, if one is.
+    pub spent_limit: Option<LimitKind>,
 }
 
 /// The gate's rules, in the order they bind.
@@ -161,6 +188,12 @@ pub fn decide(f: &Facts) -> Rule {
         Rule::Denied(Reason::OrgSuspended)
     } else if let Some(reason) = spent(f.funding, f.now) {
         Rule::Denied(reason)
+    } else if let Some(kind) = f.spent_limit {
+        Rule::Denied(match kind {
+            LimitKind::User => Reason::UserCeilingReached,
+            LimitKind::Project => Reason::ProjectCeilingReached,
+            LimitKind::Key => Reason::KeyCeilingReached,
+        })
     } else if f.running >= f.limit {
         Rule::Denied(Reason::ConcurrencyLimitReached)
     } else {
@@ -210,7 +243,12 @@ pub fn upgrade_for<'p>(plans: &'p Plans, reason: Reason, f: &Facts) -> Option<&'
                 && p.weekly_limit_seconds > f.week.used_seconds
         }
         Reason::ConcurrencyLimitReached => p.concurrency_max > f.running,
-        Reason::OrgSuspended | Reason::SubscriptionInactive => false,
+        // The org's own limits: no plan lifts them.
+        Reason::OrgSuspended
+        | Reason::SubscriptionInactive
+        | Reason::UserCeilingReached
+        | Reason::ProjectCeilingReached
+        | Reason::KeyCeilingReached => false,
     };
     plans
         .iter()
@@ -271,6 +309,7 @@ mod tests {
             holds_slot: false,
             funding: &room,
             now: NOW,
+            spent_limit: None,
         };
         assert_eq!(decide(&base), Rule::WithinLimits);
         let full_week = funded((50, 100), (50, 50));
@@ -355,6 +394,7 @@ mod tests {
             holds_slot: false,
             funding: &room,
             now: NOW,
+            spent_limit: None,
         };
         assert_eq!(
             upgrade_for(&p, Reason::WeeklyCeilingReached, &f).map(|x| x.id.as_str()),

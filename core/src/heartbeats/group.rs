@@ -174,6 +174,7 @@ pub fn apply(
             org_id: s.org_id.clone(),
             duplicate: fx.ignored,
             phase: s.ledger.phase,
+            members: limited_members(s),
         });
     }
     let answers = verdicts
@@ -182,6 +183,16 @@ pub fn apply(
         .map(|(v, outs)| v.map(|()| outs.into_iter().map(|o| o.expect("applied")).collect()))
         .collect();
     (answers, booking)
+}
+
+/// The members of a session an org may limit: its user, project and key.
+fn limited_members(s: &Session) -> Vec<(crate::members::Dimension, String)> {
+    use crate::members::{member_of, LimitKind};
+    LimitKind::ALL
+        .iter()
+        .map(|k| (k.dimension(), member_of(s, k.dimension()).to_owned()))
+        .filter(|(_, id)| !id.is_empty())
+        .collect()
 }
 
 #[cfg(test)]

@@ -30,6 +30,8 @@ pub struct HeartbeatOutcome {
     /// It changed nothing: a repeated or overtaken `seq`, or an ended session.
     pub duplicate: bool,
     pub phase: Phase,
+    /// Its members, `(dimension, id)`: what an org's limits apply to.
+    pub members: Vec<(crate::members::Dimension, String)>,
 }
 
 /// Why a whole heartbeat request was refused; nothing of it was written.

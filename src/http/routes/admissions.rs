@@ -76,6 +76,10 @@ pub struct DecisionView {
     funded_by: Option<String>,
     /// What each source had left when this was decided, running sessions counted.
     remaining: Remaining,
+    /// The org's limit on the run's user, project or key that refused it
+    /// (`user_ceiling_reached`, `project_ceiling_reached`, `key_ceiling_reached`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<MemberLimitView>,
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     as_of: Secs,
@@ -90,6 +94,20 @@ pub struct Remaining {
     grant_seconds: i64,
     /// Pay-as-you-go, up to its monthly cap (0 while off).
     overage_seconds: i64,
+}
+
+/// A limit inside the org and what its member had used, running sessions counted.
+#[derive(Serialize, ToSchema)]
+pub struct MemberLimitView {
+    /// `user`, `project` or `key`.
+    kind: String,
+    member_id: String,
+    month_used_seconds: i64,
+    /// `null`: no monthly limit.
+    month_limit_seconds: Option<i64>,
+    week_used_seconds: i64,
+    /// `null`: no weekly limit.
+    week_limit_seconds: Option<i64>,
 }
 
 fn window(start: Secs, end: Secs, used: i64, limit: i64) -> WindowUsage {
@@ -117,6 +135,14 @@ impl From<Decision> for DecisionView {
                 grant_seconds: d.grant_room,
                 overage_seconds: d.overage_room,
             },
+            limit: d.limit.map(|l| MemberLimitView {
+                kind: l.kind,
+                member_id: l.member_id,
+                month_used_seconds: l.month_used,
+                month_limit_seconds: l.month_limit,
+                week_used_seconds: l.week_used,
+                week_limit_seconds: l.week_limit,
+            }),
             decision_id: d.decision_id,
             decision: d.decision,
             reason: d.reason,

@@ -222,7 +222,14 @@ pub async fn close_period(
 ) -> ApiResult<Json<Closed>> {
     principal.require_any(&[Scope::Admin])?;
     let month = parse_month(&period).map_err(|m| ApiError::invalid("period", m))?;
-    let closed = close_through(&state.db, &state.plans, month, state.clock.now()).await?;
+    let closed = close_through(
+        &state.db,
+        &state.plans,
+        month,
+        state.clock.now(),
+        &principal.actor(),
+    )
+    .await?;
     let closed: Vec<String> = closed
         .iter()
         .filter_map(|p| Interval::new(p.period_start, p.period_end))

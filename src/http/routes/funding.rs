@@ -157,7 +157,7 @@ pub async fn post_grant(
     let grant = ask.clone().check(org_id.as_str(), &id, now)?;
     let (made, created) = state
         .db
-        .create_grant(&grant)
+        .create_grant(&grant, &principal.actor())
         .await?
         .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
     if !created && !ask.matches(&made) {
@@ -222,7 +222,7 @@ pub async fn void_grant(
     let now = state.clock.now();
     let g = state
         .db
-        .void_grant(org_id.as_str(), grant_id.as_str(), now)
+        .void_grant(org_id.as_str(), grant_id.as_str(), now, &principal.actor())
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no grant `{grant_id}` in org `{org_id}`")))?;
     Ok(Json(GrantView::of(g, now)))
@@ -353,7 +353,12 @@ pub async fn put_overage(
     let overage = check_overage(plan, body.enabled, cap)?;
     state
         .db
-        .set_overage(org_id.as_str(), &overage, state.clock.now())
+        .set_overage(
+            org_id.as_str(),
+            &overage,
+            state.clock.now(),
+            &principal.actor(),
+        )
         .await?
         .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
     Ok(Json(overage_view(&state, org_id.as_str()).await?))

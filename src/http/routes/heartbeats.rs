@@ -27,8 +27,12 @@ pub struct HeartbeatResult {
     /// This heartbeat changed nothing: its `seq` was seen (or overtaken) before, or the
     /// session has ended.
     duplicate: bool,
-    /// `continue` or `park`: park when the org is out of hours or the session has ended.
+    /// `continue` or `park`: park when the org is out of hours, a limit on the session's
+    /// user, project or key is spent (and the plan's grace has run past it), or the
+    /// session has ended.
     action: &'static str,
+    /// Seconds left to the org, or to the session's user, project or key if a limit on
+    /// one of them leaves less.
     remaining_seconds: i64,
 }
 
@@ -59,20 +63,20 @@ pub async fn post_heartbeats(
     let results = outcomes
         .into_iter()
         .map(|o| {
-            let a = advice.get(&o.org_id).copied().unwrap_or(OrgAdvice {
-                remaining_seconds: 0,
-                park: true,
-            });
+            let (remaining_seconds, park) = advice
+                .get(&o.org_id)
+                .unwrap_or(&OrgAdvice::NONE)
+                .for_session(&o.members);
             HeartbeatResult {
                 accepted: true,
                 duplicate: o.duplicate,
                 // An ended session's VM has no business running.
-                action: if a.park || o.phase == Phase::Ended {
+                action: if park || o.phase == Phase::Ended {
                     "park"
                 } else {
                     "continue"
                 },
-                remaining_seconds: a.remaining_seconds,
+                remaining_seconds,
                 session_id: o.session_id,
             }
         })

@@ -2,9 +2,11 @@
 //! service or store function, and answers; errors map to the format in `http::error`.
 
 pub mod admissions;
+pub mod audit;
 pub mod exports;
 pub mod funding;
 pub mod heartbeats;
+pub mod limits;
 pub mod notifications;
 pub mod ops;
 pub mod orgs;

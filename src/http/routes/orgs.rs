@@ -124,6 +124,7 @@ pub async fn put_org(
                 suspended: body.suspended,
             },
             state.clock.now(),
+            &principal.actor(),
         )
         .await?;
     Ok(Json(row.into()))
@@ -210,6 +211,7 @@ pub async fn put_key(
             key_id.as_str(),
             body.concurrency_limit,
             state.clock.now(),
+            &principal.actor(),
         )
         .await?;
     Ok(Json(key_view(key, &org, &state)))

@@ -271,7 +271,7 @@ pub async fn checkout(
         )
     })?;
     let org = state.org(org_id.as_str()).await?;
-    let change = checkout::change_plan(&state.billing, &org, target).await?;
+    let change = checkout::change_plan(&state.billing, &org, target, &principal.actor()).await?;
     Ok(Json(match change {
         Change::Checkout { url, session_id } => CheckoutOutcome::Checkout {
             plan: target.id.clone(),

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use async_trait::async_trait;
 use rust_decimal::Decimal;
+use rush_meter_core::audit::{self, Action, Actor, ActorKind, Entry};
 use rush_meter_core::booking::Booking;
 use rush_meter_core::breakdown::{GroupBy, Piece};
 use rush_meter_core::charges::Terms;
@@ -15,9 +16,10 @@ use rush_meter_core::export::{PeriodFunding, SessionLine};
 use rush_meter_core::funding::{
     self, Funds, Grant, GrantKind, Overage, Source, WindowFunds, WindowKind,
 };
-use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision, GroupFacts};
+use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision, GroupFacts, LimitFigures};
 use rush_meter_core::heartbeats::{self, Heartbeat, RequestOutcome};
 use rush_meter_core::ledger::{self, EndStatus, Phase, Rules, SessionLedger, VmState};
+use rush_meter_core::members::{Dimension, Limit, LimitKind, MemberUsage};
 use rush_meter_core::org::{Key, Org};
 use rush_meter_core::plans::Plans;
 use rush_meter_core::session::Session;
@@ -27,7 +29,7 @@ use sqlx::{Pool, Transaction};
 use tokio::sync::mpsc;
 
 use super::api::{
-    DecideState, FundingStore, GateStore, LedgerStore, NotificationStore, OrgStore, PeriodStore, StripeStore,
+    AuditStore, DecideState, FundingStore, GateStore, MemberStore, LedgerStore, NotificationStore, OrgStore, PeriodStore, StripeStore,
     TermsOf,
 };
 use super::{
@@ -254,7 +256,10 @@ async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
          UNION ALL SELECT 'stripe_customers', COUNT(*), CAST(0 AS BIGINT) FROM stripe_customers \
          UNION ALL SELECT 'grants', COUNT(*), CAST(COALESCE(SUM(seconds + used_seconds + priority + COALESCE(voided_at, 0)), 0) AS BIGINT) FROM grants \
          UNION ALL SELECT 'funding_windows', COUNT(*), CAST(COALESCE(SUM(plan_seconds + grant_seconds + overage_seconds + grace_seconds + charge_units), 0) AS BIGINT) FROM funding_windows \
-         UNION ALL SELECT 'funding_hourly', COUNT(*), CAST(COALESCE(SUM(seconds + charge_units), 0) AS BIGINT) FROM funding_hourly",
+         UNION ALL SELECT 'funding_hourly', COUNT(*), CAST(COALESCE(SUM(seconds + charge_units), 0) AS BIGINT) FROM funding_hourly \
+         UNION ALL SELECT 'member_hourly', COUNT(*), CAST(COALESCE(SUM(seconds), 0) AS BIGINT) FROM member_hourly \
+         UNION ALL SELECT 'member_limits', COUNT(*), CAST(COALESCE(SUM(updated_at), 0) AS BIGINT) FROM member_limits \
+         UNION ALL SELECT 'audit_log', COUNT(*), CAST(COALESCE(SUM(at), 0) AS BIGINT) FROM audit_log",
     )
     .fetch_all(pool)
     .await?)

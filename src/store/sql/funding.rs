@@ -272,7 +272,7 @@ impl FundingStore for Backend {
         funding_records(self.read(), org_ids, now).await
     }
 
-    async fn create_grant(&self, g: &Grant) -> StoreResult<Option<(Grant, bool)>> {
+    async fn create_grant(&self, g: &Grant, actor: &Actor) -> StoreResult<Option<(Grant, bool)>> {
         let mut tx = begin_write(self.write()).await?;
         if !lock_org(&mut tx, &g.org_id).await? {
             return Ok(None);
@@ -296,7 +296,19 @@ impl FundingStore for Backend {
         .fetch_optional(&mut *tx)
         .await?;
         let out = match created {
-            Some(Rec(made)) => (made, true),
+            Some(Rec(made)) => {
+                let entry = change(
+                    &made.org_id,
+                    made.created_at,
+                    actor,
+                    Action::GrantCreated,
+                    format!("grant:{}", made.grant_id),
+                    None,
+                    Some(audit::grant_state(&made)),
+                );
+                write_audit(&mut tx, entry).await?;
+                (made, true)
+            }
             None => {
                 let Rec(first) = sqlx::query_as::<_, Rec<Grant>>(
                     "SELECT * FROM grants WHERE org_id = $1 AND idempotency_key = $2",
@@ -498,22 +510,43 @@ impl FundingStore for Backend {
         org_id: &str,
         grant_id: &str,
         now: Secs,
+        actor: &Actor,
     ) -> StoreResult<Option<Grant>> {
         let mut tx = begin_write(self.write()).await?;
         if !lock_org(&mut tx, org_id).await? {
             return Ok(None);
         }
-        let voided = sqlx::query_as::<_, Rec<Grant>>(
+        let before = sqlx::query_as::<_, Rec<Grant>>(
+            "SELECT * FROM grants WHERE org_id = $1 AND grant_id = $2",
+        )
+        .bind(org_id)
+        .bind(grant_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(Rec(before)) = before else {
+            return Ok(None);
+        };
+        let Rec(after) = sqlx::query_as::<_, Rec<Grant>>(
             "UPDATE grants SET voided_at = COALESCE(voided_at, $3) \
              WHERE org_id = $1 AND grant_id = $2 RETURNING *",
         )
         .bind(org_id)
         .bind(grant_id)
         .bind(now)
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
+        let entry = change(
+            org_id,
+            now,
+            actor,
+            Action::GrantVoided,
+            format!("grant:{grant_id}"),
+            Some(audit::grant_state(&before)),
+            Some(audit::grant_state(&after)),
+        );
+        write_audit(&mut tx, entry).await?;
         tx.commit().await?;
-        Ok(voided.map(|r| r.0))
+        Ok(Some(after))
     }
 
     async fn set_overage(
@@ -521,8 +554,19 @@ impl FundingStore for Backend {
         org_id: &str,
         overage: &Overage,
         now: Secs,
+        actor: &Actor,
     ) -> StoreResult<Option<Org>> {
-        Ok(sqlx::query_as::<_, Rec<Org>>(
+        let mut tx = begin_write(self.write()).await?;
+        let before = sqlx::query_as::<_, Rec<Org>>(&format!(
+            "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
+        ))
+        .bind(org_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(Rec(before)) = before else {
+            return Ok(None);
+        };
+        let Rec(after) = sqlx::query_as::<_, Rec<Org>>(
             "UPDATE orgs SET overage_enabled = $2, overage_cap = $3, updated_at = $4 \
              WHERE org_id = $1 RETURNING *",
         )
@@ -530,8 +574,19 @@ impl FundingStore for Backend {
         .bind(overage.enabled)
         .bind(overage.monthly_cap.to_string())
         .bind(now)
-        .fetch_optional(self.write())
-        .await?
-        .map(|r| r.0))
+        .fetch_one(&mut *tx)
+        .await?;
+        let entry = change(
+            org_id,
+            now,
+            actor,
+            Action::OverageUpdated,
+            "overage".to_owned(),
+            Some(audit::overage_state(&before.overage)),
+            Some(audit::overage_state(&after.overage)),
+        );
+        write_audit(&mut tx, entry).await?;
+        tx.commit().await?;
+        Ok(Some(after))
     }
 }

@@ -10,7 +10,8 @@ const SLOT_HELD: &str = "phase <> 'ended' AND ( \
 const DECISION_COLUMNS: &str = "org_id, decision_id, decided_at, session_id, key_id, decision, \
      reason, rule, plan_id, suspended, month_start, month_end, month_used, month_limit, \
      week_start, week_end, week_used, week_limit, running, concurrency_limit, upgrade_plan, \
-     funded_by, plan_room, grant_room, overage_room";
+     funded_by, plan_room, grant_room, overage_room, limit_kind, limit_member, limit_month_used, \
+     limit_month, limit_week_used, limit_week";
 
 /// One try of an admission group, in one transaction that holds the row lock of every key
 /// the group names (PostgreSQL, taken in byte order) or the database's write lock
@@ -97,6 +98,17 @@ async fn admit_once(
         usage.extend(window_usage_on(&mut tx, &ids, &windows, now, rules).await?);
     }
     facts.usage = usage;
+    // Limits inside an org: read for every org of the group, member usage only for those
+    // that set any (most set none, and pay nothing for the feature).
+    facts.limits = limits_on(&mut tx, &org_ids).await?;
+    let limited: Vec<&Org> = facts
+        .orgs
+        .values()
+        .filter(|o| facts.limits.contains_key(&o.org_id))
+        .collect();
+    if !limited.is_empty() {
+        facts.member_usage = member_usage_on(&mut tx, &limited, now, rules).await?;
+    }
 
     let outcome = rush_meter_core::gate::decide_group(plans, requests, facts, now, rules.lease, || {
         format!("dec_{:016x}", rand::random::<u64>())

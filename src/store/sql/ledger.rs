@@ -22,6 +22,9 @@ const SESSION_UPSERT: &str = " ON CONFLICT (org_id, session_id) DO UPDATE SET \
 const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, shard) DO UPDATE \
      SET seconds = org_hourly.seconds + excluded.seconds";
 
+const MEMBER_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, dimension, bucket, member_id) DO UPDATE \
+     SET seconds = member_hourly.seconds + excluded.seconds";
+
 const SESSION_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, session_id) DO UPDATE \
      SET seconds = session_hourly.seconds + excluded.seconds";
 
@@ -235,9 +238,6 @@ async fn window_usage_on(
     }
     Ok(out)
 }
-
-const SESSION_JOIN: &str =
-    " JOIN sessions s ON s.org_id = h.org_id AND s.session_id = h.session_id";
 
 #[async_trait]
 impl LedgerStore for Backend {
@@ -491,20 +491,29 @@ impl LedgerStore for Backend {
                  WHERE org_id = $1 AND hour >= $2 AND hour < $3 GROUP BY {key}"
             )
         };
-        // By session, project, user or agent: the per-session rollup, joined for the names.
-        let by_session = |select: &str, join: &str, key: &str| {
+        // By session: the per-session rollup.
+        let by_session = |select: &str, key: &str| {
             format!(
-                "SELECT {select}, CAST(SUM(h.seconds) AS BIGINT) AS seconds FROM session_hourly h{join} \
+                "SELECT {select}, CAST(SUM(h.seconds) AS BIGINT) AS seconds FROM session_hourly h \
                  WHERE h.org_id = $1 AND h.hour >= $2 AND h.hour < $3 GROUP BY {key}"
+            )
+        };
+        // By project, user or agent: the member rollup (buckets of the hours `[from, to)`).
+        let by_member = |dim: &str, names: &str| {
+            format!(
+                "SELECT CAST(0 AS BIGINT) AS hour, '' AS session_id, {names}, \
+                   CAST(SUM(seconds) AS BIGINT) AS seconds FROM member_hourly \
+                 WHERE org_id = $1 AND dimension = '{dim}' AND bucket >= $2 AND bucket < $3 \
+                 GROUP BY member_id"
             )
         };
         let sql = match by {
             GroupBy::Hour | GroupBy::Funding => time("hour"),
             GroupBy::Day => time("(hour / 86400) * 86400"),
-            GroupBy::Session => by_session("CAST(0 AS BIGINT) AS hour, h.session_id, NULL AS project_id, NULL AS started_by, NULL AS agent", "", "h.session_id"),
-            GroupBy::Project => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, s.project_id, NULL AS started_by, NULL AS agent", SESSION_JOIN, "s.project_id"),
-            GroupBy::User => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, NULL AS project_id, s.started_by, NULL AS agent", SESSION_JOIN, "s.started_by"),
-            GroupBy::Agent => by_session("CAST(0 AS BIGINT) AS hour, '' AS session_id, NULL AS project_id, NULL AS started_by, s.agent", SESSION_JOIN, "s.agent"),
+            GroupBy::Session => by_session("CAST(0 AS BIGINT) AS hour, h.session_id, NULL AS project_id, NULL AS started_by, NULL AS agent", "h.session_id"),
+            GroupBy::Project => by_member("project", "NULLIF(member_id, '') AS project_id, NULL AS started_by, NULL AS agent"),
+            GroupBy::User => by_member("user", "NULL AS project_id, NULLIF(member_id, '') AS started_by, NULL AS agent"),
+            GroupBy::Agent => by_member("agent", "NULL AS project_id, NULL AS started_by, NULLIF(member_id, '') AS agent"),
         };
         Ok(unwrap_all(
             sqlx::query_as::<_, Rec<Piece>>(&sql)

@@ -9,23 +9,61 @@ async fn select_orgs<'e, E: sqlx::Executor<'e, Database = DB>>(
 
 #[async_trait]
 impl OrgStore for Backend {
-    async fn upsert_org(&self, org: &OrgUpsert, now: Secs) -> StoreResult<Org> {
-        Ok(sqlx::query_as::<_, Rec<Org>>(
+    async fn upsert_org(&self, org: &OrgUpsert, now: Secs, actor: &Actor) -> StoreResult<Org> {
+        let mut tx = begin_write(self.write()).await?;
+        let created = sqlx::query_as::<_, Rec<Org>>(
             "INSERT INTO orgs (org_id, name, plan_id, suspended, created_at, updated_at) \
              VALUES ($1, COALESCE($2, $1), COALESCE($3, 'free'), COALESCE($4, FALSE), $5, $5) \
-             ON CONFLICT (org_id) DO UPDATE SET \
-               name = COALESCE($2, orgs.name), plan_id = COALESCE($3, orgs.plan_id), \
-               suspended = COALESCE($4, orgs.suspended), updated_at = $5 \
-             RETURNING *",
+             ON CONFLICT (org_id) DO NOTHING RETURNING *",
         )
         .bind(&org.org_id)
         .bind(&org.name)
         .bind(&org.plan_id)
         .bind(org.suspended)
         .bind(now)
-        .fetch_one(self.write())
-        .await?
-        .0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let (before, Rec(after)) = match created {
+            Some(row) => (None, row),
+            None => {
+                let Rec(before) = sqlx::query_as::<_, Rec<Org>>(&format!(
+                    "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
+                ))
+                .bind(&org.org_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                let after = sqlx::query_as::<_, Rec<Org>>(
+                    "UPDATE orgs SET name = COALESCE($2, name), plan_id = COALESCE($3, plan_id), \
+                       suspended = COALESCE($4, suspended), updated_at = $5 \
+                     WHERE org_id = $1 RETURNING *",
+                )
+                .bind(&org.org_id)
+                .bind(&org.name)
+                .bind(&org.plan_id)
+                .bind(org.suspended)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await?;
+                (Some(before), after)
+            }
+        };
+        let action = if before.is_none() {
+            Action::OrgCreated
+        } else {
+            Action::OrgUpdated
+        };
+        let entry = change(
+            &after.org_id,
+            now,
+            actor,
+            action,
+            after.org_id.clone(),
+            before.as_ref().map(audit::org_state),
+            Some(audit::org_state(&after)),
+        );
+        write_audit(&mut tx, entry).await?;
+        tx.commit().await?;
+        Ok(after)
     }
 
     async fn get_org(&self, org_id: &str) -> StoreResult<Option<Org>> {
@@ -77,21 +115,59 @@ impl OrgStore for Backend {
         key_id: &str,
         limit: Option<i64>,
         now: Secs,
+        actor: &Actor,
     ) -> StoreResult<Key> {
-        Ok(sqlx::query_as::<_, Rec<Key>>(
+        let mut tx = begin_write(self.write()).await?;
+        let created = sqlx::query_as::<_, Rec<Key>>(
             "INSERT INTO api_keys (org_id, key_id, concurrency_limit, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $4) \
-             ON CONFLICT (org_id, key_id) DO UPDATE SET \
-               concurrency_limit = $3, updated_at = $4 \
-             RETURNING *",
+             VALUES ($1, $2, $3, $4, $4) ON CONFLICT (org_id, key_id) DO NOTHING RETURNING *",
         )
         .bind(org_id)
         .bind(key_id)
         .bind(limit)
         .bind(now)
-        .fetch_one(self.write())
-        .await?
-        .0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let (before, Rec(after)) = match created {
+            Some(row) => (None, row),
+            None => {
+                let Rec(before) = sqlx::query_as::<_, Rec<Key>>(&format!(
+                    "SELECT * FROM api_keys WHERE org_id = $1 AND key_id = $2{FOR_UPDATE}"
+                ))
+                .bind(org_id)
+                .bind(key_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                let after = sqlx::query_as::<_, Rec<Key>>(
+                    "UPDATE api_keys SET concurrency_limit = $3, updated_at = $4 \
+                     WHERE org_id = $1 AND key_id = $2 RETURNING *",
+                )
+                .bind(org_id)
+                .bind(key_id)
+                .bind(limit)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await?;
+                (Some(before), after)
+            }
+        };
+        let action = if before.is_none() {
+            Action::KeyCreated
+        } else {
+            Action::KeyUpdated
+        };
+        let entry = change(
+            org_id,
+            now,
+            actor,
+            action,
+            format!("key:{key_id}"),
+            before.as_ref().map(audit::key_state),
+            Some(audit::key_state(&after)),
+        );
+        write_audit(&mut tx, entry).await?;
+        tx.commit().await?;
+        Ok(after)
     }
 
     async fn get_key(&self, org_id: &str, key_id: &str) -> StoreResult<Option<Key>> {
@@ -105,11 +181,19 @@ impl OrgStore for Backend {
         .map(|r| r.0))
     }
 
-    async fn insert_token(&self, t: &TokenRow) -> StoreResult<()> {
-        sqlx::query(
+    async fn insert_token(&self, t: &TokenRow, actor: &Actor) -> StoreResult<()> {
+        let mut tx = begin_write(self.write()).await?;
+        let before: Option<TokenRow> = sqlx::query_as(&format!(
+            "SELECT * FROM tokens WHERE secret_hash = $1{FOR_UPDATE}"
+        ))
+        .bind(&t.secret_hash)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let after: TokenRow = sqlx::query_as(
             "INSERT INTO tokens (token_id, secret_hash, scopes, org_id, label, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (secret_hash) DO UPDATE SET scopes = $3, org_id = $4, label = $5",
+             ON CONFLICT (secret_hash) DO UPDATE SET scopes = $3, org_id = $4, label = $5 \
+             RETURNING *",
         )
         .bind(&t.token_id)
         .bind(&t.secret_hash)
@@ -117,8 +201,20 @@ impl OrgStore for Backend {
         .bind(&t.org_id)
         .bind(&t.label)
         .bind(t.created_at)
-        .execute(self.write())
+        .fetch_one(&mut *tx)
         .await?;
+        let state = |r: &TokenRow| audit::token_state(&r.token_id, &r.scopes, r.org_id.as_deref(), &r.label);
+        let entry = change(
+            after.org_id.as_deref().unwrap_or(""),
+            t.created_at,
+            actor,
+            Action::TokenCreated,
+            format!("token:{}", after.token_id),
+            before.as_ref().map(state),
+            Some(state(&after)),
+        );
+        write_audit(&mut tx, entry).await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -229,6 +229,7 @@ impl PeriodStore for Backend {
         q: &LineQuery,
         now: Secs,
         terms: TermsOf<'_>,
+        actor: &Actor,
     ) -> StoreResult<Option<PeriodRow>> {
         let mut tx = begin_write(self.write()).await?;
         // Taken first: a second closer waits here on PostgreSQL, then finds it done.
@@ -327,6 +328,24 @@ impl PeriodStore for Backend {
         .bind(adjusted)
         .fetch_one(&mut *tx)
         .await?;
+        let after = serde_json::json!({
+            "period_start": row.period_start,
+            "period_end": row.period_end,
+            "orgs": row.orgs,
+            "sessions": row.sessions,
+            "agent_seconds": row.agent_seconds,
+            "adjustment_seconds": row.adjustment_seconds,
+        });
+        let entry = change(
+            "",
+            now,
+            actor,
+            Action::PeriodClosed,
+            format!("period:{}", row.period_start),
+            None,
+            Some(after),
+        );
+        write_audit(&mut tx, entry).await?;
         tx.commit().await?;
         Ok(Some(row))
     }

@@ -58,33 +58,51 @@ from_row!(Key {
     updated_at,
 });
 
-from_row!(Decision {
-    org_id,
-    decision_id,
-    decided_at,
-    session_id,
-    key_id,
-    decision,
-    reason,
-    rule,
-    plan_id,
-    suspended,
-    month_start,
-    month_end,
-    month_used,
-    month_limit,
-    week_start,
-    week_end,
-    week_used,
-    week_limit,
-    running,
-    concurrency_limit,
-    upgrade_plan,
-    funded_by,
-    plan_room,
-    grant_room,
-    overage_room,
-});
+impl<'r> sqlx::FromRow<'r, Row> for Rec<Decision> {
+    fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
+        use sqlx::Row as _;
+        let kind: Option<String> = row.try_get("limit_kind")?;
+        let limit = match kind {
+            Some(kind) => Some(LimitFigures {
+                kind,
+                member_id: row.try_get::<Option<String>, _>("limit_member")?.unwrap_or_default(),
+                month_used: row.try_get::<Option<i64>, _>("limit_month_used")?.unwrap_or(0),
+                month_limit: row.try_get("limit_month")?,
+                week_used: row.try_get::<Option<i64>, _>("limit_week_used")?.unwrap_or(0),
+                week_limit: row.try_get("limit_week")?,
+            }),
+            None => None,
+        };
+        Ok(Rec(Decision {
+            org_id: row.try_get("org_id")?,
+            decision_id: row.try_get("decision_id")?,
+            decided_at: row.try_get("decided_at")?,
+            session_id: row.try_get("session_id")?,
+            key_id: row.try_get("key_id")?,
+            decision: row.try_get("decision")?,
+            reason: row.try_get("reason")?,
+            rule: row.try_get("rule")?,
+            plan_id: row.try_get("plan_id")?,
+            suspended: row.try_get("suspended")?,
+            month_start: row.try_get("month_start")?,
+            month_end: row.try_get("month_end")?,
+            month_used: row.try_get("month_used")?,
+            month_limit: row.try_get("month_limit")?,
+            week_start: row.try_get("week_start")?,
+            week_end: row.try_get("week_end")?,
+            week_used: row.try_get("week_used")?,
+            week_limit: row.try_get("week_limit")?,
+            running: row.try_get("running")?,
+            concurrency_limit: row.try_get("concurrency_limit")?,
+            upgrade_plan: row.try_get("upgrade_plan")?,
+            funded_by: row.try_get("funded_by")?,
+            plan_room: row.try_get("plan_room")?,
+            grant_room: row.try_get("grant_room")?,
+            overage_room: row.try_get("overage_room")?,
+            limit,
+        }))
+    }
+}
 
 from_row!(Piece {
     hour,

@@ -228,6 +228,16 @@ impl StripeStore for Backend {
         if !changes.is_empty() {
             record_stripe_change(&mut tx, &s.org_id, source, &changes, now).await?;
         }
+        let entry = change(
+            &s.org_id,
+            now,
+            &Actor::stripe(source),
+            Action::SubscriptionSynced,
+            s.org_id.clone(),
+            Some(audit::subscription_state(&before)),
+            Some(audit::subscription_state(&after)),
+        );
+        write_audit(&mut tx, entry).await?;
         tx.commit().await?;
         Ok(Some((before, after)))
     }
@@ -338,17 +348,39 @@ impl StripeStore for Backend {
         org_id: &str,
         plan: Option<(&str, Secs)>,
         now: Secs,
+        actor: &Actor,
     ) -> StoreResult<()> {
-        sqlx::query(
+        let mut tx = begin_write(self.write()).await?;
+        let before = sqlx::query_as::<_, Rec<Org>>(&format!(
+            "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
+        ))
+        .bind(org_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(Rec(before)) = before else {
+            return Ok(());
+        };
+        let Rec(after) = sqlx::query_as::<_, Rec<Org>>(
             "UPDATE orgs SET scheduled_plan_id = $2, scheduled_at = $3, updated_at = $4 \
-             WHERE org_id = $1",
+             WHERE org_id = $1 RETURNING *",
         )
         .bind(org_id)
         .bind(plan.map(|p| p.0))
         .bind(plan.map(|p| p.1))
         .bind(now)
-        .execute(self.write())
+        .fetch_one(&mut *tx)
         .await?;
+        let entry = change(
+            org_id,
+            now,
+            actor,
+            Action::DowngradeScheduled,
+            org_id.to_owned(),
+            Some(audit::downgrade_state(&before)),
+            Some(audit::downgrade_state(&after)),
+        );
+        write_audit(&mut tx, entry).await?;
+        tx.commit().await?;
         Ok(())
     }
 
