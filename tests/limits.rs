@@ -338,6 +338,24 @@ async fn limits_round_trip(srv: TestServer) {
         (404, Some("not_found")),
         "{v}"
     );
+    // The org's row says whether it limits anyone (the gate reads limits only then), until
+    // its last limit goes.
+    let sets = || async { srv.db.get_org("acme").await.unwrap().unwrap().sets_limits };
+    assert!(sets().await);
+    for member in ["project/web", "key/k9"] {
+        let (status, _) = srv
+            .call(
+                "DELETE",
+                &format!("/v1/orgs/acme/limits/{member}"),
+                Some(ADMIN),
+                None,
+            )
+            .await;
+        assert_eq!(status, 204);
+    }
+    assert!(!sets().await);
+    put_limit(&srv, "user/bob", json!({"weekly_hours": "1"})).await;
+    assert!(sets().await);
 }
 
 /// Every bad input gets the error format, naming what to fix, and changes nothing.

@@ -29,6 +29,9 @@ pub struct Org {
     pub stripe_synced_at: Option<Secs>,
     /// Pay-as-you-go as the org set it (it pays only on a plan that prices overage).
     pub overage: Overage,
+    /// Whether the org limits any of its users, projects or keys (docs/limits.md): only
+    /// then do the gate and heartbeat answers read the limits and their members' use.
+    pub sets_limits: bool,
 }
 
 impl Org {
@@ -52,6 +55,7 @@ impl Org {
             scheduled_at: None,
             stripe_synced_at: None,
             overage: Overage::default(),
+            sets_limits: false,
         }
     }
 

@@ -45,6 +45,10 @@ CREATE TABLE member_limits (
     PRIMARY KEY (org_id, kind, member_id)
 );
 
+-- Whether the org has a limit (kept by each change of its limits, under the org's row
+-- lock): the gate and heartbeat answers read limits and their members' use only then.
+ALTER TABLE orgs ADD COLUMN sets_limits BOOLEAN NOT NULL DEFAULT FALSE;
+
 -- The org's limit that decided a denial: its kind and member, and the member's use and
 -- the limit in each window (NULL: no limit there).
 ALTER TABLE decisions ADD COLUMN limit_kind TEXT;

@@ -199,7 +199,7 @@ impl Ingest {
             return Ok(advice);
         }
         let fresh = standings(&self.db, &self.plans, &missing, now, &self.rules).await?;
-        let mut rooms = self.member_rooms(&missing, &fresh, now).await?;
+        let mut rooms = self.member_rooms(&fresh, now).await?;
         let mut cache = self.advice.lock().expect("advice cache lock");
         if cache.len() > 100_000 {
             cache.retain(|_, (_, until)| *until > now);
@@ -224,31 +224,25 @@ impl Ingest {
         Ok(advice)
     }
 
-    /// The room of the members each org limits (orgs that limit none are absent: one
-    /// index lookup finds that out).
+    /// The room of the members each org limits (orgs that limit none are absent, and cost
+    /// no statement: their rows say so).
     async fn member_rooms(
         &self,
-        ids: &[&str],
         fresh: &[Standing],
         now: Secs,
     ) -> StoreResult<HashMap<String, BTreeMap<(Dimension, String), MemberRoom>>> {
-        let limits = self.db.limits_of(ids).await?;
-        if limits.is_empty() {
+        let limited: Vec<&Standing> = fresh.iter().filter(|s| s.org.sets_limits).collect();
+        if limited.is_empty() {
             return Ok(HashMap::new());
         }
-        let limited: Vec<&Standing> = fresh
-            .iter()
-            .filter(|s| limits.contains_key(&s.org.org_id))
-            .collect();
         let orgs: Vec<&Org> = limited.iter().map(|s| &s.org).collect();
-        let used = self.db.member_usage(&orgs, now, &self.rules).await?;
+        let mut found = self.db.limits_with_usage(&orgs, now, &self.rules).await?;
         Ok(limited
             .into_iter()
-            .map(|s| {
-                let id = &s.org.org_id;
-                let u = used.get(id).cloned().unwrap_or_default();
-                let r = members::rooms(&limits[id], &u, s.plan.ceiling_grace_seconds);
-                (id.clone(), r)
+            .filter_map(|s| {
+                let (limits, used) = found.remove(&s.org.org_id)?;
+                let rooms = members::rooms(&limits, &used, s.plan.ceiling_grace_seconds);
+                Some((s.org.org_id.clone(), rooms))
             })
             .collect())
     }

@@ -297,16 +297,15 @@ pub trait MemberStore: Send + Sync {
     ) -> StoreResult<Option<Limit>>;
     /// An org's limits, by kind and member.
     async fn list_limits(&self, org_id: &str) -> StoreResult<Vec<Limit>>;
-    /// The limits of each of `org_ids` that has any.
-    async fn limits_of(&self, org_ids: &[&str]) -> StoreResult<HashMap<String, Vec<Limit>>>;
-    /// What the users, projects and keys of each of `orgs` used in its month and week
-    /// windows at `now`, running sessions counted up to now.
-    async fn member_usage(
+    /// The limits of each of `orgs` that has any, with what each limited user, project
+    /// and key used in the org's month and week windows at `now`, running sessions
+    /// counted up to now.
+    async fn limits_with_usage(
         &self,
         orgs: &[&Org],
         now: Secs,
         rules: &Rules,
-    ) -> StoreResult<HashMap<String, MemberUsage>>;
+    ) -> StoreResult<HashMap<String, (Vec<Limit>, MemberUsage)>>;
 }
 
 /// The gate's writes and its record.

@@ -111,9 +111,10 @@ async fn views(state: &AppState, org_id: &str, limits: Vec<Limit>) -> ApiResult<
     } else {
         state
             .db
-            .member_usage(&[&org], now, &state.rules)
+            .limits_with_usage(&[&org], now, &state.rules)
             .await?
             .remove(org_id)
+            .map(|(_, used)| used)
             .unwrap_or_default()
     };
     Ok(limits

@@ -98,16 +98,14 @@ async fn admit_once(
         usage.extend(window_usage_on(&mut tx, &ids, &windows, now, rules).await?);
     }
     facts.usage = usage;
-    // Limits inside an org: read for every org of the group, member usage only for those
-    // that set any (most set none, and pay nothing for the feature).
-    facts.limits = limits_on(&mut tx, &org_ids).await?;
-    let limited: Vec<&Org> = facts
-        .orgs
-        .values()
-        .filter(|o| facts.limits.contains_key(&o.org_id))
-        .collect();
+    // Limits inside an org, with their members' use, for the orgs that set any (most set
+    // none, and pay nothing for the feature: their rows say so).
+    let limited: Vec<&Org> = facts.orgs.values().filter(|o| o.sets_limits).collect();
     if !limited.is_empty() {
-        facts.member_usage = member_usage_on(&mut tx, &limited, now, rules).await?;
+        for (org, (limits, used)) in limits_with_usage_on(&mut tx, &limited, now, rules).await? {
+            facts.limits.insert(org.clone(), limits);
+            facts.member_usage.insert(org, used);
+        }
     }
 
     let outcome = rush_meter_core::gate::decide_group(plans, requests, facts, now, rules.lease, || {

@@ -49,86 +49,90 @@ async fn limits_on(
     Ok(out)
 }
 
-/// A running session's org, user, project and key, and when it was last booked.
-type RunningMembers = (String, Option<String>, Option<String>, Option<String>, Secs);
-
-/// What the users, projects and keys of each of `orgs` used in the org's month and week
-/// windows at `now`: the member rollup's buckets in them, and each running session's time
-/// since its last heartbeat (at most one interval: `SessionLedger::provisional`).
-async fn member_usage_on(
+/// The limits of each of `orgs` (those that set any: `Org::sets_limits`), each with what
+/// its member used in the org's month and week windows at `now`, in one statement a
+/// group of orgs that share windows: the member rollup's buckets in them, and each running
+/// session's time since its last heartbeat (at most one interval, as
+/// `SessionLedger::provisional` counts it). Only limited members are summed.
+async fn limits_with_usage_on(
     conn: &mut <DB as sqlx::Database>::Connection,
     orgs: &[&Org],
     now: Secs,
     rules: &Rules,
-) -> StoreResult<HashMap<String, MemberUsage>> {
-    let mut out: HashMap<String, MemberUsage> = HashMap::new();
+) -> StoreResult<HashMap<String, (Vec<Limit>, MemberUsage)>> {
+    use sqlx::Row as _;
+    let mut out: HashMap<String, (Vec<Limit>, MemberUsage)> = HashMap::new();
+    // `$8` is the end of a running session's provisional stretch.
+    let stretch_end = format!("{LEAST}(s.last_at + $8, $9)");
+    let sql = format!(
+        "WITH l AS (SELECT * FROM member_limits WHERE {orgs}), \
+         b AS (SELECT h.org_id, h.dimension, h.member_id, \
+             SUM(CASE WHEN h.bucket >= $2 AND h.bucket < $3 THEN h.seconds ELSE 0 END) AS m, \
+             SUM(CASE WHEN h.bucket >= $4 AND h.bucket < $5 THEN h.seconds ELSE 0 END) AS w \
+           FROM member_hourly h JOIN l ON h.org_id = l.org_id AND h.dimension = l.kind \
+             AND h.member_id = l.member_id \
+           WHERE h.bucket >= $6 AND h.bucket < $7 GROUP BY h.org_id, h.dimension, h.member_id), \
+         r AS (SELECT l.org_id, l.kind, l.member_id, SUM({month}) AS m, SUM({week}) AS w \
+           FROM l JOIN sessions s ON s.org_id = l.org_id AND s.phase = 'running' \
+             AND (CASE l.kind WHEN 'user' THEN s.started_by WHEN 'project' THEN s.project_id \
+                  ELSE s.key_id END) = l.member_id \
+           GROUP BY l.org_id, l.kind, l.member_id) \
+         SELECT l.*, CAST(COALESCE(b.m, 0) + COALESCE(r.m, 0) AS BIGINT) AS month_used, \
+           CAST(COALESCE(b.w, 0) + COALESCE(r.w, 0) AS BIGINT) AS week_used \
+         FROM l LEFT JOIN b ON b.org_id = l.org_id AND b.dimension = l.kind \
+             AND b.member_id = l.member_id \
+           LEFT JOIN r ON r.org_id = l.org_id AND r.kind = l.kind AND r.member_id = l.member_id \
+         ORDER BY l.org_id, l.kind, l.member_id",
+        orgs = org_in(1),
+        month = overlap("s.last_at", &stretch_end, 2, 3),
+        week = overlap("s.last_at", &stretch_end, 4, 5),
+    );
     for (w, group) in rush_meter_core::standing::by_windows(orgs.iter().copied(), now) {
         let ids: Vec<&str> = group.iter().map(|o| o.org_id.as_str()).collect();
         for chunk in ids.chunks(CHUNK) {
-            let booked: Vec<(String, String, String, i64, i64)> = sqlx::query_as(&format!(
-                "SELECT org_id, dimension, member_id, \
-                   CAST(SUM(CASE WHEN bucket >= $2 AND bucket < $3 THEN seconds ELSE 0 END) AS BIGINT), \
-                   CAST(SUM(CASE WHEN bucket >= $4 AND bucket < $5 THEN seconds ELSE 0 END) AS BIGINT) \
-                 FROM member_hourly WHERE {} AND dimension IN ('user', 'project', 'key') \
-                   AND bucket >= $6 AND bucket < $7 \
-                 GROUP BY org_id, dimension, member_id",
-                org_in(1)
-            ))
-            .bind(org_list(chunk))
-            .bind(w.month.start)
-            .bind(w.month.end)
-            .bind(w.week.start)
-            .bind(w.week.end)
-            .bind(w.month.start.min(w.week.start))
-            .bind(w.month.end.max(w.week.end))
-            .fetch_all(&mut *conn)
-            .await?;
-            for (org, dim, member, m, wk) in booked {
-                let Some(dim) = Dimension::parse(&dim) else {
-                    continue;
-                };
-                let e = out.entry(org).or_default().entry((dim, member)).or_default();
-                e.0 += m;
-                e.1 += wk;
-            }
-            let running: Vec<RunningMembers> =
-                sqlx::query_as(&format!(
-                    "SELECT org_id, started_by, project_id, key_id, last_at FROM sessions \
-                     WHERE {} AND phase = 'running'",
-                    org_in(1)
-                ))
+            let rows = sqlx::query(&sql)
                 .bind(org_list(chunk))
+                .bind(w.month.start)
+                .bind(w.month.end)
+                .bind(w.week.start)
+                .bind(w.week.end)
+                .bind(w.month.start.min(w.week.start))
+                .bind(w.month.end.max(w.week.end))
+                .bind(rules.interval)
+                .bind(now)
                 .fetch_all(&mut *conn)
                 .await?;
-            for (org, user, project, key, last_at) in running {
-                let Some(stretch) = Interval::new(last_at, now.min(last_at + rules.interval))
-                else {
-                    continue;
-                };
-                let clip = |window: Interval| stretch.clip(&window).map_or(0, |c| c.len());
-                let (m, wk) = (clip(w.month), clip(w.week));
-                let usage = out.entry(org).or_default();
-                for (dim, member) in [
-                    (Dimension::User, user),
-                    (Dimension::Project, project),
-                    (Dimension::Key, key),
-                ] {
-                    if let Some(member) = member {
-                        let e = usage.entry((dim, member)).or_default();
-                        e.0 += m;
-                        e.1 += wk;
-                    }
-                }
+            for row in rows {
+                let Rec(limit) = <Rec<Limit> as sqlx::FromRow<'_, Row>>::from_row(&row)?;
+                let used: (i64, i64) = (row.try_get("month_used")?, row.try_get("week_used")?);
+                let (limits, usage) = out.entry(limit.org_id.clone()).or_default();
+                usage.insert((limit.kind.dimension(), limit.member_id.clone()), used);
+                limits.push(limit);
             }
         }
     }
     Ok(out)
 }
 
+/// Make `orgs.sets_limits` say whether `org_id` has a limit left, after a change of its
+/// limits made under the org's row lock (so that no other change counts around it).
+async fn mark_limited(tx: &mut Tx, org_id: &str) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE orgs SET sets_limits = EXISTS (SELECT 1 FROM member_limits WHERE org_id = $1) \
+         WHERE org_id = $1",
+    )
+    .bind(org_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 #[async_trait]
 impl MemberStore for Backend {
     async fn put_limit(&self, limit: &Limit, now: Secs, actor: &Actor) -> StoreResult<Limit> {
         let mut tx = begin_write(self.write()).await?;
+        // Changes of an org's limits follow each other (`mark_limited`).
+        lock_org(&mut tx, &limit.org_id).await?;
         let before = sqlx::query_as::<_, Rec<Limit>>(&format!(
             "SELECT * FROM member_limits WHERE org_id = $1 AND kind = $2 AND member_id = $3{FOR_UPDATE}"
         ))
@@ -164,6 +168,9 @@ impl MemberStore for Backend {
             Some(audit::limit_state(&after)),
         );
         write_audit(&mut tx, entry).await?;
+        if before.is_none() {
+            mark_limited(&mut tx, &after.org_id).await?;
+        }
         tx.commit().await?;
         Ok(after)
     }
@@ -177,6 +184,7 @@ impl MemberStore for Backend {
         actor: &Actor,
     ) -> StoreResult<Option<Limit>> {
         let mut tx = begin_write(self.write()).await?;
+        lock_org(&mut tx, org_id).await?;
         let removed = sqlx::query_as::<_, Rec<Limit>>(
             "DELETE FROM member_limits WHERE org_id = $1 AND kind = $2 AND member_id = $3 \
              RETURNING *",
@@ -198,6 +206,7 @@ impl MemberStore for Backend {
                 None,
             );
             write_audit(&mut tx, entry).await?;
+            mark_limited(&mut tx, org_id).await?;
         }
         tx.commit().await?;
         Ok(removed)
@@ -211,18 +220,13 @@ impl MemberStore for Backend {
             .unwrap_or_default())
     }
 
-    async fn limits_of(&self, org_ids: &[&str]) -> StoreResult<HashMap<String, Vec<Limit>>> {
-        let mut conn = self.read().acquire().await?;
-        limits_on(&mut conn, org_ids).await
-    }
-
-    async fn member_usage(
+    async fn limits_with_usage(
         &self,
         orgs: &[&Org],
         now: Secs,
         rules: &Rules,
-    ) -> StoreResult<HashMap<String, MemberUsage>> {
+    ) -> StoreResult<HashMap<String, (Vec<Limit>, MemberUsage)>> {
         let mut conn = self.read().acquire().await?;
-        member_usage_on(&mut conn, orgs, now, rules).await
+        limits_with_usage_on(&mut conn, orgs, now, rules).await
     }
 }

@@ -46,6 +46,7 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Org> {
                 enabled: row.try_get("overage_enabled")?,
                 monthly_cap,
             },
+            sets_limits: row.try_get("sets_limits")?,
         }))
     }
 }
