@@ -635,15 +635,9 @@ async fn many_sessions_pass_the_cap_in_time_by_the_bound_at_most_and_never_in_mo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_hold_the_cap_between_them() {
     let dir = plans_dir();
-    let Some((url, _)) = fresh_database(Backend::Postgres).await else {
+    let Some((a, b)) = two_instances(dir.path()).await else {
         return;
     };
-    let opts = || Options {
-        plans_dir: dir.path().to_path_buf(),
-        ..Options::default()
-    };
-    let a = TestServer::start_on(Backend::Postgres, url.clone(), None, opts()).await;
-    let b = TestServer::start_on(Backend::Postgres, url, None, opts()).await;
     setup(&a).await;
     a.clock.set(T0);
     b.clock.set(T0);

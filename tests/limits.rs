@@ -470,15 +470,9 @@ every_backend!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_hold_a_limit_between_them() {
     let dir = mini_plans();
-    let Some((url, _)) = fresh_database(Backend::Postgres).await else {
+    let Some((a, b)) = two_instances(dir.path()).await else {
         return;
     };
-    let opts = || Options {
-        plans_dir: dir.path().to_path_buf(),
-        ..Options::default()
-    };
-    let a = TestServer::start_on(Backend::Postgres, url.clone(), None, opts()).await;
-    let b = TestServer::start_on(Backend::Postgres, url, None, opts()).await;
     setup(&a).await;
     a.clock.set(T0);
     b.clock.set(T0);

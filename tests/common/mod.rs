@@ -482,6 +482,19 @@ pub fn hb(org: &str, session: &str, seq: i64, state: &str, at: Secs) -> Value {
            "seq": seq, "state": state, "sent_at": rush_meter_core::time::format_rfc3339(at)})
 }
 
+/// Two instances on one fresh PostgreSQL database, with the plans of `plans_dir`; `None`
+/// where PostgreSQL is not there (outside CI).
+pub async fn two_instances(plans_dir: &std::path::Path) -> Option<(TestServer, TestServer)> {
+    let (url, _) = fresh_database(Backend::Postgres).await?;
+    let opts = || Options {
+        plans_dir: plans_dir.to_path_buf(),
+        ..Options::default()
+    };
+    let a = TestServer::start_on(Backend::Postgres, url.clone(), None, opts()).await;
+    let b = TestServer::start_on(Backend::Postgres, url, None, opts()).await;
+    Some((a, b))
+}
+
 /// What `run_staggered_until_parked` saw: how many sessions were told to park, and the least
 /// `remaining_seconds` an answer gave.
 pub struct Parked {
