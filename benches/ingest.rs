@@ -10,7 +10,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wrk, Backend, Funding, ADMIN};
+use common::{wrk, Backend, Server, Setup, ADMIN};
+use rush_meter_core::gate::{AdmissionRequest, Agent};
 
 // The allocator of the `rush-meter` binary, so the server measured here is the one shipped.
 #[global_allocator]
@@ -21,13 +22,20 @@ const WARMUP: Duration = Duration::from_secs(4);
 /// Sessions each wrk thread cycles through: more than it ever has in flight at once.
 const SESSIONS_PER_THREAD: usize = 5000;
 const MEASURE: Duration = Duration::from_secs(12);
-/// Rounds of each load, the two fundings interleaved, so that the machine's drift falls on
+/// wrk threads; each beats for its own sessions (`w{thread}_{n}`).
+const THREADS: usize = 2;
+/// Keys, projects and users of each org: every session is admitted with one of each
+/// before the load, as the orchestrator would, so that its bookings roll up by member.
+const KEYS_PER_ORG: usize = 4;
+const PROJECTS_PER_ORG: usize = 5;
+const USERS_PER_ORG: usize = 10;
+/// Rounds of each load, the setups interleaved, so that the machine's drift falls on
 /// both alike; a row's figures are its median round's.
 const ROUNDS: usize = 3;
 
 struct Outcome {
     backend: Backend,
-    funding: Funding,
+    setup: Setup,
     batch: usize,
     clients: usize,
     rows: u64,
@@ -39,10 +47,73 @@ struct Outcome {
     mean_group: f64,
 }
 
-async fn run(backend: Backend, batch: usize, clients: usize, funding: Funding) -> Outcome {
+/// The members of the `n`th session of a wrk thread (of org `n % ORGS`, heartbeats.lua).
+fn members(n: usize) -> (String, String, String, Agent) {
+    let i = n / ORGS;
+    let agent = [Agent::Claude, Agent::Codex, Agent::Opencode][i % 3];
+    (
+        format!("k{}", i % KEYS_PER_ORG),
+        format!("p{}", i % PROJECTS_PER_ORG),
+        format!("u{}", i % USERS_PER_ORG),
+        agent,
+    )
+}
+
+/// Register every org's keys, optionally limit each key, project and user, and admit every
+/// session the load will beat for, through the store's gate in groups.
+async fn admit_sessions(server: &Server, plans: &tempfile::TempDir, threads: usize, limits: bool) {
+    for o in 0..ORGS {
+        let org = format!("org_{o}");
+        let mut limited = Vec::new();
+        for k in 0..KEYS_PER_ORG {
+            server
+                .admin(
+                    "PUT",
+                    &format!("/v1/orgs/{org}/keys/k{k}"),
+                    Some(serde_json::json!({"concurrency_limit": 100})),
+                )
+                .await;
+            limited.push(("key", format!("k{k}")));
+        }
+        limited.extend((0..PROJECTS_PER_ORG).map(|p| ("project", format!("p{p}"))));
+        limited.extend((0..USERS_PER_ORG).map(|u| ("user", format!("u{u}"))));
+        if limits {
+            common::limit_members(server, &org, &limited).await;
+        }
+    }
+    let loaded = rush_meter::config::load_plans(plans.path()).unwrap();
+    let requests: Vec<AdmissionRequest> = (0..threads)
+        .flat_map(|tid| (0..SESSIONS_PER_THREAD).map(move |n| (tid, n)))
+        .map(|(tid, n)| {
+            let (key_id, project, user, agent) = members(n);
+            AdmissionRequest {
+                org_id: format!("org_{}", n % ORGS),
+                key_id,
+                session_id: format!("w{tid}_{n}"),
+                agent,
+                project_id: Some(project),
+                started_by: Some(user),
+            }
+        })
+        .collect();
+    for group in requests.chunks(250) {
+        let decided = server
+            .db
+            .admit(&loaded, group, server.clock.now(), &server.rules)
+            .await
+            .unwrap();
+        for d in decided {
+            let d = d.expect("every session's org and key exist");
+            assert_eq!(d.decision, "allow", "{d:?}");
+        }
+    }
+}
+
+async fn run(backend: Backend, batch: usize, clients: usize, setup: Setup) -> Outcome {
     let plans = common::funded_plans();
     let server = common::start_funded(backend, &plans).await;
-    common::create_orgs(&server, ORGS, funding).await;
+    common::create_orgs(&server, ORGS, setup.funding).await;
+    admit_sessions(&server, &plans, THREADS, setup.limits).await;
     let url = format!("{}/v1/heartbeats", server.url);
     let args = || {
         vec![
@@ -56,7 +127,7 @@ async fn run(backend: Backend, batch: usize, clients: usize, funding: Funding) -
     wrk(
         url.clone(),
         "heartbeats.lua",
-        2,
+        THREADS,
         clients,
         WARMUP.as_secs(),
         args(),
@@ -65,12 +136,20 @@ async fn run(backend: Backend, batch: usize, clients: usize, funding: Funding) -
     let sum = "rush_meter_ingest_group_requests_sum";
     let count = "rush_meter_ingest_group_requests_count";
     let before = (server.metric(sum).await, server.metric(count).await);
-    let w = wrk(url, "heartbeats.lua", 2, clients, MEASURE.as_secs(), args()).await;
+    let w = wrk(
+        url,
+        "heartbeats.lua",
+        THREADS,
+        clients,
+        MEASURE.as_secs(),
+        args(),
+    )
+    .await;
     let after = (server.metric(sum).await, server.metric(count).await);
     server.finish().await;
     Outcome {
         backend,
-        funding,
+        setup,
         batch,
         clients,
         rows: w.requests * batch as u64,
@@ -97,11 +176,11 @@ fn main() {
             continue;
         }
         for _ in 0..ROUNDS {
-            for funding in Funding::BOTH {
-                let o = rt.block_on(run(backend, batch, clients, funding));
+            for setup in Setup::ALL {
+                let o = rt.block_on(run(backend, batch, clients, setup));
                 eprintln!(
                     "{:?} batch {} ({}): {:.0} rows/s, {:.0} requests/s, p50 {:?}, p99 {:?}, {} errors, {:.1} requests per commit",
-                    o.backend, o.batch, funding.label(), o.rows as f64 / o.elapsed.as_secs_f64(), o.requests as f64 / o.elapsed.as_secs_f64(), o.p50, o.p99, o.errors, o.mean_group
+                    o.backend, o.batch, setup.label(), o.rows as f64 / o.elapsed.as_secs_f64(), o.requests as f64 / o.elapsed.as_secs_f64(), o.p50, o.p99, o.errors, o.mean_group
                 );
                 outcomes.push(o);
             }
@@ -112,7 +191,7 @@ fn main() {
     let mut rows: Vec<(&Outcome, Vec<f64>)> = Vec::new();
     for o in &outcomes {
         let same =
-            |b: &&Outcome| b.backend == o.backend && b.batch == o.batch && b.funding == o.funding;
+            |b: &&Outcome| b.backend == o.backend && b.batch == o.batch && b.setup == o.setup;
         if rows.iter().any(|(r, _)| same(r)) {
             continue;
         }
@@ -139,21 +218,19 @@ fn main() {
     md.push_str(&common::provenance(
         "ingest",
         &format!(
-            "wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs (on the Team plan, or past a spent plan: see below), {} s warm-up, {} s measured, {} rounds of each with the two fundings interleaved (the median round's figures, each round's rate in brackets)",
+            "wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs (on the Team plan, past a spent plan, or on the Team plan with limits on every member: see below) whose sessions are all admitted first, {} s warm-up, {} s measured, {} rounds of each with the setups interleaved (the median round's figures, each round's rate in brackets)",
             ORGS,
             WARMUP.as_secs(),
             MEASURE.as_secs(),
             ROUNDS
         ),
     ));
-    md.push_str("| backend | heartbeats a request | concurrent clients | funded by | heartbeats/s | against the plan's | requests/s | p50 | p99 | errors | requests per commit |\n");
+    md.push_str("| backend | heartbeats a request | concurrent clients | orgs | heartbeats/s | against the plan's | requests/s | p50 | p99 | errors | requests per commit |\n");
     md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (o, rates) in &rows {
         let base = rows
             .iter()
-            .find(|(b, _)| {
-                b.backend == o.backend && b.batch == o.batch && b.funding == Funding::Plan
-            })
+            .find(|(b, _)| b.backend == o.backend && b.batch == o.batch && b.setup == Setup::BASE)
             .map_or(rate(o), |(b, _)| rate(b));
         let each: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
         md.push_str(&format!(
@@ -161,7 +238,7 @@ fn main() {
             o.backend,
             o.batch,
             o.clients,
-            o.funding.label(),
+            o.setup.label(),
             rate(o),
             each.join(", "),
             rate(o) / base,
@@ -173,10 +250,15 @@ fn main() {
         ));
     }
     md.push_str(concat!(
-        "\nFunded by: `plan` is 50 Team orgs well within their plan; `grants and pay-as-you-go` ",
+        "\nOrgs: `plan` is 50 Team orgs well within their plan; `grants and pay-as-you-go` ",
         "is 50 orgs past a plan spent at once, half on a 100,000-hour grant and half paying as ",
         "they go under a high cap, so that every second booked is attributed past the plan ",
-        "(issue 14: at least 0.9 of the plan's rate, measured in the same run).\n",
+        "(issue 14: at least 0.9 of the plan's rate, measured in the same run); `limits on every ",
+        "member` is the plan's orgs with a monthly and weekly limit (never reached) on each of ",
+        "their 4 keys, 5 projects and 10 users, so that each booking also reads the limits and ",
+        "use of its sessions' members for the heartbeat answers (issue 15: at least 0.9 of the ",
+        "rate without them). Every session is admitted with a key, project, user and agent ",
+        "before the load, so every booking also writes the member rollup.\n",
     ));
     md.push_str("\nTargets (issue 2): batches of 100 on PostgreSQL at least 55,000 heartbeats/s (half of raw\n");
     md.push_str(
@@ -208,6 +290,14 @@ fn main() {
         "  org too cost batches of 100 about a third of their rate). With one heartbeat a\n",
         "  request, past the plan costs about a tenth more than within it: the extra rows of\n",
         "  each group's one write statement, on a machine whose two cores are busy.\n",
+        "- Members (issue 15): every session is now admitted with a key, project, user and\n",
+        "  agent, so each booking also upserts the member rollup: about 22 rows an org-hour here\n",
+        "  (4 keys, 5 projects, 10 users, 3 agents) beside one of the org's hourly rollup, three\n",
+        "  times the rollup rows of a commit before. With the machine's own raw one-row commits\n",
+        "  at 5.5k/s at 8 clients on the day of this run (pgbench; 11.7k/s on an earlier day),\n",
+        "  figures are not comparable with reports of other days: only the ratios in a column\n",
+        "  are. Limits themselves cost a booking only the read of the limited members' use for\n",
+        "  the answers, one statement a commit for the orgs that set any (`orgs.sets_limits`).\n",
     ));
     if only.is_none() {
         std::fs::write(

@@ -79,6 +79,62 @@ impl Funding {
     }
 }
 
+/// What a benchmark's orgs are set up with: how they are funded, and whether every member
+/// their sessions name (key, project, user) carries a limit (docs/limits.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setup {
+    pub funding: Funding,
+    pub limits: bool,
+}
+
+impl Setup {
+    /// Within the plan (the baseline of every ratio), past it, and within it with limits.
+    pub const ALL: [Setup; 3] = [
+        Setup {
+            funding: Funding::Plan,
+            limits: false,
+        },
+        Setup {
+            funding: Funding::PastThePlan,
+            limits: false,
+        },
+        Setup {
+            funding: Funding::Plan,
+            limits: true,
+        },
+    ];
+    pub const BASE: Setup = Setup::ALL[0];
+
+    pub fn label(self) -> String {
+        if self.limits {
+            format!("{}, limits on every member", self.funding.label())
+        } else {
+            self.funding.label().to_owned()
+        }
+    }
+}
+
+/// A limit no benchmark reaches (the most a limit may be, 100,000 h), so that every
+/// decision and booking reads and checks it but it never binds.
+const UNREACHED_HOURS: &str = "100000";
+
+/// Put a monthly and weekly limit far above any use on each of `members` (kind, id) of
+/// `org`.
+pub async fn limit_members(server: &Server, org: &str, members: &[(&str, String)]) {
+    for (kind, id) in members {
+        server
+            .admin(
+                "PUT",
+                &format!("/v1/orgs/{org}/limits/{kind}/{id}"),
+                Some(serde_json::json!({
+                    "monthly_hours": UNREACHED_HOURS,
+                    "weekly_hours": UNREACHED_HOURS,
+                })),
+            )
+            .await;
+    }
+}
+
 /// A plan spent at once (0.0001 h), that sells pay-as-you-go up to a very high cap.
 const SPENT: &str = r#"
 id = "spent"
