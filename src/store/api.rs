@@ -295,8 +295,6 @@ pub trait MemberStore: Send + Sync {
         now: Secs,
         actor: &Actor,
     ) -> StoreResult<Option<Limit>>;
-    /// An org's limits, by kind and member.
-    async fn list_limits(&self, org_id: &str) -> StoreResult<Vec<Limit>>;
     /// The limits of each of `orgs` that has any, with what each limited user, project
     /// and key used in the org's month and week windows at `now`, running sessions
     /// counted up to now.

@@ -101,26 +101,22 @@ pub struct LimitList {
     limits: Vec<LimitView>,
 }
 
-/// Each of `limits` with its member's use in the org's windows at now.
-async fn views(state: &AppState, org_id: &str, limits: Vec<Limit>) -> ApiResult<Vec<LimitView>> {
+/// The org's windows at now, its limits, and what their members used in them (one read:
+/// `limits_with_usage`). 404 for an org that does not exist.
+async fn limits_in_use(
+    state: &AppState,
+    org_id: &str,
+) -> ApiResult<(Windows, Vec<Limit>, MemberUsage)> {
     let now = state.clock.now();
     let org = state.org(org_id).await?;
     let windows = Windows::at(now, org.billing_period());
-    let used = if limits.is_empty() {
-        MemberUsage::new()
-    } else {
-        state
-            .db
-            .limits_with_usage(&[&org], now, &state.rules)
-            .await?
-            .remove(org_id)
-            .map(|(_, used)| used)
-            .unwrap_or_default()
-    };
-    Ok(limits
-        .into_iter()
-        .map(|l| LimitView::of(l, windows, &used))
-        .collect())
+    let (limits, used) = state
+        .db
+        .limits_with_usage(&[&org], now, &state.rules)
+        .await?
+        .remove(org_id)
+        .unwrap_or_default();
+    Ok((windows, limits, used))
 }
 
 /// An org's limits on its users, projects and keys, each with its member's use in the
@@ -133,9 +129,12 @@ pub async fn list_limits(
     State(state): State<AppState>,
     OrgReader { org_id, .. }: OrgReader,
 ) -> ApiResult<Json<LimitList>> {
-    let limits = state.db.list_limits(org_id.as_str()).await?;
+    let (windows, limits, used) = limits_in_use(&state, org_id.as_str()).await?;
     Ok(Json(LimitList {
-        limits: views(&state, org_id.as_str(), limits).await?,
+        limits: limits
+            .into_iter()
+            .map(|l| LimitView::of(l, windows, &used))
+            .collect(),
     }))
 }
 
@@ -196,8 +195,8 @@ pub async fn put_limit(
         updated_at: now,
     };
     let stored = state.db.put_limit(&limit, now, &principal.actor()).await?;
-    let mut view = views(&state, &org_id, vec![stored]).await?;
-    Ok(Json(view.remove(0)))
+    let (windows, _, used) = limits_in_use(&state, &org_id).await?;
+    Ok(Json(LimitView::of(stored, windows, &used)))
 }
 
 /// Remove a limit (the org's console, admin): the member's runs count against the org's

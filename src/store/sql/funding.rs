@@ -557,13 +557,7 @@ impl FundingStore for Backend {
         actor: &Actor,
     ) -> StoreResult<Option<Org>> {
         let mut tx = begin_write(self.write()).await?;
-        let before = sqlx::query_as::<_, Rec<Org>>(&format!(
-            "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
-        ))
-        .bind(org_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(Rec(before)) = before else {
+        let Some(before) = org_for_update(&mut tx, org_id).await? else {
             return Ok(None);
         };
         let Rec(after) = sqlx::query_as::<_, Rec<Org>>(

@@ -28,27 +28,6 @@ fn limit_subject(l: &Limit) -> String {
     format!("limit:{}:{}", l.kind.as_str(), l.member_id)
 }
 
-/// The limits of `orgs` (one shard's, or any), by org.
-async fn limits_on(
-    conn: &mut <DB as sqlx::Database>::Connection,
-    orgs: &[&str],
-) -> StoreResult<HashMap<String, Vec<Limit>>> {
-    let mut out: HashMap<String, Vec<Limit>> = HashMap::new();
-    for chunk in orgs.chunks(CHUNK) {
-        let rows = sqlx::query_as::<_, Rec<Limit>>(&format!(
-            "SELECT * FROM member_limits WHERE {} ORDER BY org_id, kind, member_id",
-            org_in(1)
-        ))
-        .bind(org_list(chunk))
-        .fetch_all(&mut *conn)
-        .await?;
-        for Rec(l) in rows {
-            out.entry(l.org_id.clone()).or_default().push(l);
-        }
-    }
-    Ok(out)
-}
-
 /// The limits of each of `orgs` (those that set any: `Org::sets_limits`), each with what
 /// its member used in the org's month and week windows at `now`, in one statement a
 /// group of orgs that share windows: the member rollup's buckets in them, and each running
@@ -210,14 +189,6 @@ impl MemberStore for Backend {
         }
         tx.commit().await?;
         Ok(removed)
-    }
-
-    async fn list_limits(&self, org_id: &str) -> StoreResult<Vec<Limit>> {
-        let mut conn = self.read().acquire().await?;
-        Ok(limits_on(&mut conn, &[org_id])
-            .await?
-            .remove(org_id)
-            .unwrap_or_default())
     }
 
     async fn limits_with_usage(

@@ -1,5 +1,17 @@
 // Orgs, keys and tokens (`OrgStore`), written once for both dialects.
 
+/// An org's row, locked for the change the transaction makes (its state before, for the
+/// audit log); `None` if there is no such org.
+async fn org_for_update(tx: &mut Tx, org_id: &str) -> StoreResult<Option<Org>> {
+    Ok(sqlx::query_as::<_, Rec<Org>>(&format!(
+        "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
+    ))
+    .bind(org_id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .map(|r| r.0))
+}
+
 async fn select_orgs<'e, E: sqlx::Executor<'e, Database = DB>>(
     ex: E,
     ids: &[&str],
@@ -26,12 +38,10 @@ impl OrgStore for Backend {
         let (before, Rec(after)) = match created {
             Some(row) => (None, row),
             None => {
-                let Rec(before) = sqlx::query_as::<_, Rec<Org>>(&format!(
-                    "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
-                ))
-                .bind(&org.org_id)
-                .fetch_one(&mut *tx)
-                .await?;
+                // Found by the insert that did nothing; orgs are never deleted.
+                let before = org_for_update(&mut tx, &org.org_id)
+                    .await?
+                    .ok_or(sqlx::Error::RowNotFound)?;
                 let after = sqlx::query_as::<_, Rec<Org>>(
                     "UPDATE orgs SET name = COALESCE($2, name), plan_id = COALESCE($3, plan_id), \
                        suspended = COALESCE($4, suspended), updated_at = $5 \

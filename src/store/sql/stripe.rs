@@ -173,13 +173,7 @@ impl StripeStore for Backend {
         now: Secs,
     ) -> StoreResult<Option<(Org, Org)>> {
         let mut tx = begin_write(self.write()).await?;
-        let before = sqlx::query_as::<_, Rec<Org>>(&format!(
-            "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
-        ))
-        .bind(org_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(Rec(before)) = before else {
+        let Some(before) = org_for_update(&mut tx, org_id).await? else {
             return Ok(None);
         };
         let Some(s) = decide(&before) else {
@@ -351,13 +345,7 @@ impl StripeStore for Backend {
         actor: &Actor,
     ) -> StoreResult<()> {
         let mut tx = begin_write(self.write()).await?;
-        let before = sqlx::query_as::<_, Rec<Org>>(&format!(
-            "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
-        ))
-        .bind(org_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(Rec(before)) = before else {
+        let Some(before) = org_for_update(&mut tx, org_id).await? else {
             return Ok(());
         };
         let Rec(after) = sqlx::query_as::<_, Rec<Org>>(
