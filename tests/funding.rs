@@ -12,17 +12,6 @@ fn plans_dir() -> tempfile::TempDir {
     mini_plans()
 }
 
-async fn start(backend: Backend, dir: &tempfile::TempDir) -> Option<TestServer> {
-    TestServer::start_with(
-        backend,
-        Options {
-            plans_dir: dir.path().to_path_buf(),
-            ..Options::default()
-        },
-    )
-    .await
-}
-
 async fn admit(srv: &TestServer, session: &str) -> Value {
     srv.admit("acme", "k1", session).await
 }
@@ -76,7 +65,7 @@ async fn run_until_parked(srv: &TestServer, sessions: &[&str], mut t: i64) -> i6
 
 async fn sources_in_order(backend: Backend) {
     let dir = plans_dir();
-    let Some(srv) = start(backend, &dir).await else {
+    let Some(srv) = start_with_plans(backend, dir.path()).await else {
         return;
     };
     setup(&srv).await;
@@ -308,7 +297,7 @@ async fn org_line(srv: &TestServer, org: &str) -> Value {
 
 async fn a_ceiling_without_grants_or_overage_says_which(backend: Backend) {
     let dir = plans_dir();
-    let Some(srv) = start(backend, &dir).await else {
+    let Some(srv) = start_with_plans(backend, dir.path()).await else {
         return;
     };
     setup(&srv).await;
@@ -330,7 +319,7 @@ async fn a_ceiling_without_grants_or_overage_says_which(backend: Backend) {
 
 async fn a_grant_funds_only_from_its_start_to_its_expiry_and_voiding_lapses_it(backend: Backend) {
     let dir = plans_dir();
-    let Some(srv) = start(backend, &dir).await else {
+    let Some(srv) = start_with_plans(backend, dir.path()).await else {
         return;
     };
     setup(&srv).await;
@@ -408,7 +397,7 @@ async fn a_grant_funds_only_from_its_start_to_its_expiry_and_voiding_lapses_it(b
 
 async fn bad_input_is_refused_in_the_error_format_and_changes_nothing(backend: Backend) {
     let dir = plans_dir();
-    let Some(srv) = start(backend, &dir).await else {
+    let Some(srv) = start_with_plans(backend, dir.path()).await else {
         return;
     };
     setup(&srv).await;
@@ -621,7 +610,7 @@ async fn many_sessions_pass_the_cap_in_time_by_the_bound_at_most_and_never_in_mo
     backend: Backend,
 ) {
     let dir = plans_dir();
-    let Some(srv) = start(backend, &dir).await else {
+    let Some(srv) = start_with_plans(backend, dir.path()).await else {
         return;
     };
     setup(&srv).await;

@@ -9,17 +9,6 @@ use common::*;
 use rush_meter::tokens::Scope;
 use serde_json::{json, Value};
 
-async fn start(backend: Backend, dir: &tempfile::TempDir) -> Option<TestServer> {
-    TestServer::start_with(
-        backend,
-        Options {
-            plans_dir: dir.path().to_path_buf(),
-            ..Options::default()
-        },
-    )
-    .await
-}
-
 /// `acme` on `mini` (180 s a week, 30 s of grace) with key `k1`, and a grant of ten hours
 /// so that the org itself never runs out: what stops its sessions is a limit.
 async fn setup(srv: &TestServer) {
@@ -107,7 +96,7 @@ fn assert_the_limit_holds(web: &Value, n: i64) {
 /// other members of the org run on.
 async fn a_member_past_its_limit_is_refused_and_parked_within_the_bound(backend: Backend) {
     let dir = mini_plans();
-    let Some(srv) = start(backend, &dir).await else {
+    let Some(srv) = start_with_plans(backend, dir.path()).await else {
         return;
     };
     setup(&srv).await;
@@ -156,6 +145,9 @@ async fn a_member_past_its_limit_is_refused_and_parked_within_the_bound(backend:
         d["limit"]["week_used_seconds"], web["week"]["used_seconds"],
         "{d}"
     );
+    // A denial consumes nothing (DESIGN.md): no session, no slot of the key.
+    assert!(srv.db.get_session("late").await.unwrap().is_none());
+    assert_eq!(d["concurrency"]["running"], 0, "{d}");
     // The record says the same.
     let page = srv
         .admin("GET", "/v1/orgs/acme/decisions?decision=deny", None)
@@ -184,7 +176,7 @@ async fn a_member_past_its_limit_is_refused_and_parked_within_the_bound(backend:
 /// A user's limit and a key's apply to every project: the first spent one decides.
 async fn user_and_key_limits_apply_across_projects(backend: Backend) {
     let dir = mini_plans();
-    let Some(srv) = start(backend, &dir).await else {
+    let Some(srv) = start_with_plans(backend, dir.path()).await else {
         return;
     };
     setup(&srv).await;

@@ -482,6 +482,19 @@ pub fn hb(org: &str, session: &str, seq: i64, state: &str, at: Secs) -> Value {
            "seq": seq, "state": state, "sent_at": rush_meter_core::time::format_rfc3339(at)})
 }
 
+/// A server with the plans of `plans_dir` (such as `mini_plans()`'s); `None` where its
+/// backend is not there (outside CI).
+pub async fn start_with_plans(backend: Backend, plans_dir: &std::path::Path) -> Option<TestServer> {
+    TestServer::start_with(
+        backend,
+        Options {
+            plans_dir: plans_dir.to_path_buf(),
+            ..Options::default()
+        },
+    )
+    .await
+}
+
 /// Two instances on one fresh PostgreSQL database, with the plans of `plans_dir`; `None`
 /// where PostgreSQL is not there (outside CI).
 pub async fn two_instances(plans_dir: &std::path::Path) -> Option<(TestServer, TestServer)> {
