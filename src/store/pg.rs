@@ -27,7 +27,12 @@ const JSON_ARRAY: &str = "json_build_array";
 
 /// `org_id` among the orgs of parameter `$n` (bound with `org_list`).
 fn org_in(n: usize) -> String {
-    format!("org_id = ANY(${n})")
+    in_list("org_id", n)
+}
+
+/// `column` among the ids of parameter `$n` (bound with `org_list`).
+fn in_list(column: &str, n: usize) -> String {
+    format!("{column} = ANY(${n})")
 }
 
 fn org_list(orgs: &[&str]) -> Vec<String> {

@@ -29,7 +29,12 @@ const JSON_ARRAY: &str = "json_array";
 
 /// `org_id` among the orgs of parameter `$n` (a JSON array, bound with `org_list`).
 fn org_in(n: usize) -> String {
-    format!("org_id IN (SELECT value FROM json_each(${n}))")
+    in_list("org_id", n)
+}
+
+/// `column` among the ids of parameter `$n` (bound with `org_list`).
+fn in_list(column: &str, n: usize) -> String {
+    format!("{column} IN (SELECT value FROM json_each(${n}))")
 }
 
 fn org_list(orgs: &[&str]) -> String {

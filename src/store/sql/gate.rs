@@ -102,7 +102,16 @@ async fn admit_once(
     // none, and pay nothing for the feature: their rows say so).
     let limited: Vec<&Org> = facts.orgs.values().filter(|o| o.sets_limits).collect();
     if !limited.is_empty() {
-        for (org, (limits, used)) in limits_with_usage_on(&mut tx, &limited, now, rules).await? {
+        // Only the members the group names: an org may limit many more than one group
+        // touches, and an admission never changes a member's use (only bookings do).
+        let members = sorted_unique(requests.iter().flat_map(|r| {
+            [Some(&r.key_id), r.project_id.as_ref(), r.started_by.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(String::as_str)
+        }));
+        let read = limits_with_usage_on(&mut tx, &limited, Some(&members), now, rules).await?;
+        for (org, (limits, used)) in read {
             facts.limits.insert(org.clone(), limits);
             facts.member_usage.insert(org, used);
         }

@@ -36,15 +36,21 @@ fn limit_subject(l: &Limit) -> String {
 async fn limits_with_usage_on(
     conn: &mut <DB as sqlx::Database>::Connection,
     orgs: &[&Org],
+    members: Option<&[&str]>,
     now: Secs,
     rules: &Rules,
 ) -> StoreResult<HashMap<String, (Vec<Limit>, MemberUsage)>> {
     use sqlx::Row as _;
     let mut out: HashMap<String, (Vec<Limit>, MemberUsage)> = HashMap::new();
-    // `$8` is the end of a running session's provisional stretch.
+    // `$8` is the end of a running session's provisional stretch; `$10` the members asked
+    // about (any kind), when only some are.
     let stretch_end = format!("{LEAST}(s.last_at + $8, $9)");
+    let only = match members {
+        Some(_) => format!(" AND {}", in_list("member_id", 10)),
+        None => String::new(),
+    };
     let sql = format!(
-        "WITH l AS (SELECT * FROM member_limits WHERE {orgs}), \
+        "WITH l AS (SELECT * FROM member_limits WHERE {orgs}{only}), \
          b AS (SELECT h.org_id, h.dimension, h.member_id, \
              SUM(CASE WHEN h.bucket >= $2 AND h.bucket < $3 THEN h.seconds ELSE 0 END) AS m, \
              SUM(CASE WHEN h.bucket >= $4 AND h.bucket < $5 THEN h.seconds ELSE 0 END) AS w \
@@ -69,7 +75,7 @@ async fn limits_with_usage_on(
     for (w, group) in rush_meter_core::standing::by_windows(orgs.iter().copied(), now) {
         let ids: Vec<&str> = group.iter().map(|o| o.org_id.as_str()).collect();
         for chunk in ids.chunks(CHUNK) {
-            let rows = sqlx::query(&sql)
+            let mut q = sqlx::query(&sql)
                 .bind(org_list(chunk))
                 .bind(w.month.start)
                 .bind(w.month.end)
@@ -78,9 +84,11 @@ async fn limits_with_usage_on(
                 .bind(w.month.start.min(w.week.start))
                 .bind(w.month.end.max(w.week.end))
                 .bind(rules.interval)
-                .bind(now)
-                .fetch_all(&mut *conn)
-                .await?;
+                .bind(now);
+            if let Some(m) = members {
+                q = q.bind(org_list(m));
+            }
+            let rows = q.fetch_all(&mut *conn).await?;
             for row in rows {
                 let Rec(limit) = <Rec<Limit> as sqlx::FromRow<'_, Row>>::from_row(&row)?;
                 let used: (i64, i64) = (row.try_get("month_used")?, row.try_get("week_used")?);
@@ -198,6 +206,6 @@ impl MemberStore for Backend {
         rules: &Rules,
     ) -> StoreResult<HashMap<String, (Vec<Limit>, MemberUsage)>> {
         let mut conn = self.read().acquire().await?;
-        limits_with_usage_on(&mut conn, orgs, now, rules).await
+        limits_with_usage_on(&mut conn, orgs, None, now, rules).await
     }
 }
