@@ -28,6 +28,11 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabels {
+    pub api_version: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub http_requests: Family<HttpLabels, Counter>,
@@ -40,6 +45,7 @@ pub struct Metrics {
     pub decisions: Family<DecisionLabels, Counter>,
     pub stripe_webhooks_refused: Counter,
     pub stripe_events: Family<ResultLabels, Counter>,
+    pub stripe_event_versions_other: Family<VersionLabels, Counter>,
     pub notifications: Family<ResultLabels, Counter>,
 }
 
@@ -118,6 +124,12 @@ impl Default for Metrics {
             "Stripe events processed, by result: processed, ignored, retry, quarantined (alert on quarantined)",
             stripe_events.clone(),
         );
+        let stripe_event_versions_other = Family::<VersionLabels, Counter>::default();
+        registry.register(
+            "stripe_event_versions_other",
+            "Stripe webhook events rendered in another API version than the one the service sends (Stripe-Version), by that version: the endpoint's version should be changed to match (docs/billing.md)",
+            stripe_event_versions_other.clone(),
+        );
         let notifications = Family::<ResultLabels, Counter>::default();
         registry.register(
             "notifications",
@@ -128,6 +140,7 @@ impl Default for Metrics {
             notifications,
             stripe_webhooks_refused,
             stripe_events,
+            stripe_event_versions_other,
             decisions,
             registry,
             http_requests,

@@ -9,6 +9,7 @@ use rush_meter_core::org::Org;
 use rush_meter_core::plans::Plan;
 
 use super::api::{StripeApi, StripeFailure};
+use super::subscription::Subscription;
 use super::{Billing, BillingError, BillingResult};
 use crate::store::StripeRequestRow;
 
@@ -23,17 +24,46 @@ pub enum Change {
     Scheduled { plan: String, at: i64 },
 }
 
+/// A write to Stripe about to be sent: its idempotency key, the name of the request
+/// (`rush_meter_request` in the metadata of what it creates: the same on every try, where
+/// the key changes after a 5xx), and whether an earlier try is unaccounted for (a crash
+/// before its answer was recorded, or a 5xx), so that what Stripe did is read back first.
+pub(super) struct Begun {
+    pub key: String,
+    pub request: String,
+    pub earlier: bool,
+}
+
+/// The name of a request whose idempotency key is `key`: the key of its first try.
+fn request_of(key: &str) -> &str {
+    key.split_once('~').map_or(key, |(first, _)| first)
+}
+
+/// The key of the try after one answered 5xx: Stripe may replay a stored 5xx for the old
+/// key for a day, so the next try needs a new one (`~2`, `~3`, …).
+fn next_key(key: &str) -> String {
+    let tries = key
+        .split_once('~')
+        .and_then(|(_, n)| n.parse::<u32>().ok())
+        .unwrap_or(1);
+    format!("{}~{}", request_of(key), tries + 1)
+}
+
 /// Record an outbound write before it is sent, and its idempotency key: the key of an
 /// unfinished request for the same operation and target (a retry after a crash, which
-/// Stripe then replays), else a new one.
+/// Stripe then replays, or after a 5xx, which was given a new key), else a new one.
 pub(super) async fn begin(
     b: &Billing,
     org_id: &str,
     operation: &str,
     target: &str,
-) -> BillingResult<String> {
+) -> BillingResult<Begun> {
     if let Some(open) = b.db.open_stripe_request(org_id, operation, target).await? {
-        return Ok(open.idempotency_key);
+        return Ok(Begun {
+            request: request_of(&open.idempotency_key).to_owned(),
+            key: open.idempotency_key,
+            earlier: true,
+        });
     }
     let row = StripeRequestRow {
         org_id: org_id.to_owned(),
@@ -44,7 +74,13 @@ pub(super) async fn begin(
         completed_at: None,
         object_id: None,
     };
-    Ok(b.db.begin_stripe_request(&row).await?.idempotency_key)
+    let key = b.db.begin_stripe_request(&row).await?.idempotency_key;
+    Ok(Begun {
+        request: request_of(&key).to_owned(),
+        // Another caller's request for the same thing, begun meanwhile: its fate is unknown.
+        earlier: key != row.idempotency_key,
+        key,
+    })
 }
 
 /// Close a recorded request with Stripe's answer.
@@ -66,20 +102,48 @@ pub(super) async fn settle<T>(
 }
 
 /// A refusal closes the request, so the next attempt is a new request with a new key; one
-/// left unanswered stays open, for a retry with the same key.
+/// left unanswered stays open, for a retry with the same key; one answered 5xx stays open
+/// under a new key, and its next try reads back what Stripe did before sending.
 pub(super) async fn failed(b: &Billing, org_id: &str, key: &str, e: StripeFailure) -> BillingError {
-    if matches!(
-        e,
-        StripeFailure::Refused { .. } | StripeFailure::NotFound(_)
-    ) {
-        if let Err(s) =
+    let recorded = match &e {
+        StripeFailure::Refused { .. } | StripeFailure::NotFound(_) => {
             b.db.complete_stripe_request(org_id, key, "refused", b.clock.now())
                 .await
-        {
-            return s.into();
+        }
+        StripeFailure::ServerError { .. } => {
+            b.db.rekey_stripe_request(org_id, key, &next_key(key)).await
+        }
+        StripeFailure::Unreachable(_) | StripeFailure::Unreadable(_) => Ok(()),
+    };
+    match recorded {
+        Ok(()) => e.into(),
+        Err(s) => s.into(),
+    }
+}
+
+/// Send a write unless an earlier try of it already made it: `read_back` looks for what
+/// that try made (only when one is unaccounted for), `send` makes it. Either way the
+/// request is closed with the object's id.
+pub(super) async fn once<T, R, S>(
+    b: &Billing,
+    org_id: &str,
+    begun: &Begun,
+    read_back: R,
+    send: S,
+    id: impl Fn(&T) -> &str,
+) -> BillingResult<T>
+where
+    R: std::future::Future<Output = Result<Option<T>, StripeFailure>>,
+    S: std::future::Future<Output = Result<T, StripeFailure>>,
+{
+    if begun.earlier {
+        if let Some(found) = read_back.await? {
+            b.db.complete_stripe_request(org_id, &begun.key, id(&found), b.clock.now())
+                .await?;
+            return Ok(found);
         }
     }
-    e.into()
+    settle(b, org_id, &begun.key, send.await, id).await
 }
 
 /// The org's Stripe customer, created (once) if it has none.
@@ -88,22 +152,24 @@ pub async fn ensure_customer(b: &Billing, org: &Org) -> BillingResult<String> {
         return Ok(c.clone());
     }
     let api = b.api()?;
-    let earlier =
-        b.db.open_stripe_request(&org.org_id, "create_customer", &org.org_id)
-            .await?;
-    let key = begin(b, &org.org_id, "create_customer", &org.org_id).await?;
-    // An earlier attempt may have made the customer and died before recording it.
-    let found = match earlier {
-        Some(_) => api.customer_by_request(&key).await?,
-        None => None,
+    let begun = begin(b, &org.org_id, "create_customer", &org.org_id).await?;
+    // An earlier try may have made the customer and died before recording it.
+    let found = match begun.earlier {
+        true => api.customer_by_request(&begun.request).await?,
+        false => None,
     };
     let customer = match found {
         Some(c) => c,
         // Recorded as done only once linked: a crash before that finds it again.
-        None => match api.create_customer(&org.org_id, &org.name, &key).await {
-            Ok(c) => c,
-            Err(e) => return Err(failed(b, &org.org_id, &key, e).await),
-        },
+        None => {
+            let made = api
+                .create_customer(&org.org_id, &org.name, &begun.request, &begun.key)
+                .await;
+            match made {
+                Ok(c) => c,
+                Err(e) => return Err(failed(b, &org.org_id, &begun.key, e).await),
+            }
+        }
     };
     crate::failpoint::hit("after_stripe_create_customer");
     if !b
@@ -116,7 +182,7 @@ pub async fn ensure_customer(b: &Billing, org: &Org) -> BillingResult<String> {
             org.org_id
         )));
     }
-    b.db.complete_stripe_request(&org.org_id, &key, &customer.id, b.clock.now())
+    b.db.complete_stripe_request(&org.org_id, &begun.key, &customer.id, b.clock.now())
         .await?;
     Ok(customer.id)
 }
@@ -141,11 +207,23 @@ pub async fn change_plan(
             .first()
             .ok_or_else(|| BillingError::NoPrice(target.id.clone()))?;
         let customer = ensure_customer(b, org).await?;
-        let key = begin(b, &org.org_id, "checkout", &target.id).await?;
-        let sent = api
-            .create_checkout_session(&customer, price, &org.org_id, &b.config.return_url, &key)
-            .await;
-        let session = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
+        let begun = begin(b, &org.org_id, "checkout", &target.id).await?;
+        let session = once(
+            b,
+            &org.org_id,
+            &begun,
+            api.open_checkout_by_request(&customer, &begun.request),
+            api.create_checkout_session(
+                &customer,
+                price,
+                &org.org_id,
+                &b.config.return_url,
+                &begun.request,
+                &begun.key,
+            ),
+            |s| s.id.as_str(),
+        )
+        .await?;
         return Ok(Change::Checkout {
             url: session.url.unwrap_or_default(),
             session_id: session.id,
@@ -154,10 +232,17 @@ pub async fn change_plan(
     if org.plan_id == target.id {
         // Staying on the plan: a pending downgrade or cancellation is called off.
         if org.cancel_at_period_end {
-            let key = begin(b, &org.org_id, "resume", sub_id).await?;
+            let begun = begin(b, &org.org_id, "resume", sub_id).await?;
             let read_at = b.clock.now();
-            let sent = api.resume(sub_id, &key).await;
-            let sub = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
+            let sub = once(
+                b,
+                &org.org_id,
+                &begun,
+                already(api, sub_id, |s| !s.cancel_at_period_end),
+                api.resume(sub_id, &begun.key),
+                |s| s.id.as_str(),
+            )
+            .await?;
             b.apply(&sub, Some(&org.org_id), read_at, "checkout")
                 .await?;
         } else if org.scheduled_plan_id.is_none() {
@@ -178,13 +263,22 @@ pub async fn change_plan(
         .unwrap_or_default();
     if target.stripe_prices.is_empty() {
         // Down to a plan Stripe does not sell (Free): the subscription ends with its period.
-        let key = begin(b, &org.org_id, "cancel", sub_id).await?;
+        let begun = begin(b, &org.org_id, "cancel", sub_id).await?;
         let read_at = b.clock.now();
-        let sent = api.cancel_at_period_end(sub_id, &key).await;
-        let sub = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
+        let sub = once(
+            b,
+            &org.org_id,
+            &begun,
+            already(api, sub_id, |s| s.cancel_at_period_end),
+            api.cancel_at_period_end(sub_id, &begun.key),
+            |s| s.id.as_str(),
+        )
+        .await?;
         b.apply(&sub, Some(&org.org_id), read_at, "checkout")
             .await?;
-        let at = sub.period().map_or_else(|| b.clock.now(), |p| p.end);
+        let at = sub
+            .period(&b.plans)
+            .map_or_else(|| b.clock.now(), |p| p.end);
         return Ok(Change::Scheduled {
             plan: target.id.clone(),
             at,
@@ -227,12 +321,19 @@ async fn move_item(
         target.id,
         if prorate { "prorate" } else { "at_period_end" }
     );
-    let key = begin(b, &org.org_id, "change_plan", &target_key).await?;
+    let begun = begin(b, &org.org_id, "change_plan", &target_key).await?;
     let read_at = b.clock.now();
-    let sent = api
-        .change_item(sub_id, &item.id, price, legacy, prorate, &key)
-        .await;
-    let changed = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
+    // Read just now: an earlier try that got through left the item on the price.
+    let moved = item.names().any(|n| n == price).then(|| sub.clone());
+    let changed = once(
+        b,
+        &org.org_id,
+        &begun,
+        std::future::ready(Ok(moved)),
+        api.change_item(sub_id, &item.id, price, legacy, prorate, &begun.key),
+        |s| s.id.as_str(),
+    )
+    .await?;
     let applied = b
         .apply(&changed, Some(&org.org_id), read_at, "checkout")
         .await?;
@@ -248,6 +349,16 @@ async fn move_item(
             .await?
             .unwrap_or_else(|| org.clone())),
     }
+}
+
+/// The subscription as Stripe has it now, if `done` says an earlier try already made the
+/// change (a read-back after a 5xx or a crash).
+async fn already(
+    api: &StripeApi,
+    id: &str,
+    done: impl Fn(&Subscription) -> bool,
+) -> Result<Option<Subscription>, StripeFailure> {
+    Ok(Some(api.subscription(id).await?).filter(|s| done(s)))
 }
 
 /// Make the downgrades whose period has ended; returns how many were made.

@@ -16,7 +16,7 @@ use rush_meter_core::org::Org;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use super::checkout::{begin, ensure_customer, failed, settle};
+use super::checkout::{begin, ensure_customer, failed, once};
 use super::{Billing, BillingError, BillingResult, Outcome};
 use crate::store::OverageChargeRow;
 
@@ -37,19 +37,25 @@ pub async fn open_topup(b: &Billing, org: &Org, hours: i64) -> BillingResult<Top
     let (plan, _) = org.subscribed_plan(&b.plans);
     let unit_cents = cents(plan.topup_hour_price);
     let customer = ensure_customer(b, org).await?;
-    let key = begin(b, &org.org_id, "topup", &hours.to_string()).await?;
-    let sent = api
-        .create_topup_session(
+    let begun = begin(b, &org.org_id, "topup", &hours.to_string()).await?;
+    let session = once(
+        b,
+        &org.org_id,
+        &begun,
+        api.open_checkout_by_request(&customer, &begun.request),
+        api.create_topup_session(
             &customer,
             &org.org_id,
             hours,
             unit_cents,
             &plan.currency,
             &b.config.return_url,
-            &key,
-        )
-        .await;
-    let session = settle(b, &org.org_id, &key, sent, |s| s.id.as_str()).await?;
+            &begun.request,
+            &begun.key,
+        ),
+        |s| s.id.as_str(),
+    )
+    .await?;
     Ok(Topup {
         url: session.url.unwrap_or_default(),
         session_id: session.id,
@@ -194,7 +200,7 @@ async fn send_charge(
             .finish_overage_charge(&row.org_id, row.window_start, "none", None, None, now)
             .await?);
     }
-    let key = begin(
+    let begun = begin(
         b,
         &org.org_id,
         "overage_item",
@@ -213,8 +219,17 @@ async fn send_charge(
         ("window_start".to_owned(), row.window_start.to_string()),
         ("window_end".to_owned(), row.window_end.to_string()),
     ]);
-    let result = api
-        .create_overage_item(
+    let made = async {
+        if begun.earlier {
+            // An earlier try may have made the item (a crash, or a 5xx that got through).
+            if let Some(item) = api
+                .invoice_item_by_request(&customer, &begun.request)
+                .await?
+            {
+                return Ok(item);
+            }
+        }
+        api.create_overage_item(
             &customer,
             org.stripe_subscription_id.as_deref(),
             invoice,
@@ -222,12 +237,14 @@ async fn send_charge(
             &row.currency,
             &description,
             metadata,
-            &key,
+            &begun.request,
+            &begun.key,
         )
-        .await;
-    let item = match result {
+        .await
+    };
+    let item = match made.await {
         Ok(item) => item,
-        Err(e) => return Err(failed(b, &org.org_id, &key, e).await),
+        Err(e) => return Err(failed(b, &org.org_id, &begun.key, e).await),
     };
     b.db.finish_overage_charge(
         &org.org_id,
@@ -238,7 +255,7 @@ async fn send_charge(
         now,
     )
     .await?;
-    b.db.complete_stripe_request(&org.org_id, &key, &item.id, now)
+    b.db.complete_stripe_request(&org.org_id, &begun.key, &item.id, now)
         .await?;
     tracing::info!(org_id = %org.org_id, amount = %row.amount, item = %item.id, "pay-as-you-go charged");
     Ok(())

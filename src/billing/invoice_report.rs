@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 
 use rush_meter_core::time::{calendar_month, hours, Interval, Secs};
 
+use super::api::Readable;
 use super::{Billing, BillingResult};
 
 /// One org's line of the report. Amounts are in the plan's currency units (dollars).
@@ -27,6 +28,9 @@ pub struct Line {
     pub overage_owed: Decimal,
     /// Of `stripe_invoiced`: the pay-as-you-go items Stripe holds for those windows.
     pub overage_invoiced: Decimal,
+    /// Invoices of the org Stripe listed but this could not read (`id: why`), left out of
+    /// `stripe_invoiced`: look at them in Stripe before trusting the difference.
+    pub unreadable: Vec<String>,
 }
 
 /// `YYYY-MM` as its calendar month; the month must have ended by `now`.
@@ -103,6 +107,7 @@ pub async fn invoice_report(
         let mut invoiced = 0_i64;
         let mut overage_invoiced = 0_i64;
         let mut count = 0;
+        let mut unreadable = Vec::new();
         if let Some(customer) = &org.stripe_customer_id {
             let mut after: Option<String> = None;
             let mut seen = std::collections::HashSet::new();
@@ -111,19 +116,29 @@ pub async fn invoice_report(
                 let fresh: Vec<_> = page
                     .data
                     .into_iter()
-                    .filter(|i| seen.insert(i.id.clone()))
+                    .filter(|i| seen.insert(i.id(|i| &i.id).to_owned()))
                     .collect();
-                for inv in fresh.iter().filter(|i| i.status.as_deref() != Some("void")) {
-                    let (cents, overage) = cents_for(inv, month);
+                after = fresh.last().map(|i| i.id(|i| &i.id).to_owned());
+                for element in fresh {
+                    let inv = match element {
+                        Readable::Read(inv) if inv.status.as_deref() != Some("void") => inv,
+                        Readable::Read(_) => continue,
+                        Readable::Unreadable { id, error } => {
+                            tracing::warn!(org_id = %org.org_id, invoice = %id, %error, "invoice report skipped an invoice it cannot read");
+                            unreadable.push(format!("{id}: {error}"));
+                            continue;
+                        }
+                    };
+                    let inv = api.all_lines(inv).await?;
+                    let (cents, overage) = cents_for(&inv, month);
                     if cents != 0 {
                         invoiced += cents;
                         overage_invoiced += overage;
                         count += 1;
                     }
                 }
-                match fresh.last() {
-                    Some(last) if page.has_more => after = Some(last.id.clone()),
-                    _ => break,
+                if !page.has_more || after.is_none() {
+                    break;
                 }
             }
         }
@@ -159,6 +174,7 @@ pub async fn invoice_report(
                 Decimal::ZERO
             },
             overage_invoiced: from_cents(overage_invoiced),
+            unreadable,
         });
         progress(&org.org_id);
     }

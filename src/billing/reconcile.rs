@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use super::api::Readable;
 use super::subscription::{Expandable, List, Subscription};
 use super::{Billing, BillingResult};
 
@@ -16,6 +17,8 @@ pub struct Report {
     pub changed: Vec<(String, String)>,
     /// Subscriptions that could not be applied, and why.
     pub failed: Vec<(String, String)>,
+    /// Subscriptions Stripe listed that could not be read, and why: skipped, the run goes on.
+    pub unreadable: Vec<(String, String)>,
 }
 
 /// Reconcile every subscription; `progress` is told after each one.
@@ -33,15 +36,24 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
         let fresh: Vec<_> = page
             .data
             .into_iter()
-            .filter(|s| seen.insert(s.id.clone()))
+            .filter(|s| seen.insert(s.id(|s| &s.id).to_owned()))
             .collect();
-        if fresh.is_empty() {
+        let Some(last) = fresh.last() else {
             break;
-        }
-        after = fresh.last().map(|s| s.id.clone());
-        for sub in &fresh {
+        };
+        after = Some(last.id(|s| &s.id).to_owned());
+        for element in fresh {
             report.subscriptions += 1;
-            match b.apply(sub, None, read_at, "reconcile").await {
+            let sub = match element {
+                Readable::Read(sub) => sub,
+                Readable::Unreadable { id, error } => {
+                    tracing::warn!(subscription = %id, %error, "reconcile skipped a subscription it cannot read");
+                    progress(&id);
+                    report.unreadable.push((id, error));
+                    continue;
+                }
+            };
+            match b.apply(&sub, None, read_at, "reconcile").await {
                 Ok(applied) => {
                     if let (Some(org), Some(change)) = (applied.org_id, applied.change) {
                         tracing::info!(org_id = %org, subscription = %sub.id, %change, "reconcile repaired drift");
@@ -112,5 +124,6 @@ fn ended(id: &str, customer: &str) -> Subscription {
         current_period_end: None,
         cancel_at_period_end: false,
         metadata: Default::default(),
+        status_details: None,
     }
 }

@@ -48,6 +48,9 @@ pub struct Subscription {
     pub cancel_at_period_end: bool,
     #[serde(default)]
     pub metadata: HashMap<String, String>,
+    /// Why a `paused` subscription is paused (API versions of 2026).
+    #[serde(default)]
+    pub status_details: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -89,7 +92,7 @@ impl<T> Default for List<T> {
 
 impl Item {
     /// Every name Stripe gives the item's price: price id, lookup key, legacy plan id.
-    fn names(&self) -> impl Iterator<Item = &str> {
+    pub fn names(&self) -> impl Iterator<Item = &str> {
         let price = self
             .price
             .iter()
@@ -110,9 +113,25 @@ impl Subscription {
             .max_by(|a, b| a.price.cmp(&b.price).then_with(|| b.id.cmp(&a.id)))
     }
 
-    /// The current billing period, wherever this API version puts it.
-    pub fn period(&self) -> Option<Interval> {
-        let item = self.items.data.first();
+    /// The item whose price sets the plan (the first item when none maps to a plan).
+    fn mapped_item(&self, plans: &Plans) -> Option<&Item> {
+        let plan = self.plan(plans);
+        self.items
+            .data
+            .iter()
+            .find(|i| {
+                i.names()
+                    .filter_map(|n| plans.by_stripe_price(n))
+                    .any(|p| Some(p) == plan)
+            })
+            .or(self.items.data.first())
+    }
+
+    /// The current billing period, wherever this API version puts it: on the subscription
+    /// before 2025-03-31, on each item after it, where flexible billing lets items have
+    /// different periods: the period is the one of the item that sets the plan.
+    pub fn period(&self, plans: &Plans) -> Option<Interval> {
+        let item = self.mapped_item(plans);
         let start = self
             .current_period_start
             .or(item.and_then(|i| i.current_period_start))?;
@@ -120,6 +139,25 @@ impl Subscription {
             .current_period_end
             .or(item.and_then(|i| i.current_period_end))?;
         Interval::new(start, end)
+    }
+
+    /// The status the service acts on: Stripe's, except that a subscription paused on its
+    /// first failed payment (an account setting of the 2026 versions) is past due, with
+    /// the plan's grace, as it would be under the default setting; paused for any other
+    /// reason (a trial that ended without a payment method, a final failure) it grants
+    /// Free.
+    pub fn acting_status(&self) -> &str {
+        let first_failure = self
+            .status_details
+            .as_ref()
+            .and_then(|d| d.pointer("/paused/subscription/type"))
+            .and_then(|t| t.as_str())
+            == Some("first_payment_failure");
+        if self.status == "paused" && first_failure {
+            "past_due"
+        } else {
+            &self.status
+        }
     }
 
     /// The org the subscription names in its metadata.
@@ -153,7 +191,7 @@ mod tests {
             "metadata": {"org_id": "org_1"}, "unknown_field": {"nested": [1, 2]}}),
         );
         assert_eq!(legacy.plan(&p).map(|p| p.id.as_str()), Some("pro"));
-        assert_eq!(legacy.period(), Interval::new(10, 20));
+        assert_eq!(legacy.period(&p), Interval::new(10, 20));
         assert!(legacy.cancel_at_period_end);
         assert_eq!(legacy.org_id(), Some("org_1"));
         // A newer API version: prices with lookup keys, the period on the item, the customer expanded.
@@ -161,16 +199,42 @@ mod tests {
             serde_json::json!({"id": "sub_2", "status": "trialing", "customer": {"id": "cus_2", "object": "customer"},
             "items": {"data": [
                 {"id": "si_a", "price": {"id": "price_x", "lookup_key": "pro_monthly"}, "current_period_start": 30, "current_period_end": 60},
-                {"id": "si_b", "price": {"id": "team_monthly", "lookup_key": null}}]}}),
+                {"id": "si_b", "price": {"id": "team_monthly", "lookup_key": null}, "current_period_start": 90, "current_period_end": 120}]}}),
         );
         assert_eq!(newer.customer.id(), "cus_2");
         assert_eq!(newer.plan(&p).map(|p| p.id.as_str()), Some("team"));
-        assert_eq!(newer.period(), Interval::new(30, 60));
+        // Flexible billing: the period is the one of the item that sets the plan (team).
+        assert_eq!(newer.period(&p), Interval::new(90, 120));
         let unknown = sub(
             serde_json::json!({"id": "sub_3", "status": "active", "customer": "cus_3",
             "items": {"data": [{"id": "si_c", "price": {"id": "price_unknown"}}]}}),
         );
         assert_eq!(unknown.plan(&p), None);
-        assert_eq!(unknown.period(), None);
+        assert_eq!(unknown.period(&p), None);
+    }
+
+    #[test]
+    fn a_pause_on_the_first_failed_payment_is_past_due_and_any_other_is_not() {
+        let paused = |why: &str| {
+            sub(
+                serde_json::json!({"id": "sub_1", "status": "paused", "customer": "cus_1",
+                "status_details": {"paused": {"type": "subscription", "transitioned_at": 5,
+                    "subscription": {"type": why}}}}),
+            )
+        };
+        assert_eq!(paused("first_payment_failure").acting_status(), "past_due");
+        assert_eq!(paused("final_payment_failure").acting_status(), "paused");
+        assert_eq!(
+            paused("trial_end_without_payment_method").acting_status(),
+            "paused"
+        );
+        let older =
+            sub(serde_json::json!({"id": "sub_2", "status": "paused", "customer": "cus_1"}));
+        assert_eq!(older.acting_status(), "paused");
+        let active = sub(
+            serde_json::json!({"id": "sub_3", "status": "active", "customer": "cus_1",
+            "status_details": null}),
+        );
+        assert_eq!(active.acting_status(), "active");
     }
 }

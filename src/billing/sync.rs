@@ -39,11 +39,15 @@ pub fn state_for(
         // Another subscription than the org's current one: it ending changes nothing, and
         // one that grants nothing does not displace one that grants the plan.
         let current_live = org.subscription_status.as_deref().is_some_and(is_live);
-        if sub.is_over() || (current_live && !is_live(&sub.status)) {
+        if sub.is_over() || (current_live && !is_live(sub.acting_status())) {
             return None;
         }
     }
-    if !KNOWN_STATUSES.contains(&sub.status.as_str()) {
+    let status = sub.acting_status();
+    if status != sub.status {
+        tracing::warn!(org_id = %org.org_id, subscription = %sub.id, stripe_status = %sub.status, status, "Stripe paused the subscription on a failed payment: held as past due, with the plan's grace");
+    }
+    if !KNOWN_STATUSES.contains(&status) {
         tracing::error!(org_id = %org.org_id, subscription = %sub.id, status = %sub.status, "unknown Stripe subscription status: the org is on Free until it is understood");
     }
     let plan_id = if sub.is_over() {
@@ -57,20 +61,20 @@ pub fn state_for(
             }
         }
     };
-    let past_due_since = (sub.status == "past_due").then(|| {
+    let past_due_since = (status == "past_due").then(|| {
         let was_past_due = org.subscription_status.as_deref() == Some("past_due")
             && current == Some(sub.id.as_str());
         org.past_due_since
             .filter(|_| was_past_due)
             .unwrap_or(synced_at)
     });
-    let period = (!sub.is_over()).then(|| sub.period()).flatten();
+    let period = (!sub.is_over()).then(|| sub.period(plans)).flatten();
     Some(SubscriptionState {
         org_id: org.org_id.clone(),
         plan_id,
         customer_id: sub.customer.id().to_owned(),
         subscription_id: Some(sub.id.clone()),
-        status: Some(sub.status.clone()),
+        status: Some(status.to_owned()),
         period_start: period.map(|p| p.start),
         period_end: period.map(|p| p.end),
         cancel_at_period_end: sub.cancel_at_period_end,

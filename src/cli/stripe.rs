@@ -61,11 +61,13 @@ pub async fn invoice_report(config: &Config, period: &str) -> CliResult {
         "difference",
         "overage_owed",
         "overage_invoiced",
+        "unreadable_invoices",
     ])
     .map_err(fail)?;
-    let mut off = 0;
+    let (mut off, mut unreadable) = (0, 0);
     for l in lines? {
         off += usize::from(!l.difference.is_zero());
+        unreadable += l.unreadable.len();
         out.write_record([
             period,
             &l.org_id,
@@ -79,12 +81,18 @@ pub async fn invoice_report(config: &Config, period: &str) -> CliResult {
             &l.difference.to_string(),
             &l.overage_owed.to_string(),
             &l.overage_invoiced.to_string(),
+            &l.unreadable.join("; "),
         ])
         .map_err(fail)?;
     }
     out.flush()
         .map_err(|e| format!("writing the report: {e}"))?;
     eprintln!("{off} orgs where Stripe's invoices differ from what the ledger says they owe");
+    if unreadable > 0 {
+        eprintln!(
+            "{unreadable} invoices could not be read and are left out (named in unreadable_invoices)"
+        );
+    }
     Ok(())
 }
 
@@ -106,19 +114,20 @@ pub async fn reconcile(config: &Config) -> CliResult {
     for (sub, why) in &report.failed {
         println!("failed {sub}: {why}");
     }
+    for (sub, why) in &report.unreadable {
+        println!("unreadable {sub}: {why}");
+    }
     println!(
-        "{} subscriptions read, {} orgs repaired, {} failed",
+        "{} subscriptions read, {} orgs repaired, {} failed, {} unreadable (skipped)",
         report.subscriptions,
         report.changed.len(),
-        report.failed.len()
+        report.failed.len(),
+        report.unreadable.len()
     );
-    if report.failed.is_empty() {
+    let unapplied = report.failed.len() + report.unreadable.len();
+    if unapplied == 0 {
         Ok(())
     } else {
-        Err(format!(
-            "{} subscriptions could not be applied (listed above)",
-            report.failed.len()
-        )
-        .into())
+        Err(format!("{unapplied} subscriptions could not be read or applied (listed above)").into())
     }
 }

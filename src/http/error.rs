@@ -332,6 +332,15 @@ impl From<BillingError> for ApiError {
                 format!("Stripe did not answer ({m}); nothing changed, retry shortly"),
             )
             .retry_after(5),
+            BillingError::Stripe(StripeFailure::ServerError { status, .. }) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "stripe_unavailable",
+                format!(
+                    "Stripe failed the request ({status}); retry shortly: the retry first reads \
+                     back what Stripe did, so nothing is made twice"
+                ),
+            )
+            .retry_after(5),
             BillingError::Stripe(f) => {
                 // Stripe's own words name its objects: logged for operators, not shown.
                 tracing::warn!(error = %f, "Stripe refused a change");

@@ -346,6 +346,7 @@ pub trait StripeStore: Send + Sync {
         event_id: &str,
         kind: &str,
         created: Secs,
+        api_version: Option<&str>,
         payload: &str,
         now: Secs,
     ) -> StoreResult<bool>;
@@ -419,6 +420,13 @@ pub trait StripeStore: Send + Sync {
         idempotency_key: &str,
         object_id: &str,
         now: Secs,
+    ) -> StoreResult<()>;
+    /// Give an open request a new idempotency key (its next try, after a 5xx).
+    async fn rekey_stripe_request(
+        &self,
+        org_id: &str,
+        idempotency_key: &str,
+        new_key: &str,
     ) -> StoreResult<()>;
     /// Record (`Some((plan, at))`) or clear a downgrade to make at `at`.
     async fn schedule_plan(

@@ -53,6 +53,8 @@ pub struct StripeEventRow {
     pub last_error: Option<String>,
     pub processed_at: Option<i64>,
     pub org_id: Option<String>,
+    /// The API version Stripe rendered the event in (`None` before it was recorded).
+    pub api_version: Option<String>,
 }
 
 /// An org's Stripe state as read from Stripe at `synced_at`.

@@ -455,7 +455,9 @@ pub async fn spawn_service_with(
 }
 
 pub mod audit;
+pub mod fake_stripe;
 pub mod localstripe;
+pub mod node;
 pub mod shards;
 pub mod venv;
 

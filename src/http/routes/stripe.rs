@@ -26,6 +26,7 @@ struct EventHead {
     #[serde(rename = "type")]
     kind: String,
     created: Secs,
+    api_version: Option<String>,
 }
 
 /// `POST /v1/stripe/webhook`: verify the signature, store the raw event (a redelivery is a
@@ -72,15 +73,41 @@ pub async fn webhook(
     })?;
     let stored = state
         .db
-        .insert_stripe_event(&head.id, &head.kind, head.created, text, now)
+        .insert_stripe_event(
+            &head.id,
+            &head.kind,
+            head.created,
+            head.api_version.as_deref(),
+            text,
+            now,
+        )
         .await?;
     if stored {
+        note_version(&state, &head);
         state.stripe_wake.notify_one();
     }
     Ok(Json(Received {
         received: true,
         duplicate: !stored,
     }))
+}
+
+/// Count and warn about an event rendered in another API version than the service sends:
+/// its objects may lack fields, or carry them elsewhere (the service reads both shapes it
+/// knows, but the endpoint should be moved to the service's version).
+fn note_version(state: &AppState, head: &EventHead) {
+    let ours = crate::billing::api::stripe_version();
+    let Some(theirs) = head.api_version.as_deref().filter(|v| *v != ours) else {
+        return;
+    };
+    state
+        .metrics
+        .stripe_event_versions_other
+        .get_or_create(&crate::metrics::VersionLabels {
+            api_version: theirs.to_owned(),
+        })
+        .inc();
+    tracing::warn!(event = %head.id, api_version = theirs, expected = ours, "Stripe event in another API version than the service speaks: set the webhook endpoint's version (docs/billing.md)");
 }
 
 #[derive(Serialize, ToSchema)]
@@ -128,6 +155,9 @@ pub struct EventView {
     next_attempt_at: Secs,
     last_error: Option<String>,
     org_id: Option<String>,
+    /// The API version Stripe rendered the event in (`null` for events stored before it
+    /// was recorded).
+    api_version: Option<String>,
 }
 
 impl From<StripeEventRow> for EventView {
@@ -142,6 +172,7 @@ impl From<StripeEventRow> for EventView {
             next_attempt_at: e.next_attempt_at,
             last_error: e.last_error,
             org_id: e.org_id,
+            api_version: e.api_version,
         }
     }
 }

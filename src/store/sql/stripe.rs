@@ -57,12 +57,14 @@ impl StripeStore for Backend {
         event_id: &str,
         kind: &str,
         created: Secs,
+        api_version: Option<&str>,
         payload: &str,
         now: Secs,
     ) -> StoreResult<bool> {
         let done = sqlx::query(
             "INSERT INTO stripe_events (event_id, type, created, payload, received_at, state, \
-               attempts, next_attempt_at) VALUES ($1, $2, $3, $4, $5, 'pending', 0, $5) \
+               attempts, next_attempt_at, api_version) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $5, $6) \
              ON CONFLICT (event_id) DO NOTHING",
         )
         .bind(event_id)
@@ -70,6 +72,7 @@ impl StripeStore for Backend {
         .bind(created)
         .bind(payload)
         .bind(now)
+        .bind(api_version)
         .execute(self.write())
         .await?;
         Ok(done.rows_affected() == 1)
@@ -332,6 +335,24 @@ impl StripeStore for Backend {
         .bind(idempotency_key)
         .bind(now)
         .bind(object_id)
+        .execute(self.write())
+        .await?;
+        Ok(())
+    }
+
+    async fn rekey_stripe_request(
+        &self,
+        org_id: &str,
+        idempotency_key: &str,
+        new_key: &str,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE stripe_requests SET idempotency_key = $3 \
+             WHERE org_id = $1 AND idempotency_key = $2 AND completed_at IS NULL",
+        )
+        .bind(org_id)
+        .bind(idempotency_key)
+        .bind(new_key)
         .execute(self.write())
         .await?;
         Ok(())

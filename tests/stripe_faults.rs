@@ -1,0 +1,410 @@
+//! Stripe as production answers it, where localstripe cannot (a fake of our own,
+//! tests/common/fake_stripe.rs): the pinned `Stripe-Version` on every request; 429,
+//! `lock_timeout` and `Stripe-Should-Retry` retried inside the call under one key; a 5xx
+//! read back before a new key, so nothing is made twice; reconcile and the invoice report
+//! carrying on past an element they cannot read, and paging invoice lines; and webhook
+//! events in the 2024, 2026-07 and 2026-09 shapes (`tests/fixtures/stripe`, copied from the team's `../shared/fixtures/stripe`), signed by
+//! Stripe's own Node library. On SQLite and PostgreSQL.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use common::fake_stripe::{FakeStripe, Fault};
+use common::localstripe::KEY;
+use common::{eventually, Backend, Options, TestServer, ADMIN, T0};
+use rush_meter::billing::api::stripe_version;
+use rush_meter::billing::Billing;
+use rush_meter::config::StripeConfig;
+use secrecy::SecretString;
+use serde_json::{json, Value};
+
+const SECRET: &str = "whsec_rush_meter_test";
+
+fn stripe_at(base: &str) -> StripeConfig {
+    StripeConfig {
+        secret_key: Some(SecretString::from(KEY)),
+        api_base: base.to_owned(),
+        webhook_secrets: vec![SecretString::from(SECRET)],
+        ..StripeConfig::default()
+    }
+}
+
+async fn start(backend: Backend, fake: &FakeStripe) -> Option<TestServer> {
+    TestServer::start_with(
+        backend,
+        Options {
+            stripe: stripe_at(&fake.url),
+            ..Options::default()
+        },
+    )
+    .await
+}
+
+fn billing(srv: &TestServer, fake: &FakeStripe) -> Billing {
+    let plans = Arc::new(rush_meter::config::load_plans(&common::repo_plans()).unwrap());
+    Billing::new(
+        srv.db.clone(),
+        plans,
+        srv.clock.clone(),
+        stripe_at(&fake.url),
+        Default::default(),
+    )
+}
+
+async fn checkout(srv: &TestServer, org: &str, plan: &str) -> (u16, Value) {
+    srv.call(
+        "POST",
+        &format!("/v1/orgs/{org}/checkout"),
+        Some(ADMIN),
+        Some(&json!({"plan": plan})),
+    )
+    .await
+}
+
+fn keys(sent: &[common::fake_stripe::Seen]) -> Vec<String> {
+    sent.iter()
+        .map(|r| {
+            r.idempotency_key
+                .clone()
+                .expect("every write carries a key")
+        })
+        .collect()
+}
+
+async fn stripe_asks_for_a_retry_and_gets_it_inside_the_call(backend: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(srv) = start(backend, &fake).await else {
+        return;
+    };
+    srv.create_org("acme", "free").await;
+    fake.fail("POST", "/v1/customers", Fault::RateLimited);
+    fake.fail("POST", "/v1/checkout/sessions", Fault::LockTimeout);
+    fake.fail("POST", "/v1/checkout/sessions", Fault::ShouldRetry);
+    let (status, v) = checkout(&srv, "acme", "pro").await;
+    assert_eq!(
+        (status, v["action"].as_str()),
+        (200, Some("checkout")),
+        "{v}"
+    );
+    let posts = fake.sent("POST", "/v1/checkout/sessions");
+    assert_eq!(posts.len(), 3, "a lock timeout, a should-retry, then made");
+    assert_eq!(
+        keys(&posts).iter().collect::<HashSet<_>>().len(),
+        1,
+        "one key"
+    );
+    assert_eq!(keys(&fake.sent("POST", "/v1/customers")).len(), 2);
+    assert_eq!(fake.with(|s| (s.customers.len(), s.sessions.len())), (1, 1));
+
+    // Rate limited on every try of the call: 503, and the request stays open under its
+    // key, which the next call uses.
+    for _ in 0..4 {
+        fake.fail("POST", "/v1/checkout/sessions", Fault::RateLimited);
+    }
+    let (status, v) = checkout(&srv, "acme", "team").await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (503, Some("stripe_unavailable")),
+        "{v}"
+    );
+    assert_eq!(fake.with(|s| s.sessions.len()), 1);
+    let (status, v) = checkout(&srv, "acme", "team").await;
+    assert_eq!(status, 200, "{v}");
+    let team: Vec<String> = keys(&fake.sent("POST", "/v1/checkout/sessions"))[3..].to_vec();
+    assert_eq!(team.len(), 5);
+    assert!(team.iter().all(|k| *k == team[0]), "{team:?}");
+    assert_eq!(fake.with(|s| s.sessions.len()), 2);
+
+    // Every request named the version the service speaks.
+    let version = stripe_version();
+    assert_eq!(version, "2026-09-30.endive");
+    for r in fake.all_sent() {
+        assert_eq!(r.stripe_version.as_deref(), Some(version), "{r:?}");
+    }
+    srv.finish().await;
+}
+
+async fn a_5xx_is_read_back_before_a_new_key_and_nothing_is_made_twice(backend: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(srv) = start(backend, &fake).await else {
+        return;
+    };
+    srv.create_org("acme", "free").await;
+    // Stripe makes the customer, then answers 500 (and would replay the 500 for its key).
+    fake.fail("POST", "/v1/customers", Fault::FailAfterWriting);
+    let (status, v) = checkout(&srv, "acme", "pro").await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (503, Some("stripe_unavailable")),
+        "{v}"
+    );
+    // The session too.
+    fake.fail("POST", "/v1/checkout/sessions", Fault::FailAfterWriting);
+    let (status, v) = checkout(&srv, "acme", "pro").await;
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(
+        fake.sent("POST", "/v1/customers").len(),
+        1,
+        "the customer was read back, not made again"
+    );
+    let (status, v) = checkout(&srv, "acme", "pro").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["session_id"], "cs_fake1",
+        "the session was read back: {v}"
+    );
+    assert_eq!(fake.sent("POST", "/v1/checkout/sessions").len(), 1);
+    assert_eq!(fake.with(|s| (s.customers.len(), s.sessions.len())), (1, 1));
+    let org = srv.admin("GET", "/v1/orgs/acme", None).await;
+    assert_eq!(
+        org["subscription"]["stripe_customer_id"], "cus_fake1",
+        "{org}"
+    );
+
+    // A 5xx before anything was made: the next try finds nothing, and sends with a new key
+    // (the old one would get the stored 500 back for a day).
+    fake.fail("POST", "/v1/checkout/sessions", Fault::FailBeforeWriting);
+    let (status, _) = checkout(&srv, "acme", "team").await;
+    assert_eq!(status, 503);
+    let (status, v) = checkout(&srv, "acme", "team").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["session_id"], "cs_fake2", "{v}");
+    let team = keys(&fake.sent("POST", "/v1/checkout/sessions"))[1..].to_vec();
+    assert_eq!(team, vec![team[0].clone(), format!("{}~2", team[0])]);
+    // Both sessions name the request they were made for, whatever the key.
+    let requests: Vec<Value> = fake.with(|s| {
+        s.sessions
+            .iter()
+            .map(|c| c["metadata"]["rush_meter_request"].clone())
+            .collect()
+    });
+    assert_eq!(requests[1], Value::String(team[0].clone()));
+    srv.finish().await;
+}
+
+/// A subscription of `org` (customer `customer`) on `price` for the period around T0, in
+/// the 2026 shape (the period on the item).
+fn subscription(id: &str, org: &str, customer: &str, price: &str) -> Value {
+    json!({"id": id, "object": "subscription", "status": "active", "customer": customer,
+        "cancel_at_period_end": false, "metadata": {"org_id": org},
+        "items": {"object": "list", "has_more": false, "data": [
+            {"id": format!("si_{id}"), "price": {"id": format!("price_{price}"), "lookup_key": price},
+             "current_period_start": T0 - 86_400, "current_period_end": T0 + 29 * 86_400}]}})
+}
+
+async fn runs_over_all_of_stripe_carry_on_past_what_they_cannot_read(backend: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(srv) = start(backend, &fake).await else {
+        return;
+    };
+    for org in ["a", "b"] {
+        srv.create_org(org, "free").await;
+    }
+    fake.with(|s| {
+        s.subscriptions = vec![
+            subscription("sub_a", "a", "cus_a", "pro_monthly"),
+            json!({"id": "sub_bad", "object": "subscription", "status": 5, "customer": []}),
+            subscription("sub_b", "b", "cus_b", "team_monthly"),
+        ];
+    });
+    let b = billing(&srv, &fake);
+    let report = rush_meter::billing::reconcile::reconcile(&b, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(report.subscriptions, 3);
+    assert_eq!(report.unreadable.len(), 1, "{report:?}");
+    assert_eq!(report.unreadable[0].0, "sub_bad");
+    assert!(report.failed.is_empty(), "{report:?}");
+    for (org, plan) in [("a", "pro"), ("b", "team")] {
+        let v = srv.admin("GET", &format!("/v1/orgs/{org}"), None).await;
+        assert_eq!(v["plan"], plan, "{v}");
+    }
+
+    // The invoice report reads every page of an invoice's lines, and names an invoice it
+    // cannot read instead of stopping.
+    let month = rush_meter_core::time::calendar_month(T0);
+    let line = |n: i64| {
+        json!({"id": format!("il_{n}"), "object": "line_item", "amount": 400,
+            "period": {"start": month.start, "end": month.end}, "metadata": {}})
+    };
+    let all: Vec<Value> = (1..=5).map(line).collect();
+    fake.with(|s| {
+        s.invoices = vec![
+            json!({"id": "in_1", "customer": "cus_a", "status": "paid",
+                "lines": {"object": "list", "data": all[..2], "has_more": true}}),
+            json!({"id": "in_bad", "customer": "cus_a", "status": "paid", "lines": "not a list"}),
+        ];
+        s.lines.insert("in_1".into(), all.clone());
+    });
+    let lines = rush_meter::billing::invoice_report::invoice_report(&b, month, |_| {})
+        .await
+        .unwrap();
+    let a = lines.iter().find(|l| l.org_id == "a").unwrap();
+    assert_eq!(a.stripe_invoiced.to_string(), "20.00", "five lines of 4.00");
+    assert_eq!(a.invoices, 1);
+    assert_eq!(a.unreadable.len(), 1, "{:?}", a.unreadable);
+    assert!(
+        a.unreadable[0].starts_with("in_bad: "),
+        "{:?}",
+        a.unreadable
+    );
+    assert_eq!(fake.sent("GET", "/v1/invoices/in_1/lines").len(), 1);
+    srv.finish().await;
+}
+
+/// A fixture event of `tests/fixtures/stripe`, its ids made the `n`th org's own.
+fn fixture(file: &str, n: usize) -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stripe/");
+    let text = std::fs::read_to_string(format!("{path}{file}")).unwrap();
+    let text = text
+        .replace("\"org_1\"", &format!("\"org_{n}\""))
+        .replace("cus_QXg1o8vcGmoR32", &format!("cus_fix{n}"))
+        .replace("sub_1Pgc6rB7WZ01zgkWNy0Cn5nw", &format!("sub_fix{n}"))
+        .replace("\"id\": \"evt_", &format!("\"id\": \"evt_{n}_"));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Deliver `event` signed by Stripe's own library at the server's time; `None` when the
+/// library is missing outside CI.
+async fn deliver_signed(srv: &TestServer, event: &Value) -> Option<u16> {
+    let body = event.to_string();
+    let header = common::node::stripe_signature(SECRET, srv.clock.now(), &body)?;
+    let resp = srv
+        .client
+        .post(format!("{}/v1/stripe/webhook", srv.url))
+        .header("Stripe-Signature", header)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    Some(resp.status().as_u16())
+}
+
+async fn events_in_todays_shapes_signed_by_stripes_library_set_plan_and_period(backend: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(srv) = start(backend, &fake).await else {
+        return;
+    };
+    // Each event, with the subscription as Stripe answers its read-back in that version;
+    // the last one paused on its first failed payment (a 2026 account setting).
+    let sub = |version: &str, n: usize| {
+        fixture(&format!("customer.subscription.updated.{version}.json"), n)["data"]["object"]
+            .clone()
+    };
+    let mut paused = sub("2026-09-30.endive", 6);
+    paused["status"] = json!("paused");
+    paused["status_details"] = json!({"paused": {"type": "subscription",
+        "transitioned_at": T0 - 3600, "subscription": {"type": "first_payment_failure"}}});
+    let mut paused_event = fixture("customer.subscription.updated.2026-09-30.endive.json", 6);
+    paused_event["data"]["object"] = paused.clone();
+    let cases = [
+        (
+            fixture("customer.subscription.updated.2024-12-18.acacia.json", 1),
+            sub("2024-12-18.acacia", 1),
+            "active",
+        ),
+        (
+            fixture("customer.subscription.updated.2026-07-29.dahlia.json", 2),
+            sub("2026-07-29.dahlia", 2),
+            "active",
+        ),
+        (
+            fixture("customer.subscription.updated.2026-09-30.endive.json", 3),
+            sub("2026-09-30.endive", 3),
+            "active",
+        ),
+        (
+            fixture("invoice.paid.2026-07-29.dahlia.json", 4),
+            sub("2026-07-29.dahlia", 4),
+            "active",
+        ),
+        (
+            fixture(
+                "checkout.session.completed.subscription.2026-07-29.dahlia.json",
+                5,
+            ),
+            sub("2026-07-29.dahlia", 5),
+            "active",
+        ),
+        (paused_event, paused, "past_due"),
+    ];
+    for (n, (event, read_back, status)) in cases.iter().enumerate() {
+        let org = format!("org_{}", n + 1);
+        srv.create_org(&org, "free").await;
+        fake.with(|s| s.subscriptions.push(read_back.clone()));
+        let Some(code) = deliver_signed(&srv, event).await else {
+            return;
+        };
+        assert_eq!(code, 200, "{}", event["type"]);
+        eventually(10, "the event is processed", || async {
+            let v = srv
+                .admin("GET", "/v1/admin/stripe/events?state=pending", None)
+                .await;
+            v["events"].as_array().unwrap().is_empty()
+        })
+        .await;
+        let v = srv.admin("GET", &format!("/v1/orgs/{org}"), None).await;
+        let s = &v["subscription"];
+        assert_eq!(
+            (
+                v["plan"].as_str(),
+                s["status"].as_str(),
+                s["current_period_start"].as_str(),
+                s["current_period_end"].as_str()
+            ),
+            (
+                Some("pro"),
+                Some(*status),
+                Some("2026-11-01T00:00:00Z"),
+                Some("2026-12-01T00:00:00Z")
+            ),
+            "{} {}: {v}",
+            event["type"],
+            event["api_version"]
+        );
+        if *status == "past_due" {
+            assert!(s["past_due_since"].is_string(), "the grace runs: {v}");
+            srv.admin("PUT", &format!("/v1/orgs/{org}/keys/k1"), Some(json!({})))
+                .await;
+            let d = srv.admit(&org, "k1", "s_paused").await;
+            assert_eq!(d["decision"], "allow", "on the plan, within its grace: {d}");
+        }
+    }
+    // Events rendered in another version than the service speaks are counted by version.
+    let events = srv.admin("GET", "/v1/admin/stripe/events", None).await;
+    let versions: HashSet<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["api_version"].as_str())
+        .collect();
+    assert_eq!(
+        versions,
+        HashSet::from([
+            "2024-12-18.acacia",
+            "2026-07-29.dahlia",
+            "2026-09-30.endive"
+        ])
+    );
+    for (version, count) in [("2024-12-18.acacia", 1.0), ("2026-07-29.dahlia", 3.0)] {
+        let metric =
+            format!("rush_meter_stripe_event_versions_other_total{{api_version=\"{version}\"}}");
+        assert_eq!(srv.metric(&metric).await, count, "{metric}");
+    }
+    let ours = format!(
+        "rush_meter_stripe_event_versions_other_total{{api_version=\"{}\"}}",
+        stripe_version()
+    );
+    assert_eq!(srv.metric(&ours).await, 0.0);
+    srv.finish().await;
+}
+
+every_backend!(
+    stripe_asks_for_a_retry_and_gets_it_inside_the_call,
+    a_5xx_is_read_back_before_a_new_key_and_nothing_is_made_twice,
+    runs_over_all_of_stripe_carry_on_past_what_they_cannot_read,
+    events_in_todays_shapes_signed_by_stripes_library_set_plan_and_period,
+);
