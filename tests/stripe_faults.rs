@@ -32,10 +32,19 @@ fn stripe_at(base: &str) -> StripeConfig {
 }
 
 async fn start(backend: Backend, fake: &FakeStripe) -> Option<TestServer> {
+    start_with_plans(backend, fake, common::repo_plans()).await
+}
+
+async fn start_with_plans(
+    backend: Backend,
+    fake: &FakeStripe,
+    plans_dir: std::path::PathBuf,
+) -> Option<TestServer> {
     TestServer::start_with(
         backend,
         Options {
             stripe: stripe_at(&fake.url),
+            plans_dir,
             ..Options::default()
         },
     )
@@ -43,7 +52,11 @@ async fn start(backend: Backend, fake: &FakeStripe) -> Option<TestServer> {
 }
 
 fn billing(srv: &TestServer, fake: &FakeStripe) -> Billing {
-    let plans = Arc::new(rush_meter::config::load_plans(&common::repo_plans()).unwrap());
+    billing_with_plans(srv, fake, &common::repo_plans())
+}
+
+fn billing_with_plans(srv: &TestServer, fake: &FakeStripe, dir: &std::path::Path) -> Billing {
+    let plans = Arc::new(rush_meter::config::load_plans(dir).unwrap());
     Billing::new(
         srv.db.clone(),
         plans,
@@ -254,6 +267,78 @@ async fn runs_over_all_of_stripe_carry_on_past_what_they_cannot_read(backend: Ba
     srv.finish().await;
 }
 
+async fn a_5xx_on_a_pay_as_you_go_charge_never_charges_twice(backend: Backend) {
+    let dir = common::mini_plans();
+    let fake = FakeStripe::start().await;
+    let Some(srv) = start_with_plans(backend, &fake, dir.path().to_path_buf()).await else {
+        return;
+    };
+    srv.create_org("acme", "free").await;
+    srv.admin("PUT", "/v1/orgs/acme/keys/k1", Some(json!({})))
+        .await;
+    fake.with(|s| {
+        s.subscriptions = vec![subscription("sub_acme", "acme", "cus_acme", "pro_monthly")]
+    });
+    let b = billing_with_plans(&srv, &fake, dir.path());
+    rush_meter::billing::reconcile::reconcile(&b, |_| {})
+        .await
+        .unwrap();
+    let org = srv.db.get_org("acme").await.unwrap().unwrap();
+    assert_eq!(org.plan_id, "mini");
+    let window = org.billing_period().unwrap();
+    srv.admin(
+        "PUT",
+        "/v1/orgs/acme/overage",
+        Some(json!({"enabled": true, "monthly_cap": "0.10"})),
+    )
+    .await;
+    let d = srv.admit("acme", "k1", "s1").await;
+    assert_eq!(d["decision"], "allow", "{d}");
+    // Past the week's 180 s and the cap's 100 s of pay-as-you-go, then parked.
+    let (mut t, mut seq) = (T0, 0);
+    loop {
+        srv.clock.set(t);
+        seq += 1;
+        let (_, v) = srv
+            .heartbeats(vec![common::hb("acme", "s1", seq, "running", t)])
+            .await;
+        if v["results"][0]["action"] == "park" {
+            srv.heartbeats(vec![common::hb("acme", "s1", seq + 1, "parked", t)])
+                .await;
+            break;
+        }
+        t += 15;
+        assert!(t < T0 + 3600, "never told to park");
+    }
+    // Stripe makes the window's item, then answers 500; the next run of the job reads it
+    // back by its request instead of making a second one.
+    fake.fail("POST", "/v1/invoiceitems", Fault::FailAfterWriting);
+    srv.clock.set(window.end + 2 * 3600 + 1);
+    eventually(60, "the window's pay-as-you-go is charged", || async {
+        let charges = srv.db.overage_charges("acme").await.unwrap();
+        charges.iter().any(|c| c.state == "charged")
+    })
+    .await;
+    let charges = srv.db.overage_charges("acme").await.unwrap();
+    assert_eq!(
+        (
+            charges.len(),
+            charges[0].amount.as_str(),
+            charges[0].stripe_invoice_item_id.as_deref()
+        ),
+        (1, "0.10", Some("ii_fake1")),
+        "{charges:?}"
+    );
+    assert_eq!(fake.sent("POST", "/v1/invoiceitems").len(), 1);
+    let items = fake.with(|s| s.invoice_items.clone());
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(
+        (items[0]["amount"].as_i64(), items[0]["id"].as_str()),
+        (Some(10), Some("ii_fake1"))
+    );
+    srv.finish().await;
+}
+
 /// A fixture event of `tests/fixtures/stripe`, its ids made the `n`th org's own.
 fn fixture(file: &str, n: usize) -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stripe/");
@@ -406,5 +491,6 @@ every_backend!(
     stripe_asks_for_a_retry_and_gets_it_inside_the_call,
     a_5xx_is_read_back_before_a_new_key_and_nothing_is_made_twice,
     runs_over_all_of_stripe_carry_on_past_what_they_cannot_read,
+    a_5xx_on_a_pay_as_you_go_charge_never_charges_twice,
     events_in_todays_shapes_signed_by_stripes_library_set_plan_and_period,
 );
