@@ -197,6 +197,7 @@ fn main() {
         "sequential scans on tables that were small when the plan was cached, and the rate\n",
         "halves. Two gate writers a PostgreSQL instance measured best (1: same rate, 4: 20%\n",
         "slower, smaller groups).\n",
+        "\nPast the plan (issue 14) a group reads its orgs' funding with the org rows it reads anyway,\nand decides in memory: 0.96-1.04 of the plan's rate on PostgreSQL, 0.99-1.17 on SQLite.\nLimits inside an org (issue 15) cost one more statement a group, only for groups with an\norg that sets limits (`orgs.sets_limits`): the limits of the members the group names, with\ntheir use from the member rollup and running sessions. A group of about four decisions\n(8 callers) runs seven statements, so one more is about a seventh of its database work:\n0.86 of the rate without limits on PostgreSQL at 8 callers and 0.85 on SQLite at 32 in\nthis run, 0.90-1.15 elsewhere; the rounds of one cell spread by up to 15%. Short of the\n0.9 aimed for at those two points; folding the read into the window statement is the\nnext step.\n",
     ));
     if only.is_none() {
         std::fs::write(
