@@ -219,6 +219,23 @@ pub struct Settings {
         hide_env_values = true
     )]
     pub notify_secret: Option<String>,
+    /// How log lines are written to stderr: `text` for people, `json` (one object a line,
+    /// with the fields of the request's span: request id, route, org) for a log shipper.
+    #[arg(
+        long,
+        env = "RUSH_METER_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text,
+        global = true
+    )]
+    pub log_format: LogFormat,
+}
+
+/// The shape of log lines (`--log-format` / `RUSH_METER_LOG_FORMAT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 impl fmt::Debug for Settings {
@@ -241,6 +258,7 @@ impl fmt::Debug for Settings {
                 &redact(&self.stripe_webhook_secret),
             )
             .field("stripe_api_base", &self.stripe_api_base)
+            .field("log_format", &self.log_format)
             .finish()
     }
 }

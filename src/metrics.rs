@@ -6,6 +6,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -47,6 +48,8 @@ pub struct Metrics {
     pub stripe_events: Family<ResultLabels, Counter>,
     pub stripe_event_versions_other: Family<VersionLabels, Counter>,
     pub notifications: Family<ResultLabels, Counter>,
+    /// 1 while the database breaker is open (set when scraped).
+    pub breaker_open: Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -136,7 +139,14 @@ impl Default for Metrics {
             "Usage-threshold notifications, by result: recorded, sent, retry, failed (alert on failed)",
             notifications.clone(),
         );
+        let breaker_open = Gauge::default();
+        registry.register(
+            "breaker_open",
+            "1 while the database is unreachable and requests that need it are answered 503 at once (app::breaker); 0 otherwise",
+            breaker_open.clone(),
+        );
         Metrics {
+            breaker_open,
             notifications,
             stripe_webhooks_refused,
             stripe_events,

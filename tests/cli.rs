@@ -47,6 +47,17 @@ fn bad_settings_stop_start_up_naming_what_to_fix() {
     assert_eq!(code, 2);
     assert!(err.contains("RUSH_METER_LISTEN"), "{err}");
 
+    let (code, _, err) = run(rush_meter().env("RUSH_METER_LOG_FORMAT", "xml").args([
+        "--database-url",
+        &db,
+        "migrate",
+    ]));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--log-format") && err.contains("text") && err.contains("json"),
+        "{err}"
+    );
+
     let plans = dir.path().join("plans");
     std::fs::create_dir(&plans).unwrap();
     for f in ["free.toml", "pro.toml", "team.toml"] {
@@ -404,3 +415,85 @@ async fn simulate_reconciles_a_fleet_and_fails_on_a_wrong_interval() {
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("departs from the ledger's rules"), "{err}");
 }
+
+/// `RUSH_METER_LOG_FORMAT=json`: every line on stderr is one JSON object, and each request
+/// is one `rush_meter::access` line with its status and latency, under the request's span
+/// (its id, route template and org).
+async fn json_logs_name_the_request_route_org_status_and_latency(backend: Backend) {
+    let Some((url, _dir)) = fresh_database(backend).await else {
+        return;
+    };
+    let token = "log-admin-token-0123456789";
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
+        .args([
+            "--database-url",
+            &url,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", token)
+        .env("RUSH_METER_PLANS_DIR", common::repo_plans())
+        .env("RUSH_METER_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    common::eventually(30, "the service is ready", || async {
+        client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let put = client
+        .put(format!("{base}/v1/orgs/acme"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"name": "Acme", "plan": "pro"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success());
+    for (id, org, status) in [("req-json-1", "acme", 200), ("req-json-2", "nope", 404)] {
+        let r = client
+            .get(format!("{base}/v1/orgs/{org}/usage"))
+            .bearer_auth(token)
+            .header("x-request-id", id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status);
+        assert_eq!(r.headers()["x-request-id"], id);
+    }
+    child.start_kill().unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    for (id, org, status) in [("req-json-1", "acme", 200), ("req-json-2", "nope", 404)] {
+        let access: Vec<&serde_json::Value> = lines
+            .iter()
+            .filter(|l| l["target"] == "rush_meter::access" && l["span"]["request_id"] == id)
+            .collect();
+        assert_eq!(access.len(), 1, "one line a request: {text}");
+        let l = access[0];
+        assert_eq!(l["status"], status, "{l}");
+        assert!(l["latency_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{l}");
+        assert_eq!(l["span"]["route"], "/v1/orgs/{org_id}/usage", "{l}");
+        assert_eq!(l["span"]["org_id"], org, "{l}");
+        assert_eq!(l["level"], "INFO", "{l}");
+    }
+}
+
+every_backend!(json_logs_name_the_request_route_org_status_and_latency);

@@ -195,14 +195,23 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
                         .get(REQUEST_ID)
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("");
-                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-                }),
+                    // `route` and `org_id` are filled in once the request is routed
+                    // (`record_metrics`); every line logged inside carries them.
+                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(),
+                        request_id = %id, route = tracing::field::Empty, org_id = tracing::field::Empty)
+                })
+                // Failures are logged by `record_metrics`, once, with their route.
+                .on_failure(()),
             )
             .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
     )
 }
 
+/// Count the request in the metrics and log one line for it (`rush_meter::access`: at
+/// info, or warn for a 5xx, with its status and latency; the request span adds its id,
+/// route and org).
 async fn record_metrics(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    use axum::RequestPartsExt as _;
     let started = Instant::now();
     let method = req.method().to_string();
     let route = req
@@ -210,11 +219,26 @@ async fn record_metrics(State(state): State<AppState>, req: Request, next: Next)
         .get::<MatchedPath>()
         .map_or("unmatched", |p| p.as_str())
         .to_owned();
-    let resp = next.run(req).await;
+    let (mut parts, body) = req.into_parts();
+    let span = tracing::Span::current();
+    span.record("route", route.as_str());
+    if let Ok(params) = parts.extract::<axum::extract::RawPathParams>().await {
+        if let Some((_, org)) = params.iter().find(|(name, _)| *name == "org_id") {
+            span.record("org_id", org);
+        }
+    }
+    let resp = next.run(Request::from_parts(parts, body)).await;
     let status = resp.status();
+    let elapsed = started.elapsed();
     state
         .metrics
-        .observe_http(&method, &route, status.as_u16(), started.elapsed());
+        .observe_http(&method, &route, status.as_u16(), elapsed);
+    let latency_ms = elapsed.as_secs_f64() * 1e3;
+    if status.is_server_error() {
+        tracing::warn!(target: "rush_meter::access", status = status.as_u16(), latency_ms, "request failed");
+    } else {
+        tracing::info!(target: "rush_meter::access", status = status.as_u16(), latency_ms, "request");
+    }
     if status == StatusCode::INTERNAL_SERVER_ERROR {
         tracing::error!(%route, "answered 500");
     }

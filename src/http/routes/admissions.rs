@@ -173,6 +173,7 @@ pub async fn post_admission(
 ) -> ApiResult<Json<DecisionView>> {
     principal.require_any(&[Scope::Admission])?;
     let org_id = parse_id("org_id", &body.org_id)?;
+    tracing::Span::current().record("org_id", org_id.as_str());
     let key_id = parse_id("key_id", &body.key_id)?;
     let session_id = parse_id("session_id", &body.session_id)?;
     let agent = parse_named("agent", &body.agent, Agent::parse_named)?;

@@ -65,6 +65,10 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     responses((status = 200, description = "OpenMetrics text", body = String,
         content_type = "application/openmetrics-text")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    state
+        .metrics
+        .breaker_open
+        .set(i64::from(state.breaker.is_open()));
     (
         [(
             header::CONTENT_TYPE,
