@@ -7,9 +7,10 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{wrk, Backend, Setup, ADMIN};
+use common::{wrk, Backend, RawResult, Setup, ADMIN};
+use rush_meter_core::time::{calendar_month, iso_week};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -21,9 +22,13 @@ const MEASURE: Duration = Duration::from_secs(8);
 /// alike; a row's figures are its median round's.
 const ROUNDS: usize = 3;
 
+/// The setup column of the raw transaction's rows.
+const RAW: &str = "raw transaction by hand";
+
 struct Row {
     backend: Backend,
-    setup: Setup,
+    /// `None`: the raw transaction (benches/raw/admission.sql) on the plan's database.
+    setup: Option<Setup>,
     callers: usize,
     rate: f64,
     p50: Duration,
@@ -77,7 +82,7 @@ async fn run(backend: Backend, setup: Setup) -> Vec<Row> {
         let after = server.metric(allow).await;
         rows.push(Row {
             backend,
-            setup,
+            setup: Some(setup),
             callers,
             rate: w.requests as f64 / w.elapsed.as_secs_f64(),
             p50: w.p50,
@@ -95,8 +100,180 @@ async fn run(backend: Backend, setup: Setup) -> Vec<Row> {
             w.errors
         );
     }
+    if setup == Setup::BASE {
+        // The machine's own limit, on the database just measured: the same admission as
+        // one hand-written transaction a decision, at the same concurrency.
+        for callers in [1, 8, 32] {
+            let raw = match backend {
+                Backend::Postgres => pgbench_raw(&server.database_url, callers).await,
+                Backend::Sqlite => sqlite_raw(&server.database_url, callers).await,
+            };
+            eprintln!(
+                "{backend:?} {callers} callers ({RAW}): {:.0} decisions/s, p50 {:?}, p99 {:?}",
+                raw.rate, raw.p50, raw.p99
+            );
+            rows.push(Row {
+                backend,
+                setup: None,
+                callers,
+                rate: raw.rate,
+                p50: raw.p50,
+                p99: raw.p99,
+                errors: 0,
+                allowed: 1.0,
+                decided: 1.0,
+            });
+        }
+    }
     server.finish().await;
     rows
+}
+
+/// The windows the raw transaction sums, as the service's for an org without a Stripe
+/// period: the calendar month and the ISO week of now.
+fn raw_windows() -> (i64, i64, i64) {
+    let now = chrono::Utc::now().timestamp();
+    (now, calendar_month(now).start, iso_week(now).start)
+}
+
+async fn pgbench_raw(url: &str, callers: usize) -> RawResult {
+    let (now, month, week) = raw_windows();
+    common::pgbench(
+        url,
+        "admission.sql",
+        callers,
+        MEASURE.as_secs(),
+        &[
+            ("orgs", ORGS.to_string()),
+            ("keys", KEYS.to_string()),
+            ("now", now.to_string()),
+            ("month_start", month.to_string()),
+            ("week_start", week.to_string()),
+        ],
+    )
+    .await
+}
+
+/// benches/raw/admission.sql by hand on SQLite: `callers` tasks share one writer
+/// connection (as the service's writes do), each decision one `BEGIN IMMEDIATE … COMMIT`,
+/// in WAL with `synchronous = FULL`, as the service runs.
+async fn sqlite_raw(url: &str, callers: usize) -> RawResult {
+    let pool = common::sqlite_writer(url).await;
+    let (now, month, week) = raw_windows();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|c| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut samples = Vec::new();
+                let mut n = 0u64;
+                while started.elapsed() < MEASURE {
+                    n += 1;
+                    let k = rand::random::<u64>() as usize % KEYS;
+                    let t0 = Instant::now();
+                    raw_decision(&pool, c, n, k, now, month, week).await;
+                    samples.push(t0.elapsed());
+                }
+                samples
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    for t in tasks {
+        samples.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    pool.close().await;
+    let rate = samples.len() as f64 / elapsed.as_secs_f64();
+    let (p50, p99) = common::percentiles(samples);
+    RawResult { rate, p50, p99 }
+}
+
+/// One decision of benches/raw/admission.sql, on SQLite.
+async fn raw_decision(
+    pool: &sqlx::SqlitePool,
+    client: usize,
+    n: u64,
+    k: usize,
+    now: i64,
+    month: i64,
+    week: i64,
+) {
+    let org = format!("org_{}", k % ORGS);
+    let key = format!("k{k}");
+    let session = format!("raw_{client}_{n}_{}", rand::random::<u32>());
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT concurrency_limit FROM api_keys WHERE org_id = $1 AND key_id = $2")
+        .bind(&org)
+        .bind(&key)
+        .fetch_optional(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT plan_id, suspended, period_start, period_end FROM orgs WHERE org_id = $1")
+        .bind(&org)
+        .fetch_optional(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "SELECT count(*) FROM sessions WHERE org_id = $1 AND key_id = $2 AND phase <> 'ended' \
+         AND (COALESCE(heard_at, last_at) >= $3 - 45 OR slot_at >= $3 - 45)",
+    )
+    .bind(&org)
+    .bind(&key)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "SELECT COALESCE(SUM(CASE WHEN hour >= $2 THEN seconds ELSE 0 END), 0), \
+           COALESCE(SUM(CASE WHEN hour >= $3 THEN seconds ELSE 0 END), 0) FROM org_hourly \
+         WHERE org_id = $1 AND hour >= MIN($2, $3) AND hour <= $4",
+    )
+    .bind(&org)
+    .bind(month)
+    .bind(week)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO session_owners (session_id, org_id) VALUES ($1, $2)")
+        .bind(&session)
+        .bind(&org)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO sessions (org_id, session_id, key_id, agent, phase, last_at, span_start, \
+           created_at, slot_at) VALUES ($1, $2, $3, 'codex', 'admitted', $4, $4, $4, $4)",
+    )
+    .bind(&org)
+    .bind(&session)
+    .bind(&key)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO decisions (org_id, decision_id, decided_at, session_id, key_id, decision, \
+           rule, plan_id, suspended, month_start, month_end, month_used, month_limit, \
+           week_start, week_end, week_used, week_limit, running, concurrency_limit) \
+         VALUES ($1, $2, $3, $2, $4, 'allow', 'allowed', 'team', 0, $5, $5 + 2678400, 0, \
+           720000, $6, $6 + 604800, 0, 180000, 0, 100)",
+    )
+    .bind(&org)
+    .bind(&session)
+    .bind(now)
+    .bind(&key)
+    .bind(month)
+    .bind(week)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query("COMMIT").execute(&mut *conn).await.unwrap();
 }
 
 fn main() {
@@ -126,7 +303,7 @@ fn main() {
         rows.push((alike[alike.len() / 2], rates));
     }
     rows.sort_by_key(|(r, _)| {
-        let setup = Setup::ALL.iter().position(|s| *s == r.setup);
+        let setup = Setup::ALL.iter().position(|s| Some(*s) == r.setup);
         (r.backend != Backend::Postgres, setup, r.callers)
     });
     let mut md = String::from("# Gate decisions\n\n");
@@ -144,30 +321,49 @@ fn main() {
             MEASURE.as_secs()
         ),
     ));
-    md.push_str("| backend | concurrent callers | orgs | decisions/s | against the plan's | p50 | p99 | allowed | errors |\n");
-    md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    md.push_str("| backend | concurrent callers | orgs | decisions/s | against the plan's | against raw | p50 | p99 | allowed | errors |\n");
+    md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    let rate_of = |r: &Row, setup: Option<Setup>| {
+        rows.iter()
+            .find(|(b, _)| b.backend == r.backend && b.callers == r.callers && b.setup == setup)
+            .map(|(b, _)| b.rate)
+    };
     for (r, rates) in &rows {
-        let base = rows
-            .iter()
-            .find(|(b, _)| {
-                b.backend == r.backend && b.callers == r.callers && b.setup == Setup::BASE
-            })
-            .map_or(r.rate, |(b, _)| b.rate);
+        let base = rate_of(r, Some(Setup::BASE)).unwrap_or(r.rate);
+        let raw = rate_of(r, None).unwrap_or(r.rate);
         let each: Vec<String> = rates.iter().map(|x| format!("{x:.0}")).collect();
+        let (label, against_plan) = match r.setup {
+            Some(s) => (s.label(), format!("{:.2}", r.rate / base)),
+            None => (RAW.to_owned(), String::new()),
+        };
         md.push_str(&format!(
-            "| {:?} | {} | {} | {:.0} ({}) | {:.2} | {:.2} ms | {:.2} ms | {:.0}% | {} |\n",
+            "| {:?} | {} | {} | {:.0} ({}) | {} | {:.2} | {:.2} ms | {:.2} ms | {:.0}% | {} |\n",
             r.backend,
             r.callers,
-            r.setup.label(),
+            label,
             r.rate,
             each.join(", "),
-            r.rate / base,
+            against_plan,
+            r.rate / raw,
             r.p50.as_secs_f64() * 1e3,
             r.p99.as_secs_f64() * 1e3,
             100.0 * r.allowed / r.decided.max(1.0),
             r.errors
         ));
     }
+    md.push_str(concat!(
+        "\nThe raw transaction (`benches/raw/admission.sql`; issue 18) is what the machine does ",
+        "with one admission written by hand as one durable transaction, on the database the ",
+        "service was just measured on (its orgs, keys and rows): lock the key, read the org, ",
+        "count the key's running slots, sum the month and week from `org_hourly`, claim the ",
+        "session id, insert the session and the decision, commit. PostgreSQL runs it with ",
+        "pgbench (`-c` callers, 2 threads, one connection a caller, the database's own ",
+        "`synchronous_commit = on`); SQLite by hand in the benchmark (`sqlite_raw`: callers ",
+        "sharing one writer connection, `BEGIN IMMEDIATE … COMMIT`, WAL, `synchronous = FULL`, ",
+        "as the service's writes). It does less than the service: no token, no HTTP, no JSON, ",
+        "no funding, no owner check across orgs, a decision record without the upgrade hint. ",
+        "Issue 18 asks the service for at least 1.5x of it at 8 and 32 callers and 0.8x at 1.\n",
+    ));
     md.push_str(concat!(
         "\nOrgs: `plan` is 100 Team orgs well within their plan; `grants and pay-as-you-go` ",
         "is 100 orgs past a plan spent at once, half on a 100,000-hour grant and half paying as ",
@@ -197,7 +393,7 @@ fn main() {
         "sequential scans on tables that were small when the plan was cached, and the rate\n",
         "halves. Two gate writers a PostgreSQL instance measured best (1: same rate, 4: 20%\n",
         "slower, smaller groups).\n",
-        "\nPast the plan (issue 14) a group reads its orgs' funding with the org rows it reads anyway,\nand decides in memory: 0.96-1.04 of the plan's rate on PostgreSQL, 0.99-1.17 on SQLite.\nLimits inside an org (issue 15) cost one more statement a group, only for groups with an\norg that sets limits (`orgs.sets_limits`): the limits of the members the group names, with\ntheir use from the member rollup and running sessions. A group of about four decisions\n(8 callers) runs seven statements, so one more is about a seventh of its database work:\n0.86 of the rate without limits on PostgreSQL at 8 callers and 0.85 on SQLite at 32 in\nthis run, 0.90-1.15 elsewhere; the rounds of one cell spread by up to 15%. Short of the\n0.9 aimed for at those two points; folding the read into the window statement is the\nnext step.\n",
+        "\nPast the plan (issue 14) a group reads its orgs' funding with the org rows it reads anyway,\nand decides in memory; limits inside an org (issue 15) cost one more statement a group, only\nfor groups with an org that sets limits (`orgs.sets_limits`): the limits of the members the\ngroup names, with their use. Both are measured against the plan in the same run, but the\nrounds of one cell spread by up to 25% on this shared machine, more than the effect: in this\nrun past the plan is 0.86-0.93 of the plan's rate on PostgreSQL and 0.73-0.97 on SQLite,\nlimits 0.79-0.86 and 0.90-0.91; an earlier run the same day (without the raw rows between\nrounds) gave 0.96-1.04 and 0.99-1.17 past the plan, 0.86-0.98 and 0.85-1.15 with limits.\nThe 0.9 aimed for is not held at every point. A group of about four decisions (8 callers)\nruns seven statements, so the limits' one more is about a seventh of its database work;\nfolding it into the window statement is the next step.\n\nAgainst the raw transaction (issue 18): the service does 0.6x of it at 1 and 8 callers on\nPostgreSQL and 2.0x at 32, where one transaction a decision queues on the machine's two\ncores and the service's groups share them; on SQLite, whose one writer takes decisions one\nby one by hand, 0.9x at 1 and 2.1-3.2x at 8 and 32. Issue 18's 1.5x at 8 callers and\n0.8x at 1 on PostgreSQL are not met: a lone decision costs an HTTP request and about\nseven statements (the raw one five), and at 8 callers the groups are small.\n",
     ));
     if only.is_none() {
         std::fs::write(

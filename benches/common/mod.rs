@@ -326,3 +326,99 @@ pub fn machine() -> String {
         .unwrap_or(0);
     format!("{cores} cores ({cpu}), {mem} GiB memory")
 }
+
+/// What a raw run by hand did: transactions a second and their latency.
+pub struct RawResult {
+    pub rate: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+}
+
+/// The p50 and p99 of `samples` (any order).
+pub fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let at = |q: f64| {
+        samples
+            .get(((samples.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    (at(0.5), at(0.99))
+}
+
+/// Run `benches/raw/<script>` with pgbench on `database_url` at `clients` for `secs`,
+/// with `defines` (`-D name=value`); its per-transaction log gives the percentiles.
+pub async fn pgbench(
+    database_url: &str,
+    script: &str,
+    clients: usize,
+    secs: u64,
+    defines: &[(&str, String)],
+) -> RawResult {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("tx");
+    let mut cmd = std::process::Command::new("pgbench");
+    cmd.args(["-n", "-f"])
+        .arg(format!(
+            "{}/benches/raw/{script}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+        ])
+        .args(["-T", &secs.to_string(), "-l", "--log-prefix"])
+        .arg(&prefix);
+    for (name, value) in defines {
+        cmd.args(["-D", &format!("{name}={value}")]);
+    }
+    cmd.arg(database_url).current_dir(dir.path());
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("pgbench runs"))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "pgbench failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rate = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("pgbench prints tps");
+    // Each log line: client, transaction, latency in µs, script, epoch s, µs.
+    let mut samples = Vec::new();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let log = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        samples.extend(log.lines().filter_map(|l| {
+            let us: u64 = l.split_whitespace().nth(2)?.parse().ok()?;
+            Some(Duration::from_micros(us))
+        }));
+    }
+    let (p50, p99) = percentiles(samples);
+    RawResult { rate, p50, p99 }
+}
+
+/// One writer connection to the SQLite database at `url`, set up as the service's (WAL,
+/// `synchronous = FULL`): what the raw writes by hand share, as the service's writes do.
+pub async fn sqlite_writer(url: &str) -> sqlx::SqlitePool {
+    use sqlx::sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+    };
+    use std::str::FromStr;
+    let opts = SqliteConnectOptions::from_str(url)
+        .unwrap()
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(30));
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(60))
+        .connect_with(opts)
+        .await
+        .unwrap()
+}
