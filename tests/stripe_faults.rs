@@ -295,21 +295,7 @@ async fn a_5xx_on_a_pay_as_you_go_charge_never_charges_twice(backend: Backend) {
     let d = srv.admit("acme", "k1", "s1").await;
     assert_eq!(d["decision"], "allow", "{d}");
     // Past the week's 180 s and the cap's 100 s of pay-as-you-go, then parked.
-    let (mut t, mut seq) = (T0, 0);
-    loop {
-        srv.clock.set(t);
-        seq += 1;
-        let (_, v) = srv
-            .heartbeats(vec![common::hb("acme", "s1", seq, "running", t)])
-            .await;
-        if v["results"][0]["action"] == "park" {
-            srv.heartbeats(vec![common::hb("acme", "s1", seq + 1, "parked", t)])
-                .await;
-            break;
-        }
-        t += 15;
-        assert!(t < T0 + 3600, "never told to park");
-    }
+    common::beat_until_told_to_park(&srv, "acme", "s1", T0).await;
     // Stripe makes the window's item, then answers 500; the next run of the job reads it
     // back by its request instead of making a second one.
     fake.fail("POST", "/v1/invoiceitems", Fault::FailAfterWriting);

@@ -8,7 +8,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::localstripe::{LocalStripe, KEY};
-use common::{eventually, hb, mini_plans, Backend, Options, TestServer, ADMIN};
+use common::{eventually, mini_plans, Backend, Options, TestServer, ADMIN};
 use rush_meter::config::StripeConfig;
 use rush_meter_core::signature::sign;
 use secrecy::SecretString;
@@ -274,24 +274,7 @@ async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backe
     let d = srv.admit("acme", "k1", "s1").await;
     assert_eq!(d["decision"], "allow", "{d}");
     // Past the week's 180 s and 100 s of pay-as-you-go (the 0.10 cap), then parked.
-    let mut t = now;
-    let mut seq = 0;
-    loop {
-        srv.clock.set(t);
-        seq += 1;
-        let (status, v) = srv
-            .heartbeats(vec![hb("acme", "s1", seq, "running", t)])
-            .await;
-        assert_eq!(status, 200, "{v}");
-        if v["results"][0]["action"] == "park" {
-            seq += 1;
-            srv.heartbeats(vec![hb("acme", "s1", seq, "parked", t)])
-                .await;
-            break;
-        }
-        t += 15;
-        assert!(t < now + 3600, "never told to park");
-    }
+    common::beat_until_told_to_park(&srv, "acme", "s1", now).await;
     let overage = srv.admin("GET", "/v1/orgs/acme/overage", None).await;
     assert_eq!(
         (

@@ -454,6 +454,35 @@ pub async fn spawn_service_with(
     }
 }
 
+/// Beat `session` of `org` every 15 s from `from`, moving the server's clock along, until
+/// an answer says `park`; then park it there, at the time returned. Panics if no answer
+/// says `park` within an hour.
+pub async fn beat_until_told_to_park(
+    srv: &TestServer,
+    org: &str,
+    session: &str,
+    from: Secs,
+) -> Secs {
+    let (mut t, mut seq) = (from, 0);
+    loop {
+        srv.clock.set(t);
+        seq += 1;
+        let (status, v) = srv
+            .heartbeats(vec![hb(org, session, seq, "running", t)])
+            .await;
+        assert_eq!(status, 200, "{v}");
+        if v["results"][0]["action"] == "park" {
+            let (status, v) = srv
+                .heartbeats(vec![hb(org, session, seq + 1, "parked", t)])
+                .await;
+            assert_eq!(status, 200, "{v}");
+            return t;
+        }
+        t += 15;
+        assert!(t < from + 3600, "never told to park");
+    }
+}
+
 pub mod audit;
 pub mod fake_stripe;
 pub mod localstripe;
