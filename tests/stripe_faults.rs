@@ -286,16 +286,8 @@ async fn a_5xx_on_a_pay_as_you_go_charge_never_charges_twice(backend: Backend) {
     let org = srv.db.get_org("acme").await.unwrap().unwrap();
     assert_eq!(org.plan_id, "mini");
     let window = org.billing_period().unwrap();
-    srv.admin(
-        "PUT",
-        "/v1/orgs/acme/overage",
-        Some(json!({"enabled": true, "monthly_cap": "0.10"})),
-    )
-    .await;
-    let d = srv.admit("acme", "k1", "s1").await;
-    assert_eq!(d["decision"], "allow", "{d}");
     // Past the week's 180 s and the cap's 100 s of pay-as-you-go, then parked.
-    common::beat_until_told_to_park(&srv, "acme", "s1", T0).await;
+    common::run_past_the_plan_to_the_cap(&srv, "acme", T0).await;
     // Stripe makes the window's item, then answers 500; the next run of the job reads it
     // back by its request instead of making a second one.
     fake.fail("POST", "/v1/invoiceitems", Fault::FailAfterWriting);

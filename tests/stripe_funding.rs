@@ -265,16 +265,8 @@ async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backe
     let window = org
         .billing_period()
         .expect("the subscription's period is the month window");
-    srv.admin(
-        "PUT",
-        "/v1/orgs/acme/overage",
-        Some(json!({"enabled": true, "monthly_cap": "0.10"})),
-    )
-    .await;
-    let d = srv.admit("acme", "k1", "s1").await;
-    assert_eq!(d["decision"], "allow", "{d}");
     // Past the week's 180 s and 100 s of pay-as-you-go (the 0.10 cap), then parked.
-    common::beat_until_told_to_park(&srv, "acme", "s1", now).await;
+    common::run_past_the_plan_to_the_cap(&srv, "acme", now).await;
     let overage = srv.admin("GET", "/v1/orgs/acme/overage", None).await;
     assert_eq!(
         (

@@ -483,6 +483,21 @@ pub async fn beat_until_told_to_park(
     }
 }
 
+/// Turn on `org`'s pay-as-you-go under a 0.10 cap, admit session `s1` on key `k1`, and
+/// run it until it is told to park (on `mini`: past the week's 180 s and the cap's 100 s
+/// of pay-as-you-go), from `from`.
+pub async fn run_past_the_plan_to_the_cap(srv: &TestServer, org: &str, from: Secs) -> Secs {
+    srv.admin(
+        "PUT",
+        &format!("/v1/orgs/{org}/overage"),
+        Some(json!({"enabled": true, "monthly_cap": "0.10"})),
+    )
+    .await;
+    let d = srv.admit(org, "k1", "s1").await;
+    assert_eq!(d["decision"], "allow", "{d}");
+    beat_until_told_to_park(srv, org, "s1", from).await
+}
+
 pub mod audit;
 pub mod fake_stripe;
 pub mod localstripe;
