@@ -12,24 +12,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use common::fake_stripe::{FakeStripe, Fault};
-use common::localstripe::KEY;
+use common::localstripe::stripe_at;
 use common::{eventually, Backend, Options, TestServer, ADMIN, T0};
 use rush_meter::billing::api::stripe_version;
 use rush_meter::billing::Billing;
-use rush_meter::config::StripeConfig;
-use secrecy::SecretString;
 use serde_json::{json, Value};
 
-const SECRET: &str = "whsec_rush_meter_test";
-
-fn stripe_at(base: &str) -> StripeConfig {
-    StripeConfig {
-        secret_key: Some(SecretString::from(KEY)),
-        api_base: base.to_owned(),
-        webhook_secrets: vec![SecretString::from(SECRET)],
-        ..StripeConfig::default()
-    }
-}
+const SECRET: &str = common::localstripe::WEBHOOK_SECRET;
 
 async fn start(backend: Backend, fake: &FakeStripe) -> Option<TestServer> {
     start_with_plans(backend, fake, common::repo_plans()).await

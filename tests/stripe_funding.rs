@@ -7,14 +7,13 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::localstripe::{LocalStripe, KEY};
+use common::localstripe::{stripe_at, LocalStripe};
 use common::{eventually, mini_plans, Backend, Options, TestServer, ADMIN};
 use rush_meter::config::StripeConfig;
 use rush_meter_core::signature::sign;
-use secrecy::SecretString;
 use serde_json::{json, Value};
 
-const SECRET: &str = "whsec_rush_meter_test";
+const SECRET: &str = common::localstripe::WEBHOOK_SECRET;
 
 /// Requests a stub Stripe was sent: method, path, form body.
 type Sent = Arc<Mutex<Vec<(String, String, String)>>>;
@@ -44,15 +43,6 @@ async fn stripe_stub() -> (String, Sent) {
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     (url, sent)
-}
-
-fn stripe_at(base: &str) -> StripeConfig {
-    StripeConfig {
-        secret_key: Some(SecretString::from(KEY)),
-        api_base: base.to_owned(),
-        webhook_secrets: vec![SecretString::from(SECRET)],
-        ..StripeConfig::default()
-    }
 }
 
 async fn start(

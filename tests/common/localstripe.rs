@@ -7,6 +7,18 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub const KEY: &str = "sk_test_rush_meter";
+/// The webhook signing secret the tests' servers take.
+pub const WEBHOOK_SECRET: &str = "whsec_rush_meter_test";
+
+/// Stripe on, at `base` (localstripe or a fake), with `KEY` and `WEBHOOK_SECRET`.
+pub fn stripe_at(base: &str) -> rush_meter::config::StripeConfig {
+    rush_meter::config::StripeConfig {
+        secret_key: Some(secrecy::SecretString::from(KEY)),
+        api_base: base.to_owned(),
+        webhook_secrets: vec![secrecy::SecretString::from(WEBHOOK_SECRET)],
+        ..rush_meter::config::StripeConfig::default()
+    }
+}
 
 pub struct LocalStripe {
     pub url: String,
