@@ -122,6 +122,9 @@ async fn every_error_status_is_described_in_the_error_format(backend: Backend) {
     };
     let doc = document(&srv).await;
     let open = [
+        "/console",
+        "/console/app.css",
+        "/console/app.js",
         "/healthz",
         "/metrics",
         "/openapi.json",

@@ -136,6 +136,8 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use utoipa::OpenApi;
     use utoipa_axum::{router::OpenApiRouter, routes};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(me::me))
+        .routes(routes!(orgs::list_orgs))
         .routes(routes!(orgs::put_org, orgs::get_org))
         .routes(routes!(orgs::put_key, orgs::get_key))
         .routes(routes!(usage::get_usage))
@@ -168,6 +170,9 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
         .routes(routes!(ops::openapi))
+        .routes(routes!(console::page))
+        .routes(routes!(console::script))
+        .routes(routes!(console::style))
         .split_for_parts()
 }
 
@@ -177,6 +182,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .fallback(routes::ops::not_found)
         .method_not_allowed_fallback(routes::ops::method_not_allowed)
         .layer(middleware::from_fn(error::errors_as_json))
+        .layer(middleware::from_fn(no_store))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), fail_fast))
         .layer(middleware::from_fn_with_state(
@@ -249,9 +255,22 @@ async fn record_metrics(State(state): State<AppState>, req: Request, next: Next)
 #[derive(Clone, Copy, Debug)]
 pub struct DatabaseUnreachable;
 
-/// Routes that answer without the database, or must say how it is.
+/// Routes that answer without the database, or must say how it is. The console's page
+/// loads during an outage, and shows the API's 503s.
 fn exempt(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
+        || path == "/console"
+        || path.starts_with("/console/")
+}
+
+/// Nothing that holds data is kept by a browser or a proxy: every answer but the
+/// console's assets (which set their own) says `no-store`.
+async fn no_store(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    resp.headers_mut()
+        .entry(axum::http::header::CACHE_CONTROL)
+        .or_insert(axum::http::HeaderValue::from_static("no-store"));
+    resp
 }
 
 /// Refuse at once while the breaker is open (`app::breaker`); report every

@@ -41,6 +41,8 @@ use super::error::ErrorBody;
         (name = "audit", description = "Who changed what"),
         (name = "admin", description = "Operators' queues"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
+        (name = "tokens", description = "The caller's own token"),
+        (name = "console", description = "The operator console's page and assets (docs/console.md)"),
     )
 )]
 pub struct ApiDoc;

@@ -3,10 +3,12 @@
 
 pub mod admissions;
 pub mod audit;
+pub mod console;
 pub mod exports;
 pub mod funding;
 pub mod heartbeats;
 pub mod limits;
+pub mod me;
 pub mod notifications;
 pub mod ops;
 pub mod orgs;

@@ -1,16 +1,20 @@
 //! Orgs and their API keys (admin).
 
+use std::collections::HashMap;
+
 use axum::extract::{Path, State};
 use axum::Json;
 use rush_meter_core::org::{Key, Org};
+use rush_meter_core::standing::{Standing, WindowUsage};
 use rush_meter_core::time::{rfc3339, Secs};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
+use crate::app::standing::standings;
 use crate::http::auth::Principal;
 use crate::http::error::parse_id;
-use crate::http::extract::{JsonBody, OrgKeyPath, OrgPath, OrgReader};
-use crate::http::openapi::{BadBody, BadId, Guarded};
+use crate::http::extract::{JsonBody, OrgKeyPath, OrgPath, OrgReader, Page, Query};
+use crate::http::openapi::{BadBody, BadId, BadQuery, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::store::OrgUpsert;
 use crate::tokens::Scope;
@@ -237,4 +241,96 @@ pub async fn get_key(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no key `{key_id}` in org `{org_id}`")))?;
     Ok(Json(key_view(key, &org, &state)))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct OrgsQuery {
+    /// Orgs whose id or name contains this, ignoring case (ASCII case only on SQLite);
+    /// default every org.
+    #[param(max_length = 200)]
+    q: Option<String>,
+    /// The `next_cursor` of the page before.
+    cursor: Option<String>,
+    /// 1 to 1,000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+}
+
+/// An org as the console's list shows it: plan, status, and both windows counted up to
+/// now, exactly as its usage page counts them.
+#[derive(Serialize, ToSchema)]
+pub struct OrgSummary {
+    org_id: String,
+    name: String,
+    plan: String,
+    suspended: bool,
+    /// Stripe's subscription status (`active`, `past_due`, …); `null` without one.
+    subscription_status: Option<String>,
+    month: WindowUsage,
+    week: WindowUsage,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct OrgPage {
+    orgs: Vec<OrgSummary>,
+    /// Pass as `cursor` for the next page; `null` on the last.
+    next_cursor: Option<String>,
+}
+
+/// `GET /v1/orgs?q=&cursor=&limit=`: orgs by id, each with its month and week (finance,
+/// admin).
+#[utoipa::path(get, path = "/v1/orgs", tag = "orgs", security(("bearer" = ["finance", "admin"])),
+    params(OrgsQuery),
+    responses((status = 200, description = "A page of orgs, by id (byte order)", body = OrgPage),
+        Guarded, BadQuery))]
+pub async fn list_orgs(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: Query<OrgsQuery>,
+) -> ApiResult<Json<OrgPage>> {
+    principal.require_any(&[Scope::Finance])?;
+    let q = query.read()?;
+    let text = q.q.unwrap_or_default();
+    if text.chars().count() > 200 {
+        return Err(ApiError::invalid("q", "q must be at most 200 characters"));
+    }
+    let after = q
+        .cursor
+        .as_deref()
+        .map(|c| {
+            parse_id("cursor", c)
+                .map_err(|_| ApiError::invalid("cursor", "cursor is not one this service gave out"))
+        })
+        .transpose()?;
+    let limit = Page::of(None, q.limit)?.limit;
+    let now = state.clock.now();
+    let orgs = state
+        .db
+        .search_orgs(text.trim(), after.as_ref().map(|a| a.as_str()), limit)
+        .await?;
+    let ids: Vec<&str> = orgs.iter().map(|o| o.org_id.as_str()).collect();
+    let mut standings: HashMap<String, Standing> =
+        standings(&state.db, &state.plans, &ids, now, &state.rules)
+            .await?
+            .into_iter()
+            .map(|s| (s.org.org_id.clone(), s))
+            .collect();
+    let next_cursor = (orgs.len() as i64 == limit)
+        .then(|| orgs.last().map(|o| o.org_id.clone()))
+        .flatten();
+    let orgs = orgs
+        .iter()
+        .filter_map(|o| standings.remove(&o.org_id))
+        .map(|s| OrgSummary {
+            subscription_status: s.org.subscription_status,
+            org_id: s.org.org_id,
+            name: s.org.name,
+            plan: s.plan.id,
+            suspended: s.org.suspended,
+            month: s.month,
+            week: s.week,
+        })
+        .collect();
+    Ok(Json(OrgPage { orgs, next_cursor }))
 }

@@ -19,6 +19,20 @@ async fn select_orgs<'e, E: sqlx::Executor<'e, Database = DB>>(
     select_orgs_in(ex, ids).await.map(unwrap_all)
 }
 
+/// A `LIKE` pattern (escape `\\`) matching any text that contains `q`, lowercased.
+fn contains_pattern(q: &str) -> String {
+    let mut p = String::with_capacity(q.len() + 2);
+    p.push('%');
+    for c in q.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            p.push('\\');
+        }
+        p.push(c);
+    }
+    p.push('%');
+    p
+}
+
 #[async_trait]
 impl OrgStore for Backend {
     async fn upsert_org(&self, org: &OrgUpsert, now: Secs, actor: &Actor) -> StoreResult<Org> {
@@ -99,6 +113,27 @@ impl OrgStore for Backend {
             sqlx::query_as::<_, Rec<Org>>("SELECT * FROM orgs ORDER BY org_id")
                 .fetch_all(self.read())
                 .await?,
+        ))
+    }
+
+    async fn search_orgs(
+        &self,
+        q: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Org>> {
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Org>>(&format!(
+                "SELECT * FROM orgs \
+                 WHERE (LOWER(org_id) LIKE $1 ESCAPE '\\' OR LOWER(name) LIKE $1 ESCAPE '\\') \
+                   AND ($2 IS NULL OR org_id{BYTE_ORDER} > $2) \
+                 ORDER BY org_id{BYTE_ORDER} LIMIT $3"
+            ))
+            .bind(contains_pattern(q))
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.read())
+            .await?,
         ))
     }
 
