@@ -1,6 +1,6 @@
 //! Node tools the tests drive (Stripe's official library, which signs webhook events as
-//! Stripe does), installed on first use into `tests/node/node_modules` from its lockfile;
-//! `.ci/run` installs the same.
+//! Stripe does; playwright-core, which drives Chromium through the console), installed on
+//! first use into `tests/node/node_modules` from its lockfile; `.ci/run` installs the same.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -12,22 +12,33 @@ pub const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node");
 pub fn script(script: &str) -> Option<PathBuf> {
     static NPM: Mutex<()> = Mutex::new(());
     let _one = NPM.lock().unwrap_or_else(|e| e.into_inner());
-    let installed = PathBuf::from(format!("{DIR}/node_modules/stripe/package.json"));
-    if !installed.exists() {
+    let installed = PathBuf::from(format!("{DIR}/node_modules/.package-lock.json"));
+    let lock = PathBuf::from(format!("{DIR}/package-lock.json"));
+    // `npm ci` again whenever the lockfile is newer than what was installed.
+    if !up_to_date(&installed, &lock) {
         let _ = std::process::Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund", "--prefix", DIR])
             .status();
     }
-    if installed.exists() {
+    if up_to_date(&installed, &lock) {
         return Some(PathBuf::from(format!("{DIR}/{script}")));
     }
     if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("Stripe's Node library is required on CI; .ci/run installs it (npm ci --prefix tests/node)");
+        panic!("tests/node's packages are required on CI; .ci/run installs them (npm ci --prefix tests/node)");
     }
     eprintln!(
-        "NOTE: Stripe's Node library missing (npm ci --prefix tests/node); this test did not run"
+        "NOTE: tests/node's packages missing (npm ci --prefix tests/node); this test did not run"
     );
     None
+}
+
+/// `installed` exists and was written after `lock`.
+fn up_to_date(installed: &std::path::Path, lock: &std::path::Path) -> bool {
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (modified(installed), modified(lock)) {
+        (Some(i), Some(l)) => i >= l,
+        _ => false,
+    }
 }
 
 /// The `Stripe-Signature` header Stripe's own library makes for `payload` at `at`.
