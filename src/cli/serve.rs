@@ -11,6 +11,7 @@ pub async fn serve(config: &Config) -> CliResult {
     tracing::info!(
         listen = %config.listen,
         database = app.services.db.backend().as_str(),
+        console = %format_args!("http://{}/console", config.listen),
         "rush-meter serving"
     );
     crate::http::serve(app, config, listener, app::shutdown_signal())

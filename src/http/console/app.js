@@ -256,33 +256,46 @@ function usedOf(used, limit) {
   return el("span", {}, dur(used), " of ", dur(limit));
 }
 
+/**
+ * A listing read a page at a time: `read(cursor)` answers `{ rows, next }`; `draw(rows,
+ * more)` shows every row read so far in `holder`; the "More …" button (`bar`) reads the
+ * next page. `load(true)` starts over; an answer overtaken by a newer load is dropped.
+ */
+function pager(where, label, read, draw) {
+  const holder = el("div");
+  const more = el("button", { type: "button", hidden: true }, `More ${label}`);
+  let cursor = null;
+  let rows = [];
+  let seq = 0;
+  const load = async (reset) => {
+    const mine = ++seq;
+    const page = await read(reset ? null : cursor);
+    if (mine !== seq) return;
+    rows = reset ? page.rows : rows.concat(page.rows);
+    cursor = page.next;
+    more.hidden = !cursor;
+    holder.replaceChildren(...[draw(rows, !!cursor)].flat());
+  };
+  more.addEventListener("click", () => load(false).catch(showError(where)));
+  return { holder, bar: el("div", { class: "toolbar" }, more), load };
+}
+
 // ---- Orgs ------------------------------------------------------------------------------
 
 async function orgsPage(view, params) {
   const q = params.get("q") || "";
   const input = el("input", { id: "orgs-q", type: "search", value: q, "aria-controls": "orgs-table", placeholder: "id or name" });
   const list = el("div", { id: "orgs-table" });
-  const more = el("button", { type: "button", hidden: true }, "More orgs");
-  view.append(
-    el("h1", {}, "Orgs"),
-    el("form", { role: "search", onsubmit: (e) => e.preventDefault() }, el("label", { for: "orgs-q" }, "Search orgs"), input),
+  const orgs = pager(
     list,
-    el("div", { class: "toolbar" }, more),
-  );
-  let cursor = null;
-  let rows = [];
-  let seq = 0;
-  const load = async (reset) => {
-    const mine = ++seq;
-    const text = input.value.trim();
-    const page = await api(`/v1/orgs${query({ q: text, cursor: reset ? null : cursor, limit: 50 })}`);
-    if (mine !== seq) return;
-    rows = reset ? page.orgs : rows.concat(page.orgs);
-    cursor = page.next_cursor;
-    more.hidden = !cursor;
-    list.replaceChildren(
+    "orgs",
+    async (cursor) => {
+      const page = await api(`/v1/orgs${query({ q: input.value.trim(), cursor, limit: 50 })}`);
+      return { rows: page.orgs, next: page.next_cursor };
+    },
+    (rows, more) =>
       table(
-        `${rows.length} org${rows.length === 1 ? "" : "s"}${text ? ` matching “${text}”` : ""}${cursor ? ", more below" : ""}`,
+        `${rows.length} org${rows.length === 1 ? "" : "s"}${input.value.trim() ? ` matching “${input.value.trim()}”` : ""}${more ? ", more below" : ""}`,
         ["Org", "Name", "Plan", "Status", "Month used", "Week used"],
         rows.map((o) => ({
           attrs: { "data-org": o.org_id },
@@ -296,18 +309,23 @@ async function orgsPage(view, params) {
           ],
         })),
       ),
-    );
-  };
+  );
+  list.append(orgs.holder);
+  view.append(
+    el("h1", {}, "Orgs"),
+    el("form", { role: "search", onsubmit: (e) => e.preventDefault() }, el("label", { for: "orgs-q" }, "Search orgs"), input),
+    list,
+    orgs.bar,
+  );
   let timer = null;
   input.addEventListener("input", () => {
     clearTimeout(timer);
     timer = setTimeout(() => {
       history.replaceState(null, "", `#/orgs${query({ q: input.value.trim() })}`);
-      load(true).catch(showError(list));
+      orgs.load(true).catch(showError(list));
     }, 250);
   });
-  more.addEventListener("click", () => load(false).catch(showError(list)));
-  await load(true);
+  await orgs.load(true);
 }
 
 function status(suspended, subscription) {
@@ -577,21 +595,19 @@ async function fundingSplit(section, base, win) {
 
 // Sessions: a page at a time, each drawn as its running and parked stretches.
 async function sessionsSection(section, base, win) {
-  const holder = el("div");
-  const more = el("button", { type: "button", hidden: true }, "More sessions");
-  section.append(el("p", { class: "muted" }, "Sessions created in the window, oldest first: running stretches are billed, parked ones are free."), holder, el("div", { class: "toolbar" }, more));
-  let cursor = null;
-  let shown = [];
-  const load = async () => {
-    const page = await api(`${base}/sessions${query({ from: win.from, to: win.to, cursor, limit: 25 })}`);
-    const details = await pool(page.sessions, 4, (s) => api(`/v1/sessions/${encodeURIComponent(s.session_id)}`));
-    shown = shown.concat(details);
-    cursor = page.next_cursor;
-    more.hidden = !cursor;
-    holder.replaceChildren(timelineChart(shown), sessionTable(shown));
-  };
-  more.addEventListener("click", () => load().catch(showError(section)));
-  await load();
+  const sessions = pager(
+    section,
+    "sessions",
+    async (cursor) => {
+      const page = await api(`${base}/sessions${query({ from: win.from, to: win.to, cursor, limit: 25 })}`);
+      // The list has no timelines: each session's is read as `GET /v1/sessions/{id}`.
+      const rows = await pool(page.sessions, 4, (s) => api(`/v1/sessions/${encodeURIComponent(s.session_id)}`));
+      return { rows, next: page.next_cursor };
+    },
+    (rows) => [timelineChart(rows), sessionTable(rows)],
+  );
+  section.append(el("p", { class: "muted" }, "Sessions created in the window, oldest first: running stretches are billed, parked ones are free."), sessions.holder, sessions.bar);
+  await sessions.load(true);
 }
 
 /** The sessions' stretches, one chart a UTC day the sessions started on: a month on one
@@ -672,17 +688,14 @@ function sessionTable(details) {
 }
 
 async function decisionsSection(section, base, win) {
-  const holder = el("div");
-  const more = el("button", { type: "button", hidden: true }, "More decisions");
-  section.append(holder, el("div", { class: "toolbar" }, more));
-  let cursor = null;
-  let shown = [];
-  const load = async () => {
-    const page = await api(`${base}/decisions${query({ from: win.from, to: win.to, cursor, limit: 50 })}`);
-    shown = shown.concat(page.decisions);
-    cursor = page.next_cursor;
-    more.hidden = !cursor;
-    holder.replaceChildren(
+  const decisions = pager(
+    section,
+    "decisions",
+    async (cursor) => {
+      const page = await api(`${base}/decisions${query({ from: win.from, to: win.to, cursor, limit: 50 })}`);
+      return { rows: page.decisions, next: page.next_cursor };
+    },
+    (shown) =>
       table(
         `${shown.length} decision${shown.length === 1 ? "" : "s"} in the window`,
         ["Decided", "Decision", "Rule", "Session", "Key", "Month used", "Week used", "Running / limit", "Paid by"],
@@ -701,10 +714,9 @@ async function decisionsSection(section, base, win) {
           ],
         })),
       ),
-    );
-  };
-  more.addEventListener("click", () => load().catch(showError(section)));
-  await load();
+  );
+  section.append(decisions.holder, decisions.bar);
+  await decisions.load(true);
 }
 
 async function grantsSection(section, base) {
@@ -764,22 +776,15 @@ async function eventsSection(section) {
     { id: "event-state" },
     ["", "quarantined", "pending", "processed", "ignored"].map((s) => el("option", { value: s }, s || "every state")),
   );
-  const holder = el("div");
-  const more = el("button", { type: "button", hidden: true }, "More events");
   const note = el("p", { role: "status", class: "status" });
-  section.append(el("div", { class: "toolbar" }, el("label", { for: "event-state" }, "State"), filter), note, holder, el("div", { class: "toolbar" }, more));
-  let cursor = null;
-  let shown = [];
-  const load = async (reset) => {
-    if (reset) {
-      cursor = null;
-      shown = [];
-    }
-    const page = await api(`/v1/admin/stripe/events${query({ state: filter.value, cursor, limit: 50 })}`);
-    shown = shown.concat(page.events);
-    cursor = page.next_cursor;
-    more.hidden = !cursor;
-    holder.replaceChildren(
+  const events = pager(
+    section,
+    "events",
+    async (cursor) => {
+      const page = await api(`/v1/admin/stripe/events${query({ state: filter.value, cursor, limit: 50 })}`);
+      return { rows: page.events, next: page.next_cursor };
+    },
+    (shown) =>
       table(
         `${shown.length} event${shown.length === 1 ? "" : "s"}${filter.value ? `, ${filter.value}` : ""}, newest first`,
         ["Event", "Type", "State", "Tries", "Received", "Org", "Error", ""],
@@ -793,15 +798,14 @@ async function eventsSection(section) {
             time(e.received_at),
             e.org_id ?? "—",
             e.last_error ? el("span", { class: "error-text" }, e.last_error) : "",
-            e.state === "quarantined" ? retryButton(e.event_id, note, () => load(true)) : "",
+            e.state === "quarantined" ? retryButton(e.event_id, note, () => events.load(true)) : "",
           ],
         })),
       ),
-    );
-  };
-  filter.addEventListener("change", () => load(true).catch(showError(section)));
-  more.addEventListener("click", () => load(false).catch(showError(section)));
-  await load(true);
+  );
+  section.append(el("div", { class: "toolbar" }, el("label", { for: "event-state" }, "State"), filter), note, events.holder, events.bar);
+  filter.addEventListener("change", () => events.load(true).catch(showError(section)));
+  await events.load(true);
 }
 
 function retryButton(eventId, note, reload) {
