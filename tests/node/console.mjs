@@ -272,7 +272,8 @@ try {
   await ctx.close();
 
   // ---- Finance: orgs and periods, not Stripe's queue. -------------------------------------
-  const fctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  // In Tokyo: times in the viewer's zone, UTC on hover.
+  const fctx = await browser.newContext({ viewport: { width: 1280, height: 900 }, timezoneId: "Asia/Tokyo", locale: "en-US" });
   const fpage = watch(await fctx.newPage());
   await signIn(fpage, FINANCE);
   await fpage.waitForURL(/#\/orgs$/);
@@ -281,6 +282,13 @@ try {
   await settled(fpage, "Billing");
   assert.equal(await fpage.locator("#events").count(), 0, "finance sees Stripe's queue");
   assert.equal(await fpage.locator("#periods tr[data-period]").count(), periods.length);
+  const closed = fpage.locator(`#periods tr[data-period="${periods[0].period}"] time`);
+  const at = new Date(periods[0].closed_at);
+  assert.equal(await closed.getAttribute("datetime"), periods[0].closed_at);
+  assert.equal(await closed.getAttribute("title"), `${periods[0].closed_at.replace("T", " ").replace("Z", "")} UTC`);
+  const tokyo = new Intl.DateTimeFormat("en-US", { dateStyle: "medium", timeStyle: "medium", timeZone: "Asia/Tokyo" }).format(at);
+  assert.equal(await closed.innerText(), tokyo, "a time in the viewer's zone");
+  assert.match(await fpage.locator("#who").innerText(), /times in Asia\/Tokyo/);
   await fctx.close();
 
   // ---- A console token: its org, and nothing of another. -----------------------------------
