@@ -1,4 +1,4 @@
-//! The console in a real browser: a server with a seeded month (two orgs; sessions on
+//! The console in a real browser: a server with a seeded month (51 orgs, two busy; sessions on
 //! six days with three agents, running and parked; a grant, a limit, a denial, a closed
 //! October, a quarantined Stripe event), and Debian's Chromium driven by playwright-core
 //! (`tests/node/console.mjs`) through sign-in and every page, comparing each figure shown
@@ -32,7 +32,7 @@ async fn the_org_list_searches_pages_and_counts_as_the_usage_page(backend: Backe
         ("acme", "Acme Corp"),
         ("acme_2", "Acme Labs"),
         ("beta", "100% Beta"),
-        ("gamma", "Gamma"),
+        ("gamma", "École Gamma"),
     ] {
         srv.admin(
             "PUT",
@@ -66,6 +66,9 @@ async fn the_org_list_searches_pages_and_counts_as_the_usage_page(backend: Backe
         ("_", vec!["acme_2"]),
         ("%", vec!["beta"]),
         ("zzz", vec![]),
+        // Folded by the database on both sides: found as typed on either backend.
+        ("École", vec!["gamma"]),
+        ("gamma", vec!["gamma"]),
     ] {
         let v = srv
             .admin("GET", &format!("/v1/orgs?q={}", urlencode(q)), None)
@@ -214,6 +217,10 @@ async fn seed(srv: &TestServer) {
         Some(json!({"concurrency_limit": 1})),
     )
     .await;
+    // More orgs than the console's page of 50: its "More" is tried.
+    for n in 0..49 {
+        srv.create_org(&format!("zz_{n:02}"), "free").await;
+    }
     let agents = ["claude", "codex", "opencode"];
     let days = [0, 5, 12, 19, 26, 32];
     for (n, day) in days.iter().enumerate() {

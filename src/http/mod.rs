@@ -182,13 +182,14 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .fallback(routes::ops::not_found)
         .method_not_allowed_fallback(routes::ops::method_not_allowed)
         .layer(middleware::from_fn(error::errors_as_json))
-        .layer(middleware::from_fn(no_store))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), fail_fast))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             record_metrics,
         ))
+        // Outermost, so that the breaker's 503s say it too.
+        .layer(middleware::from_fn(no_store))
         .with_state(state);
 
     api.layer(

@@ -99,6 +99,8 @@ class ApiError extends Error {
 }
 
 async function api(path, { method = "GET", body, token = state.token } = {}) {
+  // Signed out meanwhile (a late timer, a page left behind): ask nothing.
+  if (!token) throw new ApiError(401, null);
   const headers = { Authorization: `Bearer ${token}`, Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const resp = await fetch(path, {
@@ -115,12 +117,14 @@ async function api(path, { method = "GET", body, token = state.token } = {}) {
   } catch {
     json = null;
   }
-  if (!resp.ok) {
-    const err = new ApiError(resp.status, json);
-    if (resp.status === 401 && token === state.token) signOut("This token is no longer accepted; sign in again.");
-    throw err;
-  }
+  if (!resp.ok) throw refused(resp.status, json, token);
   return json;
+}
+
+/** The error for a refused call; a 401 on the signed-in token signs out. */
+function refused(status, body, token) {
+  if (status === 401 && token === state.token) signOut("This token is no longer accepted; sign in again.");
+  return new ApiError(status, body);
 }
 
 function query(params) {
@@ -204,12 +208,13 @@ let renderSeq = 0;
 async function route() {
   if (!state.token) return showSignIn("");
   showChrome();
-  const { parts, params } = parseHash();
   const seq = ++renderSeq;
   const view = el("div", { "aria-busy": "true" });
   $("view").replaceChildren(view);
+  window.scrollTo(0, 0);
   say("Loading…");
   try {
+    const { parts, params } = parseHash();
     if (parts[0] === "orgs" && parts[1]) await orgPage(view, parts[1], params);
     else if (parts[0] === "billing") await billingPage(view);
     else if (can("finance")) await orgsPage(view, params);
@@ -223,8 +228,11 @@ async function route() {
     say("");
   }
   view.removeAttribute("aria-busy");
+  // A screen reader starts at the new page's heading, unless the reader has already
+  // moved into the page (a control of it) while it loaded.
   const h1 = view.querySelector("h1");
-  if (h1 && seq === renderSeq && document.activeElement !== $("orgs-q")) {
+  const at = document.activeElement;
+  if (h1 && seq === renderSeq && (!at || at === document.body || !view.contains(at))) {
     h1.setAttribute("tabindex", "-1");
     h1.focus({ preventScroll: true });
   }
@@ -257,27 +265,53 @@ function usedOf(used, limit) {
 }
 
 /**
- * A listing read a page at a time: `read(cursor)` answers `{ rows, next }`; `draw(rows,
- * more)` shows every row read so far in `holder`; the "More …" button (`bar`) reads the
- * next page. `load(true)` starts over; an answer overtaken by a newer load is dropped.
+ * A listing read a page at a time: `read(cursor)` answers `{ rows, next }` (`cursor` null:
+ * the first page); `draw(rows, more)` shows every row read so far in `holder`; the "More
+ * …" button (`bar`) reads the next page. `load(true)` starts over: an answer it overtakes
+ * is dropped, and "More" waits while it runs. Errors show in the listing's own slot.
  */
-function pager(where, label, read, draw) {
+function pager(label, read, draw) {
   const holder = el("div");
+  const error = el("p", { class: "error", role: "alert" });
   const more = el("button", { type: "button", hidden: true }, `More ${label}`);
   let cursor = null;
   let rows = [];
   let seq = 0;
+  let restarting = false;
   const load = async (reset) => {
+    if (!reset && restarting) return;
     const mine = ++seq;
-    const page = await read(reset ? null : cursor);
-    if (mine !== seq) return;
-    rows = reset ? page.rows : rows.concat(page.rows);
-    cursor = page.next;
-    more.hidden = !cursor;
-    holder.replaceChildren(...[draw(rows, !!cursor)].flat());
+    restarting = reset;
+    more.disabled = true;
+    try {
+      const page = await read(reset ? null : cursor);
+      if (mine !== seq) return;
+      rows = reset ? page.rows : rows.concat(page.rows);
+      cursor = page.next;
+      more.hidden = !cursor;
+      error.textContent = "";
+      holder.replaceChildren(...[draw(rows, !!cursor)].flat());
+    } catch (e) {
+      if (mine === seq && !(e instanceof ApiError && e.status === 401)) error.textContent = String(e);
+    } finally {
+      if (mine === seq) {
+        more.disabled = false;
+        restarting = false;
+      }
+    }
   };
-  more.addEventListener("click", () => load(false).catch(showError(where)));
-  return { holder, bar: el("div", { class: "toolbar" }, more), load };
+  more.addEventListener("click", async () => {
+    await load(false);
+    // The button is gone after the last page: keep the reader in the listing.
+    if (more.hidden) focusQuietly(holder.querySelector("caption") || holder);
+  });
+  return { holder, bar: el("div", { class: "toolbar" }, error, more), load };
+}
+
+/** Focus an element that is not a control (a caption, a note) for screen readers. */
+function focusQuietly(node) {
+  node.setAttribute("tabindex", "-1");
+  node.focus();
 }
 
 // ---- Orgs ------------------------------------------------------------------------------
@@ -286,16 +320,20 @@ async function orgsPage(view, params) {
   const q = params.get("q") || "";
   const input = el("input", { id: "orgs-q", type: "search", value: q, "aria-controls": "orgs-table", placeholder: "id or name" });
   const list = el("div", { id: "orgs-table" });
+  // The search the rows shown answer: "More" goes on with it, not with what is typed.
+  let searched = q;
   const orgs = pager(
-    list,
     "orgs",
     async (cursor) => {
-      const page = await api(`/v1/orgs${query({ q: input.value.trim(), cursor, limit: 50 })}`);
+      if (cursor === null) searched = input.value.trim();
+      const page = await api(`/v1/orgs${query({ q: searched, cursor, limit: 50 })}`);
       return { rows: page.orgs, next: page.next_cursor };
     },
-    (rows, more) =>
-      table(
-        `${rows.length} org${rows.length === 1 ? "" : "s"}${input.value.trim() ? ` matching “${input.value.trim()}”` : ""}${more ? ", more below" : ""}`,
+    (rows, more) => {
+      const caption = `${rows.length} org${rows.length === 1 ? "" : "s"}${searched ? ` matching “${searched}”` : ""}${more ? ", more below" : ""}`;
+      say(caption);
+      return table(
+        caption,
         ["Org", "Name", "Plan", "Status", "Month used", "Week used"],
         rows.map((o) => ({
           attrs: { "data-org": o.org_id },
@@ -308,7 +346,8 @@ async function orgsPage(view, params) {
             el("span", { class: "week" }, usedOf(o.week.used_seconds, o.week.limit_seconds)),
           ],
         })),
-      ),
+      );
+    },
   );
   list.append(orgs.holder);
   view.append(
@@ -321,8 +360,10 @@ async function orgsPage(view, params) {
   input.addEventListener("input", () => {
     clearTimeout(timer);
     timer = setTimeout(() => {
+      // The page was left (or the tab signed out) meanwhile.
+      if (!input.isConnected || !state.token) return;
       history.replaceState(null, "", `#/orgs${query({ q: input.value.trim() })}`);
-      orgs.load(true).catch(showError(list));
+      orgs.load(true);
     }, 250);
   });
   await orgs.load(true);
@@ -470,7 +511,9 @@ async function promptSection(section, base) {
         out.textContent = "";
         try {
           const r = await api(p.checkout.path, { method: "POST", body: p.checkout.body });
-          if (r && r.url) location.assign(r.url);
+          if (r.action === "checkout") return location.assign(r.url);
+          say(r.action === "changed" ? `Moved to ${r.plan}.` : `Moves to ${r.plan} at the period's end.`);
+          await route();
         } catch (e) {
           out.textContent = String(e);
         }
@@ -505,7 +548,7 @@ async function dayChart(section, base, win) {
   const found = new Map(byDay.map((d) => [secs(d.day), d]));
   section.append(
     el("p", {}, "Total in the window: ", el("span", { id: "chart-total" }, dur(days.total.seconds))),
-    stackedBars(allDays, found, color, days.total.seconds),
+    chartBox(stackedBars(allDays, found, color, days.total.seconds)),
     el("ul", { class: "legend", "aria-label": "Agents" }, agents.map((a) => el("li", {}, el("span", { class: `swatch ${color(a)}`, "aria-hidden": "true" }), `${a}: `, dur(totals.get(a))))),
     el(
       "details",
@@ -568,6 +611,11 @@ function stackedBars(allDays, found, color, total) {
   return chart;
 }
 
+/** A chart that keeps a readable width on a phone, scrolling inside its box. */
+function chartBox(chart) {
+  return el("div", { class: "chart-box" }, chart);
+}
+
 /** 1, 2 or 5 times a power of ten, at least `raw`. */
 function niceStep(raw) {
   const p = 10 ** Math.floor(Math.log10(Math.max(raw, 1e-9)));
@@ -596,7 +644,6 @@ async function fundingSplit(section, base, win) {
 // Sessions: a page at a time, each drawn as its running and parked stretches.
 async function sessionsSection(section, base, win) {
   const sessions = pager(
-    section,
     "sessions",
     async (cursor) => {
       const page = await api(`${base}/sessions${query({ from: win.from, to: win.to, cursor, limit: 25 })}`);
@@ -623,7 +670,7 @@ function timelineChart(details) {
   return el(
     "div",
     { id: "timeline" },
-    [...days.entries()].map(([day, group]) => el("figure", { class: "timeline-day" }, el("figcaption", {}, `Started ${localDay.format(new Date(`${day}T00:00:00Z`))} (UTC)`), dayTimeline(group))),
+    [...days.entries()].map(([day, group]) => el("figure", { class: "timeline-day" }, el("figcaption", {}, `Started ${localDay.format(new Date(`${day}T00:00:00Z`))} (UTC)`), chartBox(dayTimeline(group)))),
     el("ul", { class: "legend" }, el("li", {}, el("span", { class: "swatch run", "aria-hidden": "true" }), "running (billed)"), el("li", {}, el("span", { class: "swatch park", "aria-hidden": "true" }), "parked (free)")),
   );
 }
@@ -689,7 +736,6 @@ function sessionTable(details) {
 
 async function decisionsSection(section, base, win) {
   const decisions = pager(
-    section,
     "decisions",
     async (cursor) => {
       const page = await api(`${base}/decisions${query({ from: win.from, to: win.to, cursor, limit: 50 })}`);
@@ -778,7 +824,6 @@ async function eventsSection(section) {
   );
   const note = el("p", { role: "status", class: "status" });
   const events = pager(
-    section,
     "events",
     async (cursor) => {
       const page = await api(`/v1/admin/stripe/events${query({ state: filter.value, cursor, limit: 50 })}`);
@@ -804,7 +849,7 @@ async function eventsSection(section) {
       ),
   );
   section.append(el("div", { class: "toolbar" }, el("label", { for: "event-state" }, "State"), filter), note, events.holder, events.bar);
-  filter.addEventListener("change", () => events.load(true).catch(showError(section)));
+  filter.addEventListener("change", () => events.load(true));
   await events.load(true);
 }
 
@@ -822,6 +867,8 @@ function retryButton(eventId, note, reload) {
         } catch (e) {
           note.textContent = String(e);
         }
+        // The button is gone with the redrawn table: the note says what happened.
+        focusQuietly(note);
       },
     },
     "Retry",
@@ -888,7 +935,7 @@ async function download(period, by, format, note) {
       cache: "no-store",
       credentials: "omit",
     });
-    if (!resp.ok) throw new ApiError(resp.status, await resp.json().catch(() => null));
+    if (!resp.ok) throw refused(resp.status, await resp.json().catch(() => null), state.token);
     const blob = await resp.blob();
     const url = URL.createObjectURL(blob);
     const a = el("a", { href: url, download: `rush-meter-${period}-by-${by}.${format}` });
@@ -919,7 +966,14 @@ async function start() {
     }
   });
   $("signout").addEventListener("click", () => signOut("Signed out."));
-  window.addEventListener("hashchange", () => route());
+  // The skip link moves focus, not the route (`#main` is no page).
+  document.querySelector(".skip").addEventListener("click", (e) => {
+    e.preventDefault();
+    focusQuietly($("main"));
+  });
+  window.addEventListener("hashchange", () => {
+    if (location.hash === "" || location.hash.startsWith("#/")) route();
+  });
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) {
     try {

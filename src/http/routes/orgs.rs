@@ -246,7 +246,7 @@ pub async fn get_key(
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct OrgsQuery {
-    /// Orgs whose id or name contains this, ignoring case (ASCII case only on SQLite);
+    /// Orgs whose id or name contains this, ignoring case (ASCII letters only on SQLite);
     /// default every org.
     #[param(max_length = 200)]
     q: Option<String>,

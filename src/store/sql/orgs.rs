@@ -19,11 +19,13 @@ async fn select_orgs<'e, E: sqlx::Executor<'e, Database = DB>>(
     select_orgs_in(ex, ids).await.map(unwrap_all)
 }
 
-/// A `LIKE` pattern (escape `\\`) matching any text that contains `q`, lowercased.
+/// A `LIKE` pattern (escape `\\`) matching any text that contains `q`. The statement
+/// lowercases it with the column, by the database's `LOWER`, so that both sides fold case
+/// alike (SQLite folds ASCII letters only).
 fn contains_pattern(q: &str) -> String {
     let mut p = String::with_capacity(q.len() + 2);
     p.push('%');
-    for c in q.to_lowercase().chars() {
+    for c in q.chars() {
         if matches!(c, '%' | '_' | '\\') {
             p.push('\\');
         }
@@ -125,7 +127,7 @@ impl OrgStore for Backend {
         Ok(unwrap_all(
             sqlx::query_as::<_, Rec<Org>>(&format!(
                 "SELECT * FROM orgs \
-                 WHERE (LOWER(org_id) LIKE $1 ESCAPE '\\' OR LOWER(name) LIKE $1 ESCAPE '\\') \
+                 WHERE (LOWER(org_id) LIKE LOWER($1) ESCAPE '\\' OR LOWER(name) LIKE LOWER($1) ESCAPE '\\') \
                    AND ($2 IS NULL OR org_id{BYTE_ORDER} > $2) \
                  ORDER BY org_id{BYTE_ORDER} LIMIT $3"
             ))
