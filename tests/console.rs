@@ -71,7 +71,14 @@ async fn the_org_list_searches_pages_and_counts_as_the_usage_page(backend: Backe
         ("gamma", vec!["gamma"]),
     ] {
         let v = srv
-            .admin("GET", &format!("/v1/orgs?q={}", urlencode(q)), None)
+            .admin(
+                "GET",
+                &format!(
+                    "/v1/orgs?q={}",
+                    url::form_urlencoded::byte_serialize(q.as_bytes()).collect::<String>()
+                ),
+                None,
+            )
             .await;
         assert_eq!(ids(&v), want, "q={q}: {v}");
     }
@@ -111,10 +118,6 @@ async fn the_org_list_searches_pages_and_counts_as_the_usage_page(backend: Backe
         assert_eq!(v["error"]["field"], field, "{query}: {v}");
     }
     assert_eq!(srv.db.digest().await.unwrap(), before);
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes().map(|b| format!("%{b:02X}")).collect()
 }
 
 /// `GET /v1/me` answers the caller's own token, whatever its scopes.
