@@ -138,6 +138,20 @@ async fn a_token_reads_itself(backend: Backend) {
     );
     let (status, v) = srv.call("GET", "/v1/me", None, None).await;
     assert_eq!((status, &v["error"]["code"]), (401, &json!("unauthorized")));
+    // Refusals hold no data either, yet are not kept; the console's assets revalidate.
+    for (path, cache) in [
+        ("/v1/me", "no-store"),
+        ("/v1/no/such/route", "no-store"),
+        ("/console", "no-cache"),
+    ] {
+        let resp = srv
+            .client
+            .get(format!("{}{path}", srv.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.headers()["cache-control"], cache, "{path}");
+    }
 }
 
 async fn the_console_shows_the_apis_figures_in_a_browser(backend: Backend) {

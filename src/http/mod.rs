@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderName, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -15,6 +15,7 @@ use tower::ServiceBuilder;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::app::{App, Services};
@@ -188,8 +189,13 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
             state.clone(),
             record_metrics,
         ))
-        // Outermost, so that the breaker's 503s say it too.
-        .layer(middleware::from_fn(no_store))
+        // Nothing that holds data is kept by a browser or a proxy: every answer but the
+        // console's assets (which set their own) says `no-store`; outermost, so that the
+        // breaker's 503s say it too.
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        ))
         .with_state(state);
 
     api.layer(
@@ -262,16 +268,6 @@ fn exempt(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
         || path == "/console"
         || path.starts_with("/console/")
-}
-
-/// Nothing that holds data is kept by a browser or a proxy: every answer but the
-/// console's assets (which set their own) says `no-store`.
-async fn no_store(req: Request, next: Next) -> Response {
-    let mut resp = next.run(req).await;
-    resp.headers_mut()
-        .entry(axum::http::header::CACHE_CONTROL)
-        .or_insert(axum::http::HeaderValue::from_static("no-store"));
-    resp
 }
 
 /// Refuse at once while the breaker is open (`app::breaker`); report every
