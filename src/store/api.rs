@@ -89,9 +89,15 @@ pub trait OrgStore: Send + Sync {
     async fn get_orgs(&self, org_ids: &[&str]) -> StoreResult<Vec<Org>>;
     /// Every org, in id order.
     async fn list_orgs(&self) -> StoreResult<Vec<Org>>;
-    /// A page of orgs whose id or name contains `q` (any case), by id (byte order), after
-    /// the id `after`: the console's list of orgs.
-    async fn search_orgs(&self, q: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Org>>;
+    /// The ids of a page of orgs whose id or name contains `q` (any case), by id (byte
+    /// order), after the id `after`: the console's list of orgs (whose rows the standings
+    /// read with their funding).
+    async fn search_orgs(
+        &self,
+        q: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<String>>;
     /// Orgs that existed before `end`, by id (byte order).
     async fn orgs_before(&self, end: Secs) -> StoreResult<Vec<Org>>;
     /// When the first org was created, if any was.

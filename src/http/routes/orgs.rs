@@ -305,23 +305,23 @@ pub async fn list_orgs(
         .transpose()?;
     let limit = Page::of(None, q.limit)?.limit;
     let now = state.clock.now();
-    let orgs = state
+    let found = state
         .db
         .search_orgs(text.trim(), after.as_ref().map(|a| a.as_str()), limit)
         .await?;
-    let ids: Vec<&str> = orgs.iter().map(|o| o.org_id.as_str()).collect();
+    let ids: Vec<&str> = found.iter().map(String::as_str).collect();
     let mut standings: HashMap<String, Standing> =
         standings(&state.db, &state.plans, &ids, now, &state.rules)
             .await?
             .into_iter()
             .map(|s| (s.org.org_id.clone(), s))
             .collect();
-    let next_cursor = (orgs.len() as i64 == limit)
-        .then(|| orgs.last().map(|o| o.org_id.clone()))
+    let next_cursor = (found.len() as i64 == limit)
+        .then(|| found.last().cloned())
         .flatten();
-    let orgs = orgs
+    let orgs = found
         .iter()
-        .filter_map(|o| standings.remove(&o.org_id))
+        .filter_map(|id| standings.remove(id))
         .map(|s| OrgSummary {
             subscription_status: s.org.subscription_status,
             org_id: s.org.org_id,

@@ -123,10 +123,10 @@ impl OrgStore for Backend {
         q: &str,
         after: Option<&str>,
         limit: i64,
-    ) -> StoreResult<Vec<Org>> {
-        Ok(unwrap_all(
-            sqlx::query_as::<_, Rec<Org>>(&format!(
-                "SELECT * FROM orgs \
+    ) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar(&format!(
+                "SELECT org_id FROM orgs \
                  WHERE (LOWER(org_id) LIKE LOWER($1) ESCAPE '\\' OR LOWER(name) LIKE LOWER($1) ESCAPE '\\') \
                    AND ($2 IS NULL OR org_id{BYTE_ORDER} > $2) \
                  ORDER BY org_id{BYTE_ORDER} LIMIT $3"
@@ -136,7 +136,7 @@ impl OrgStore for Backend {
             .bind(limit)
             .fetch_all(self.read())
             .await?,
-        ))
+        )
     }
 
     async fn orgs_before(&self, end: Secs) -> StoreResult<Vec<Org>> {
