@@ -1,6 +1,7 @@
 //! Durable heartbeat ingest over HTTP, on PostgreSQL and SQLite, in batches of 1 and 100.
 //!
-//! `cargo bench --bench ingest` writes `reports/ingest.md`. PostgreSQL is the machine's
+//! `cargo bench --bench ingest` writes `reports/ingest.md`; `-- postgres 1x8` runs one
+//! backend's one load (batch x clients) and prints its table instead. PostgreSQL is the machine's
 //! (`RUSH_METER_TEST_PG`, default postgres://postgres@127.0.0.1:5432), with its default
 //! `synchronous_commit = on`: every acknowledged heartbeat is fsynced. SQLite runs in WAL
 //! with `synchronous = FULL`. The load generator is wrk (`apt-get install wrk`), on the same
@@ -244,6 +245,7 @@ async fn sqlite_raw_rows(url: &str, batch: usize, clients: usize, table: &str) -
 fn main() {
     let rt = common::runtime();
     let only = common::only_backend();
+    let only_load = common::only_load();
     let mut outcomes = Vec::new();
     // Each load: the setups it runs with. Single heartbeats at 8 and 32 concurrent are the
     // points issue 18 compares with one-row commits; they run within the plan only.
@@ -257,7 +259,11 @@ fn main() {
         (Backend::Sqlite, 1, 8, &Setup::ALL[..1]),
         (Backend::Sqlite, 1, 32, &Setup::ALL[..1]),
     ] {
-        if !common::wanted(only.as_deref(), backend) {
+        if !common::wanted(only.as_deref(), backend)
+            || only_load
+                .as_ref()
+                .is_some_and(|l| *l != format!("{batch}x{clients}"))
+        {
             continue;
         }
         for _ in 0..ROUNDS {
@@ -384,18 +390,24 @@ fn main() {
     md.push_str("\"against raw\" column). They are not met on PostgreSQL.\n\n");
     md.push_str(concat!(
         "## Where the time goes\n\n",
-        "- Batches of 100 on PostgreSQL: each group is one transaction of four\n",
-        "  round trips: BEGIN, lock the sessions (`= ANY($1) … FOR UPDATE`), one statement that\n",
-        "  writes session rows, both rollups and closed spans through UNNEST arrays, COMMIT.\n",
-        "- Single-heartbeat requests on PostgreSQL are a fraction of raw PostgreSQL's one-row\n",
-        "  commits (see the table), short of the 2 times aimed for. Profiles (`perf record -a`) show the two cores\n",
-        "  busy with PostgreSQL backends (planning and executing the group's statements), the HTTP\n",
-        "  stack on both ends of loopback, and wrk, with 10-20% idle: the four writers' commits\n",
-        "  wait on each other and on scheduling more than on the disk (fsync is ~0.1 ms here).\n",
-        "  Tried and measured: 2 and 8 writers (both slower than 4), per-writer shards of the\n",
-        "  hourly org rollup (no lock waits between writers of one instance; kept), one statement\n",
-        "  for all writes (kept). Next candidates: pipelining the lock and write statements, and\n",
-        "  answering heartbeats of one connection in batches.\n",
+        "- Batches of 100 on PostgreSQL: each group is one transaction of five round trips:\n",
+        "  BEGIN, lock the sessions (`= ANY($1) … FOR UPDATE`), lock and read the orgs'\n",
+        "  funding, one statement that writes session rows, every rollup and closed spans\n",
+        "  through UNNEST arrays, COMMIT.\n",
+        "- Planning was the largest part of PostgreSQL's work (pg_stat_statements with\n",
+        "  `track_planning`, one load at a time: `cargo bench --bench ingest -- postgres 1x8`):\n",
+        "  under the connections' `force_custom_plan` the group's write took 0.24 ms to plan and\n",
+        "  0.13 ms to run, the funding read 0.20 and 0.05, the session lock 0.07 and 0.03. The\n",
+        "  group's transaction now uses generic plans (`begin_hot` in src/store/pg.rs: its\n",
+        "  statements have fixed texts and find rows by key; a plan is remade when statistics\n",
+        "  change). Same run, same load: 2.1k to 3.1k single heartbeats/s at 8 clients.\n",
+        "- Fewer writers: with planning gone the two cores are still busy (perf: PostgreSQL\n",
+        "  backends 53%, the service 25%, wrk 3%, idle 16%), and every commit pays its five\n",
+        "  statements whatever it carries, so fewer writers taking bigger groups do more. Measured\n",
+        "  one load at a time with 1, 2 and 4 writers a queue kind: at 8 clients 3.8k, 3.5k and\n",
+        "  3.1k/s, at 32 clients 8.4k, 8.4k and 3.9k/s, batches of 100 at 16 clients 65k, 78k\n",
+        "  (4: not run that day). Two are kept (src/store/mod.rs `writers`): one writer stuck on\n",
+        "  another instance's lock must not hold up every request.\n",
         "- SQLite has one writer; single-heartbeat requests share commits (about 60 requests per\n",
         "  commit), which is what lets it pass PostgreSQL here.\n",
         "- Funding (docs/funding.md): every booking locks the rows of the orgs it bills, so the\n",

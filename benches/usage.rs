@@ -3,7 +3,8 @@
 //! lines (rows a second, peak memory of `rush-meter export`), against PostgreSQL's own
 //! rollup read and COPY. Writes reports/usage.md.
 //!
-//! Run: `cargo bench --bench usage` (PostgreSQL on 127.0.0.1:5432, or RUSH_METER_TEST_PG).
+//! Run: `cargo bench --bench usage` (PostgreSQL on 127.0.0.1:5432, or RUSH_METER_TEST_PG);
+//! `-- postgres console` runs one backend's console reads only and prints them.
 
 mod common;
 
@@ -609,8 +610,18 @@ fn main() {
         "Target (issue 15): every grouping within 2x of reading its rollup.\n\n",
     ));
     let mut exports_md = String::new();
+    // `-- postgres console` (or `exports`): one backend's one part, printed, not written.
+    let (only, part) = (common::only_backend(), common::only_load());
+    let wanted = |name: &str| part.as_deref().is_none_or(|p| p == name);
     for backend in [Backend::Postgres, Backend::Sqlite] {
-        let (sent, pairs) = rt.block_on(console(backend));
+        if !common::wanted(only.as_deref(), backend) {
+            continue;
+        }
+        let (sent, pairs) = if wanted("console") {
+            rt.block_on(console(backend))
+        } else {
+            (0, Vec::new())
+        };
         md.push_str(&format!("### {backend:?} ({sent} heartbeats)\n\n"));
         md.push_str(
             "| read | p50 | p99 | its rollup, raw SQL | raw p50 | raw p99 | p50 against raw |\n",
@@ -629,6 +640,9 @@ fn main() {
             ));
         }
         md.push('\n');
+        if !wanted("exports") {
+            continue;
+        }
         let (rows, close, copy) = rt.block_on(exports(backend));
         exports_md.push_str(&format!("### {backend:?}\n\n"));
         exports_md.push_str(&format!(
@@ -675,6 +689,10 @@ fn main() {
     );
     md.push_str(&exports_md);
     md.push_str(ANALYSIS);
+    if only.is_some() {
+        println!("{md}");
+        return;
+    }
     std::fs::create_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/reports")).unwrap();
     std::fs::write(
         concat!(env!("CARGO_MANIFEST_DIR"), "/reports/usage.md"),

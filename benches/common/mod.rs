@@ -16,6 +16,15 @@ pub fn only_backend() -> Option<String> {
     std::env::args().skip(1).find(|a| !a.starts_with('-'))
 }
 
+/// The second word on the command line, if any: which of a benchmark's loads to run
+/// (`cargo bench --bench ingest -- postgres 1x8`), to profile one of them.
+pub fn only_load() -> Option<String> {
+    std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .nth(1)
+}
+
 /// Whether `backend` is to be measured in this run.
 pub fn wanted(only: Option<&str>, backend: Backend) -> bool {
     only.is_none_or(|o| format!("{backend:?}").eq_ignore_ascii_case(o))

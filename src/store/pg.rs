@@ -89,9 +89,9 @@ const STATISTICS_FROM_ROWS: i64 = 100;
 
 impl Pg {
     pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Pg> {
-        // Plan each statement for the parameters and statistics of the moment: a generic
-        // plan cached while a table was still empty (a new deployment) would scan it
-        // whole for the life of the connection.
+        // Plan each statement for the parameters and statistics of the moment by default
+        // (reads whose best plan depends on the range asked); the group commits' own
+        // statements opt into generic plans (`begin_hot`).
         let opts =
             PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_custom_plan")]);
         let pool = PgPoolOptions::new()
@@ -140,6 +140,23 @@ impl Pg {
         tracing::info!(layout = ?sharding, "store layout");
         *self.sharding.write().expect("sharding lock") = sharding;
         Ok(())
+    }
+
+    /// A group commit's transaction (heartbeats, admissions). Its statements have fixed
+    /// texts, find their rows by key, and run thousands of times a second: planning them
+    /// anew each time (the connections' `force_custom_plan`) cost more than running them
+    /// (pg_stat_statements: 0.24 ms to plan the ingest write, 0.13 ms to run it), so on
+    /// one PostgreSQL they use the plan each connection caches. A cached plan is replanned
+    /// when its tables' statistics change (ANALYZE, `gather_statistics`), so one made
+    /// while a table was empty does not outlive its first statistics. Partitioned and
+    /// distributed layouts keep custom plans: there the plan prunes shards by the values.
+    async fn begin_hot(&self) -> StoreResult<Tx> {
+        let sharding = *self.sharding.read().expect("sharding lock");
+        let begin = match sharding {
+            Sharding::One => "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan",
+            _ => BEGIN_WRITE,
+        };
+        Ok(self.write().begin_with(begin).await?)
     }
 
     /// The shard of each of `orgs` (in order): 0 for all on one PostgreSQL.

@@ -88,6 +88,11 @@ impl Lite {
         &self.read
     }
 
+    /// A group commit's transaction: as any write (SQLite prepares once per connection).
+    async fn begin_hot(&self) -> StoreResult<Tx> {
+        begin_write(self.write()).await
+    }
+
     /// One instance, one file: every org on shard 0.
     async fn shard_ids(&self, _tx: &mut Tx, orgs: &[&str]) -> StoreResult<Vec<i64>> {
         Ok(vec![0; orgs.len()])

@@ -25,7 +25,7 @@ async fn admit_once(
     now: Secs,
     rules: &Rules,
 ) -> StoreResult<Option<Vec<Result<Decision, AdmitReject>>>> {
-    let mut tx = begin_write(store.write()).await?;
+    let mut tx = store.begin_hot().await?;
     let mut facts = GroupFacts::default();
     let shards = store
         .by_shard(&mut tx, requests.iter().map(|r| r.org_id.as_str()))

@@ -48,7 +48,7 @@ async fn ingest_once(
     now: Secs,
     shard: i64,
 ) -> StoreResult<Option<Vec<RequestOutcome>>> {
-    let mut tx = begin_write(store.write()).await?;
+    let mut tx = store.begin_hot().await?;
     let named: Vec<(&str, &str)> = requests
         .iter()
         .flatten()
@@ -145,6 +145,12 @@ fn overlap(lo: &str, hi: &str, a: usize, b: usize) -> String {
     format!("{GREATEST}(0, {LEAST}({hi}, ${b}) - {GREATEST}({lo}, ${a}))")
 }
 
+/// A window edge that is not there (a window starting or ending on the hour, as every ISO
+/// week does): an empty interval past any span, so that its `end_at > $a` reads nothing
+/// from `spans_org_running_end` and its overlap is 0. (`(0, 0)` would read every span the
+/// org ever had, a cost that grew with its history.)
+const NO_EDGE: (Secs, Secs) = (i64::MAX / 4, i64::MAX / 4);
+
 /// Seconds used in the month and week windows by each of `org_ids` (which share those
 /// windows), in one statement so that one snapshot gives every figure: whole hours from
 /// the hourly rollup, part hours at the windows' edges from the spans and open stretches,
@@ -161,7 +167,7 @@ async fn window_usage_on(
     let full = ws.map(full_hours);
     let edges = ws.map(|w| {
         let mut e = partial_hours(w).into_iter().map(|i| (i.start, i.end));
-        [e.next().unwrap_or((0, 0)), e.next().unwrap_or((0, 0))]
+        [e.next().unwrap_or(NO_EDGE), e.next().unwrap_or(NO_EDGE)]
     });
     let (lo, hi) = (full[0].0.min(full[1].0), full[0].1.max(full[1].1));
     // Parameters: $1..$4 full-hour bounds, $5 $6 hull, $7..$14 edges, $15..$18 windows,
