@@ -560,17 +560,25 @@ const ANALYSIS: &str = r#"## Reading the figures
   written with the spans, docs/limits.md): 1.1-1.3x of the raw read of that rollup on
   both backends (before it they summed every session-hour and took 10-27 ms). By session
   the breakdown is 1.7x of summing `session_hourly` by session (4,320 rows in the answer).
-- **Breakdown by day, hour and funding** are 2.2-2.8x of a raw read that itself takes
-  0.6-2.9 ms: the service's fixed cost (HTTP on loopback, the token, the org, running
+- **Breakdown by day, hour and funding** are 2.4-3.5x of a raw read that itself takes
+  0.25-1.1 ms: the service's fixed cost (HTTP on loopback, the token, the org, running
   sessions counted up to now, 720 hourly rows formatted as RFC 3339 and hours) is of the
-  order of the read itself. Not yet within the 2x aimed for.
+  order of the read itself. The org's row is now read beside the pieces, from the
+  billing period it was last read with (`PeriodGuesses`, src/app/standing.rs), not
+  before them. Not yet within the 2x aimed for.
 - **The usage page** reads more than its rollup: the org and its funding, the windows'
-  edge hours from spans, running sessions up to now and the session counts, so it is
-  6-9x of summing `org_hourly` over two windows (issue 18 asks for its own limit).
+  edge hours from spans, running sessions up to now and the session counts. On
+  PostgreSQL it was 6.2x of summing `org_hourly` over two windows (pg_stat_statements:
+  the session counts read every parked session's row, 0.9 ms here with 4,320 parked; the
+  window sums waited for the org's row; an absent window edge, as every ISO week has,
+  read every span the org ever had). The parked count now comes from the index alone,
+  the window sums are read beside the org's row, and an absent edge reads nothing: 3.5x
+  in this run (1.45 ms against 0.41 ms). On SQLite the raw read is 0.1 ms, so the page's
+  fixed cost weighs more (9x). Issue 18's 2x is not met.
 - **Exports.** PostgreSQL's COPY of the frozen lines, sorted as the export is, runs at
-  about 230k lines/s in this run (270-330k on quieter days; these lines have 12 columns
-  and come in key order). The closed month over HTTP and `rush-meter export` both run at
-  about 0.8 of COPY; the absolute aim of 600k lines/s is not met. The time is in the
+  about 500k lines/s in this run (230k on the slower machine of an earlier run; these
+  lines have 12 columns and come in key order). The closed month over HTTP runs at 0.83
+  of COPY and `rush-meter export` at 0.78; issue 18's 0.9 is not met. The time is in the
   database read through sqlx (a 12-column row decoded into owned strings): writing the
   lines no longer allocates and is not the bottleneck.
 - **Memory is flat**: `rush-meter export` of a closed month peaks at 24-32 MiB whether it
@@ -580,7 +588,7 @@ const ANALYSIS: &str = r#"## Reading the figures
   spilling to a temporary file past it.
 - **An open month** is computed live (rollups, spans, the frozen month before it for
   adjustments) and is 2-5x slower than a closed one; closing a month of a million
-  sessions takes 23-27 s in this run, once.
+  sessions takes 9-11 s in this run, once.
 "#;
 
 fn ms(d: Duration) -> String {

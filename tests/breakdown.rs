@@ -96,4 +96,67 @@ every_backend! {
             assert_eq!((status, v["error"]["field"].as_str()), (422, Some(field)), "{q}: {v}");
         }
     }
+
+    // The usage page and the breakdown read their windows' figures beside the org's row,
+    // from the billing period they last saw it with: when Stripe renews or starts a
+    // period meanwhile, the very next read follows it.
+    async fn the_windows_follow_a_new_billing_period_at_once(srv: TestServer) {
+        srv.create_org("org_1", "pro").await;
+        srv.admin("PUT", "/v1/orgs/org_1/keys/k1", Some(json!({}))).await;
+        srv.admin("POST", "/v1/admissions", Some(json!({"org_id": "org_1", "key_id": "k1", "session_id": "s1", "agent": "codex"}))).await;
+        for (n, t) in (0..=3600).step_by(15).enumerate() {
+            srv.clock.set(T0 + t);
+            let (status, v) = srv.heartbeats(vec![hb("org_1", "s1", n as i64 + 1, "running", T0 + t)]).await;
+            assert_eq!(status, 200, "{v}");
+        }
+        // A calendar month: seen (and remembered) as such.
+        let (month, from, total) = read(&srv).await;
+        assert_eq!((month["start"].as_str(), month["used_seconds"].as_i64()), (Some("2026-11-01T00:00:00Z"), Some(3600)));
+        assert_eq!((from.as_str(), total.as_i64()), (Some("2026-11-01T00:00:00Z"), Some(3600)));
+        // Stripe's period from 12:30 that day: half the hour is before it.
+        set_period(&srv, "org_1", T0 + 1800, T0 + 30 * 86_400).await;
+        for _ in 0..2 {
+            let (month, from, total) = read(&srv).await;
+            assert_eq!((month["start"].as_str(), month["used_seconds"].as_i64()), (Some("2026-11-30T12:30:00Z"), Some(1800)));
+            assert_eq!((from.as_str(), total.as_i64()), (Some("2026-11-30T12:00:00Z"), Some(3600)), "whole hours from the period's");
+        }
+    }
+}
+
+/// The usage page's month, and the day breakdown's start and total.
+async fn read(srv: &TestServer) -> (Value, Value, Value) {
+    let usage = srv.usage("org_1").await;
+    let day = srv
+        .admin("GET", "/v1/orgs/org_1/usage/breakdown?group_by=day", None)
+        .await;
+    (
+        usage["month"].clone(),
+        day["from"].clone(),
+        day["total"]["seconds"].clone(),
+    )
+}
+
+/// Set an org's billing period as a Stripe subscription event does, behind the service's back.
+async fn set_period(srv: &TestServer, org: &str, start: i64, end: i64) {
+    let sql = "UPDATE orgs SET period_start = $1, period_end = $2 WHERE org_id = $3";
+    match srv.db.pools() {
+        rush_meter::store::Pools::Postgres(p) => {
+            sqlx::query(sql)
+                .bind(start)
+                .bind(end)
+                .bind(org)
+                .execute(p)
+                .await
+                .unwrap();
+        }
+        rush_meter::store::Pools::Sqlite { write, .. } => {
+            sqlx::query(sql)
+                .bind(start)
+                .bind(end)
+                .bind(org)
+                .execute(write)
+                .await
+                .unwrap();
+        }
+    }
 }

@@ -9,20 +9,9 @@ use rush_meter_core::ledger::Rules;
 use rush_meter_core::org::Org;
 use rush_meter_core::plans::Plans;
 use rush_meter_core::standing::{by_windows, Standing};
-use rush_meter_core::time::Secs;
+use rush_meter_core::time::{Interval, Secs, Windows};
 
 use crate::store::{Db, StoreResult};
-
-/// `None` when the org does not exist.
-pub async fn standing(
-    db: &Db,
-    plans: &Plans,
-    org_id: &str,
-    now: Secs,
-    rules: &Rules,
-) -> StoreResult<Option<Standing>> {
-    Ok(standings(db, plans, &[org_id], now, rules).await?.pop())
-}
 
 /// The standing of each of `org_ids` that exists, reading the orgs that share windows in
 /// one statement (what a group of heartbeat requests needs after its commit).
@@ -52,6 +41,66 @@ pub async fn standings(
         }
     }
     Ok(out)
+}
+
+/// The billing period each org had when it was last read, to guess its windows from
+/// before its row is read: a read whose range depends on them (the window sums, a
+/// breakdown's default month) then runs beside the read of the org instead of after it.
+/// The row read with it settles the guess; a wrong one (a period renewed since, an org
+/// not seen yet and billed by Stripe) costs that read once more, never a wrong figure.
+#[derive(Clone)]
+pub struct PeriodGuesses(moka::future::Cache<String, Option<Interval>>);
+
+impl Default for PeriodGuesses {
+    fn default() -> Self {
+        PeriodGuesses(moka::future::Cache::builder().max_capacity(100_000).build())
+    }
+}
+
+impl PeriodGuesses {
+    /// The billing period `org_id` most likely has: the one last read, else none (the
+    /// calendar month).
+    pub async fn period(&self, org_id: &str) -> Option<Interval> {
+        self.0.get(org_id).await.flatten()
+    }
+
+    /// Remember the period `org` was read with.
+    pub async fn learn(&self, org: &Org) {
+        self.0
+            .insert(org.org_id.clone(), org.billing_period())
+            .await;
+    }
+}
+
+/// An org's standing (`None` when the org does not exist), with the window sums read
+/// beside the org's row from the windows `guesses` expects (read again only when the
+/// row says otherwise).
+pub async fn standing(
+    db: &Db,
+    guesses: &PeriodGuesses,
+    plans: &Plans,
+    org_id: &str,
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<Option<Standing>> {
+    let guess = Windows::at(now, guesses.period(org_id).await);
+    let ids = [org_id];
+    let (records, guessed) = tokio::join!(
+        db.funding_records(&ids, now),
+        db.window_usage(&ids, &guess, now, rules)
+    );
+    let Some((org, recorded)) = records?.pop() else {
+        return Ok(None);
+    };
+    guesses.learn(&org).await;
+    let windows = Windows::at(now, org.billing_period());
+    let mut used = match guessed {
+        Ok(used) if windows == guess => used,
+        _ => db.window_usage(&ids, &windows, now, rules).await?,
+    };
+    warn_if_unknown_plan(&org, plans);
+    let u = used.remove(org_id).unwrap_or_default();
+    Ok(Some(Standing::of(org, plans, now, u, recorded)))
 }
 
 /// An org on a plan id no plan file defines is treated as Free: say so loudly.

@@ -18,6 +18,10 @@ use tower_http::request_id::{
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
+use rush_meter_core::standing::Standing;
+use rush_meter_core::time::Secs;
+
+use crate::app::standing::{standing, PeriodGuesses};
 use crate::app::{App, Services};
 use crate::config::Config;
 use crate::store::TokenRow;
@@ -44,6 +48,8 @@ pub struct Shared {
     /// Token hash to token, briefly: a token's scopes change rarely, and every request
     /// would otherwise pay a database read for them.
     pub tokens: moka::future::Cache<String, Arc<TokenRow>>,
+    /// Each org's billing period as last read, so its windows' sums are read beside it.
+    pub periods: PeriodGuesses,
 }
 
 impl Deref for AppState {
@@ -85,11 +91,27 @@ impl AppState {
                 .max_capacity(100_000)
                 .time_to_live(TOKEN_CACHE_TTL)
                 .build(),
+            periods: PeriodGuesses::default(),
         }))
     }
 
     pub fn shared(&self) -> &Shared {
         &self.0
+    }
+
+    /// The org's standing at `now` (`app::standing`), or the 404 for an org it does not have.
+    pub async fn standing(&self, org_id: &str, now: Secs) -> ApiResult<Standing> {
+        let shared = self.shared();
+        standing(
+            &self.db,
+            &shared.periods,
+            &self.plans,
+            org_id,
+            now,
+            &self.rules,
+        )
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id))
     }
 
     /// The org, or the 404 every route answers for one it does not have.

@@ -15,7 +15,6 @@ use rush_meter_core::time::{hours, rfc3339, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::app::standing::standing;
 use crate::http::auth::Principal;
 use crate::http::error::{parse_id, parse_named};
 use crate::http::extract::{JsonBody, OrgGrantPath, OrgPath, OrgReader};
@@ -196,10 +195,10 @@ pub async fn list_grants(
 ) -> ApiResult<Json<GrantList>> {
     let now = state.clock.now();
     let (s, grants) = tokio::join!(
-        standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules),
+        state.standing(org_id.as_str(), now),
         state.db.list_grants(org_id.as_str())
     );
-    let s = s?.ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let s = s?;
     Ok(Json(GrantList {
         grants: grants_now(grants?, &s),
     }))
@@ -293,9 +292,7 @@ impl OverageView {
 
 async fn overage_view(state: &AppState, org_id: &str) -> ApiResult<OverageView> {
     let now = state.clock.now();
-    let s = standing(&state.db, &state.plans, org_id, now, &state.rules)
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id))?;
+    let s = state.standing(org_id, now).await?;
     Ok(OverageView::of(&s))
 }
 

@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::funding::FundingView;
-use crate::app::standing::standing;
 use crate::http::extract::{named_param, time_param, OrgPath, OrgReader, Query};
 use crate::http::openapi::{BadId, BadQuery, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};
@@ -45,10 +44,10 @@ pub async fn get_usage(
     let now = state.clock.now();
     // Independent reads, on two connections at once.
     let (s, counts) = tokio::join!(
-        standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules),
+        state.standing(org_id.as_str(), now),
         state.db.session_counts(org_id.as_str(), now, &state.rules)
     );
-    let s = s?.ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let s = s?;
     let counts = counts?;
     let funding = FundingView::of(&s);
     Ok(Json(UsageView {
@@ -193,20 +192,50 @@ pub async fn get_breakdown(
     let by = named_param("group_by", q.group_by.as_deref(), GroupBy::parse_named)?
         .unwrap_or(GroupBy::Day);
     let now = state.clock.now();
-    let org = state.org(org_id.as_str()).await?;
-    let month = month_window(now, org.billing_period());
-    let from =
-        time_param("from", q.from.as_deref())?.unwrap_or(month.start.div_euclid(HOUR) * HOUR);
-    let to = time_param("to", q.to.as_deref())?
-        .unwrap_or((month.end + HOUR - 1).div_euclid(HOUR) * HOUR);
-    let range =
-        check_range(from, to, MAX_BREAKDOWN_DAYS).map_err(|m| ApiError::invalid("from", m))?;
-
-    let (pieces, running) = tokio::join!(
-        state.db.session_hour_pieces(org_id.as_str(), from, to, by),
+    let (from, to) = (
+        time_param("from", q.from.as_deref())?,
+        time_param("to", q.to.as_deref())?,
+    );
+    // The range, `[from, to)` or the month window widened to whole hours where not given.
+    let range_in = |month: Interval| {
+        check_range(
+            from.unwrap_or(month.start.div_euclid(HOUR) * HOUR),
+            to.unwrap_or((month.end + HOUR - 1).div_euclid(HOUR) * HOUR),
+            MAX_BREAKDOWN_DAYS,
+        )
+        .map_err(|m| ApiError::invalid("from", m))
+    };
+    // The pieces are read beside the org, for the month it most likely has (`PeriodGuesses`);
+    // again if its row says otherwise.
+    let periods = &state.shared().periods;
+    let guess = range_in(month_window(now, periods.period(org_id.as_str()).await)).ok();
+    let (org, guessed, running) = tokio::join!(
+        state.org(org_id.as_str()),
+        async {
+            match guess {
+                Some(r) => Some(
+                    state
+                        .db
+                        .session_hour_pieces(org_id.as_str(), r.start, r.end, by)
+                        .await,
+                ),
+                None => None,
+            }
+        },
         state.db.running_sessions(org_id.as_str())
     );
-    let mut pieces = pieces?;
+    let org = org?;
+    periods.learn(&org).await;
+    let range = range_in(month_window(now, org.billing_period()))?;
+    let mut pieces = match guessed {
+        Some(Ok(p)) if guess == Some(range) => p,
+        _ => {
+            state
+                .db
+                .session_hour_pieces(org_id.as_str(), range.start, range.end, by)
+                .await?
+        }
+    };
     for s in running? {
         if let Some(stretch) = s.ledger.provisional(now, &state.rules) {
             let template = Piece {
@@ -264,8 +293,8 @@ pub async fn get_breakdown(
     Ok(Json(Breakdown {
         org_id: org.org_id,
         plan: plan.id.clone(),
-        from: format_rfc3339(from),
-        to: format_rfc3339(to),
+        from: format_rfc3339(range.start),
+        to: format_rfc3339(range.end),
         group_by: by.as_str(),
         rows,
         total: Total {
@@ -289,13 +318,13 @@ async fn funding_rows(
 ) -> ApiResult<Vec<(Key, i64)>> {
     let (booked, s) = tokio::join!(
         state.db.funding_totals(&org.org_id, range.start, range.end),
-        standing(&state.db, &state.plans, &org.org_id, now, &state.rules)
+        state.standing(&org.org_id, now)
     );
     let mut not_plan: BTreeMap<Source, i64> = booked?
         .into_iter()
         .map(|(source, (seconds, _))| (source, seconds))
         .collect();
-    let s = s?.ok_or_else(|| ApiError::org_not_found(&org.org_id))?;
+    let s = s?;
     for (source, seconds) in s.booked.clone().project(now, provisional) {
         if source != Source::Plan {
             *not_plan.entry(source).or_default() += seconds;
@@ -318,9 +347,7 @@ pub async fn get_upgrade_prompt(
 ) -> ApiResult<Json<UpgradePrompt>> {
     use rush_meter_core::prompt::{project, reasons, suggest, ways_on, PromptReason};
     let now = state.clock.now();
-    let s = standing(&state.db, &state.plans, org_id.as_str(), now, &state.rules)
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
+    let s = state.standing(org_id.as_str(), now).await?;
     let denials = state
         .db
         .count_decisions(org_id.as_str(), "concurrency_limit_reached", now - 86_400)

@@ -417,11 +417,13 @@ impl LedgerStore for Backend {
         now: Secs,
         rules: &Rules,
     ) -> StoreResult<SessionCounts> {
+        // Two counts, so that the parked ones (which pile up: a session parks between turns
+        // for days) come from `sessions_org_phase` alone, without reading their rows.
         let (running, parked): (i64, i64) = sqlx::query_as(
             "SELECT \
-               CAST(COALESCE(SUM(CASE WHEN phase = 'running' AND COALESCE(heard_at, last_at) >= $2 THEN 1 ELSE 0 END), 0) AS BIGINT), \
-               CAST(COALESCE(SUM(CASE WHEN phase = 'parked' THEN 1 ELSE 0 END), 0) AS BIGINT) \
-             FROM sessions WHERE org_id = $1 AND phase IN ('running', 'parked')",
+               (SELECT COUNT(*) FROM sessions WHERE org_id = $1 AND phase = 'running' \
+                  AND COALESCE(heard_at, last_at) >= $2), \
+               (SELECT COUNT(*) FROM sessions WHERE org_id = $1 AND phase = 'parked')",
         )
         .bind(org_id)
         .bind(now - rules.lease)
