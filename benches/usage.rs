@@ -595,6 +595,28 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
+/// A backend's console reads, as a table of the report.
+fn console_section(md: &mut String, backend: Backend, (sent, pairs): (u64, Vec<Pair>)) {
+    md.push_str(&format!("### {backend:?} ({sent} heartbeats)\n\n"));
+    md.push_str(
+        "| read | p50 | p99 | its rollup, raw SQL | raw p50 | raw p99 | p50 against raw |\n",
+    );
+    md.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
+    for p in pairs {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {:.2} |\n",
+            p.what,
+            ms(p.service.p50),
+            ms(p.service.p99),
+            p.rollup,
+            ms(p.raw.p50),
+            ms(p.raw.p99),
+            p.service.p50.as_secs_f64() / p.raw.p50.as_secs_f64()
+        ));
+    }
+    md.push('\n');
+}
+
 fn main() {
     let rt = common::runtime();
     let mut md = String::from("# Usage pages and finance exports\n\n");
@@ -625,33 +647,14 @@ fn main() {
         if !common::wanted(only.as_deref(), backend) {
             continue;
         }
-        let (sent, pairs) = if wanted("console") {
-            rt.block_on(console(backend))
-        } else {
-            (0, Vec::new())
-        };
-        md.push_str(&format!("### {backend:?} ({sent} heartbeats)\n\n"));
-        md.push_str(
-            "| read | p50 | p99 | its rollup, raw SQL | raw p50 | raw p99 | p50 against raw |\n",
-        );
-        md.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
-        for p in pairs {
-            md.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {:.2} |\n",
-                p.what,
-                ms(p.service.p50),
-                ms(p.service.p99),
-                p.rollup,
-                ms(p.raw.p50),
-                ms(p.raw.p99),
-                p.service.p50.as_secs_f64() / p.raw.p50.as_secs_f64()
-            ));
+        if wanted("console") {
+            console_section(&mut md, backend, rt.block_on(console(backend)));
         }
-        md.push('\n');
         if !wanted("exports") {
             continue;
         }
         let (rows, close, copy) = rt.block_on(exports(backend));
+
         exports_md.push_str(&format!("### {backend:?}\n\n"));
         exports_md.push_str(&format!(
             "Closing October (freezing {EXPORT_SESSIONS} session lines and {EXPORT_ORGS} org lines): {:.1} s.\n\n",

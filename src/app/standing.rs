@@ -8,7 +8,7 @@ use rush_meter_core::funding;
 use rush_meter_core::ledger::Rules;
 use rush_meter_core::org::Org;
 use rush_meter_core::plans::Plans;
-use rush_meter_core::standing::{by_windows, Standing};
+use rush_meter_core::standing::{by_windows, Standing, WindowTotals};
 use rush_meter_core::time::{Interval, Secs, Windows};
 
 use crate::store::{Db, StoreResult};
@@ -34,10 +34,8 @@ pub async fn standings(
         let ids: Vec<&str> = group.iter().map(|o| o.org_id.as_str()).collect();
         let used = db.window_usage(&ids, &windows, now, rules).await?;
         for org in group {
-            warn_if_unknown_plan(org, plans);
-            let u = used.get(&org.org_id).copied().unwrap_or_default();
             let r = recorded.remove(&org.org_id).unwrap_or_default();
-            out.push(Standing::of(org.clone(), plans, now, u, r));
+            out.push(standing_of(org.clone(), plans, now, &used, r));
         }
     }
     Ok(out)
@@ -94,13 +92,24 @@ pub async fn standing(
     };
     guesses.learn(&org).await;
     let windows = Windows::at(now, org.billing_period());
-    let mut used = match guessed {
+    let used = match guessed {
         Ok(used) if windows == guess => used,
         _ => db.window_usage(&ids, &windows, now, rules).await?,
     };
+    Ok(Some(standing_of(org, plans, now, &used, recorded)))
+}
+
+/// `org`'s standing from the window sums read for it (none: nothing used).
+fn standing_of(
+    org: Org,
+    plans: &Plans,
+    now: Secs,
+    used: &HashMap<String, WindowTotals>,
+    recorded: funding::Recorded,
+) -> Standing {
     warn_if_unknown_plan(&org, plans);
-    let u = used.remove(org_id).unwrap_or_default();
-    Ok(Some(Standing::of(org, plans, now, u, recorded)))
+    let u = used.get(&org.org_id).copied().unwrap_or_default();
+    Standing::of(org, plans, now, u, recorded)
 }
 
 /// An org on a plan id no plan file defines is treated as Free: say so loudly.
