@@ -308,4 +308,48 @@ every_backend! {
         assert_eq!(admit(&srv, "acme", "k1", "b").await.1["reason"], "concurrency_limit_reached");
         assert_eq!(srv.usage("acme").await["running_sessions"], 1);
     }
+
+    // The gate's transactions keep generic plans on one PostgreSQL (`begin_hot`), remade
+    // only when a table is analyzed: a hot table filling from empty is analyzed again as
+    // it grows, not left with the statistics of its first hundred rows until autovacuum.
+    async fn a_hot_table_that_outgrew_its_statistics_gets_new_ones(srv: TestServer) {
+        let rush_meter::store::Pools::Postgres(pool) = srv.db.pools() else {
+            // SQLite plans without statistics: there is never anything to gather.
+            assert!(srv.db.gather_statistics().await.unwrap());
+            return;
+        };
+        let relkind: i8 = sqlx::query_scalar("SELECT relkind FROM pg_class WHERE relname = 'api_keys'")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        if relkind == b'p' as i8 {
+            // Partitioned by org: every statement is planned for its values (`begin_hot`).
+            return;
+        }
+        srv.create_org("acme", "team").await;
+        let mut conn = pool.acquire().await.unwrap();
+        let mut planned_on = Vec::new();
+        for (from, to) in [(0, 150), (150, 2_000)] {
+            sqlx::query(
+                "INSERT INTO api_keys (org_id, key_id, created_at, updated_at) \
+                 SELECT 'acme', 'bulk' || n, 0, 0 FROM generate_series($1, $2 - 1) AS n",
+            )
+            .bind(from)
+            .bind(to)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+            // Counted in pg_stat_user_tables now (this call's end reports the insert), not
+            // at the backend's next report a second or more away.
+            sqlx::query("SELECT pg_stat_force_next_flush()").execute(&mut *conn).await.unwrap();
+            assert!(!srv.db.gather_statistics().await.unwrap(), "PostgreSQL keeps watching");
+            let tuples: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'api_keys'")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            planned_on.push(tuples);
+        }
+        assert_eq!(planned_on, vec![150.0, 2_000.0], "the planner's row count after each step");
+    }
+
 }

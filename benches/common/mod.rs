@@ -114,6 +114,21 @@ impl Setup {
     ];
     pub const BASE: Setup = Setup::ALL[0];
 
+    /// Its name on the command line (`cargo bench --bench admission -- postgres limits`).
+    pub fn word(self) -> &'static str {
+        match (self.funding, self.limits) {
+            (_, true) => "limits",
+            (Funding::Plan, false) => "plan",
+            (_, false) => "past",
+        }
+    }
+
+    /// Whether this setup runs when `only` names one: the named one, and the plan's, which
+    /// every ratio is taken against.
+    pub fn wanted(self, only: Option<&str>) -> bool {
+        only.is_none_or(|w| self == Setup::BASE || self.word() == w)
+    }
+
     pub fn label(self) -> String {
         if self.limits {
             format!("{}, limits on every member", self.funding.label())

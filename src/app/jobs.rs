@@ -74,8 +74,8 @@ async fn overage(s: Services, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Give the hot tables their first planner statistics as soon as they hold rows, then
-/// leave them to autovacuum.
+/// Give the hot tables planner statistics as soon as they hold rows, and again each time
+/// they double, ahead of autovacuum (`Admin::gather_statistics`).
 async fn statistics(s: Services, mut stop: watch::Receiver<bool>) {
     loop {
         match s.db.gather_statistics().await {

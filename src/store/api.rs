@@ -70,9 +70,10 @@ pub trait Admin: Send + Sync {
     /// reached at all, even while every pooled connection is busy.
     async fn connect_fresh(&self) -> StoreResult<()>;
     async fn close(&self);
-    /// Gather the planner's statistics of the hot tables that have rows but none yet (a
-    /// new deployment, a restored dump: autovacuum's first look can be a minute away, and
-    /// a lock planned blind scans its table). True once none is left without.
+    /// Gather the planner's statistics of the hot tables that have rows but none yet, or
+    /// that grew past twice what they held when last analyzed (a new deployment, a
+    /// restored dump: autovacuum's first look can be a minute away, and a lock planned on
+    /// a table's old size scans it). True when there will never be any to gather.
     async fn gather_statistics(&self) -> StoreResult<bool>;
     /// Row counts and sums of every table, for tests that prove nothing was written.
     async fn digest(&self) -> StoreResult<Vec<(String, i64, i64)>>;

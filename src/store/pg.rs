@@ -73,13 +73,22 @@ enum Sharding {
 
 type Backend = Pg;
 
-/// The tables the hot paths lock and look up by key, whose plans need statistics.
-const HOT_TABLES: [&str; 6] = [
+/// The tables the hot paths lock and look up by key, whose plans need statistics: the
+/// group commits' statements keep a generic plan (`begin_hot`) until the statistics of a
+/// table they read change.
+const HOT_TABLES: [&str; 13] = [
     "sessions",
     "session_owners",
     "api_keys",
+    "orgs",
+    "spans",
     "session_hourly",
     "org_hourly",
+    "member_hourly",
+    "member_limits",
+    "funding_hourly",
+    "funding_windows",
+    "grants",
     "decisions",
 ];
 
@@ -220,33 +229,29 @@ impl super::Admin for Pg {
             // The coordinator holds no rows; each worker's autovacuum analyzes its shards.
             return Ok(true);
         }
-        let (blind, empty): (Vec<String>, i64) = {
-            let rows: Vec<(String, i64)> = sqlx::query_as(
-                "SELECT relname::text, n_live_tup FROM pg_stat_user_tables \
-                 WHERE relname = ANY($1) AND last_analyze IS NULL AND last_autoanalyze IS NULL",
-            )
-            .bind(&HOT_TABLES[..])
-            .fetch_all(&self.pool)
-            .await?;
-            let empty = rows
-                .iter()
-                .filter(|(_, n)| *n < STATISTICS_FROM_ROWS)
-                .count() as i64;
-            let blind = rows
-                .into_iter()
-                .filter(|(_, n)| *n >= STATISTICS_FROM_ROWS)
-                .map(|(t, _)| t)
-                .collect();
-            (blind, empty)
-        };
-        for table in &blind {
+        // Never analyzed and holding rows, or changed by more rows than it held when last
+        // analyzed: a table filling from empty (a new deployment, a restored dump) doubles
+        // many times before autovacuum's first look (a minute or more away), and a generic
+        // plan made on its old statistics (a scan of what was a page) would be kept.
+        let stale: Vec<String> = sqlx::query_scalar(
+            "SELECT s.relname::text FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
+             WHERE s.relname = ANY($1) AND s.n_live_tup >= $2 \
+               AND ((s.last_analyze IS NULL AND s.last_autoanalyze IS NULL) \
+                 OR s.n_mod_since_analyze > GREATEST(c.reltuples, $2))",
+        )
+        .bind(&HOT_TABLES[..])
+        .bind(STATISTICS_FROM_ROWS)
+        .fetch_all(&self.pool)
+        .await?;
+        for table in &stale {
             // The names come from HOT_TABLES, never from input.
             sqlx::query(&format!("ANALYZE {table}"))
                 .execute(&self.pool)
                 .await?;
-            tracing::info!(table, "gathered the first statistics");
+            tracing::info!(table, "gathered planner statistics");
         }
-        Ok(empty == 0)
+        // Tables keep growing: keep watching.
+        Ok(false)
     }
 
     async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {

@@ -19,7 +19,7 @@ use rush_meter_core::funding::{
 use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision, GroupFacts, LimitFigures};
 use rush_meter_core::heartbeats::{self, Heartbeat, RequestOutcome};
 use rush_meter_core::ledger::{self, EndStatus, Phase, Rules, SessionLedger, VmState};
-use rush_meter_core::members::{Limit, LimitKind, MemberUsage};
+use rush_meter_core::members::{Dimension, Limit, LimitKind, MemberUsage};
 use rush_meter_core::org::{Key, Org};
 use rush_meter_core::plans::Plans;
 use rush_meter_core::session::Session;

@@ -56,27 +56,31 @@ async fn admit_once(
         .iter()
         .map(|r| (r.org_id.as_str(), r.session_id.as_str()))
         .collect();
-    facts.sessions = store.lock_sessions(&mut tx, &named).await?;
-    // Each id not found is claimed for the first org that names it: for new sessions, the
-    // common case, that is all; only the ids another writer holds are looked up.
+    // Each id is claimed first for the first org that names it: for new sessions, the
+    // common case, that is all (no session has an id before it is claimed, so there is
+    // none to lock). Only the sessions of ids already claimed are locked, and only the
+    // ids held by another org are looked up.
     let mut claims: BTreeMap<&str, &str> = BTreeMap::new();
     for (org, id) in &named {
-        if !facts.sessions.contains_key(*id) {
-            claims.entry(*id).or_insert(*org);
-        }
+        claims.entry(*id).or_insert(*org);
     }
     let wanted: Vec<(&str, &str)> = claims.iter().map(|(id, org)| (*org, *id)).collect();
-    let claimed: HashSet<String> = if wanted.is_empty() {
-        HashSet::new()
-    } else {
-        claim_owners(&mut tx, &wanted).await?.into_iter().collect()
-    };
+    let claimed: HashSet<String> = claim_owners(&mut tx, &wanted).await?.into_iter().collect();
     claims.retain(|id, _| claimed.contains(*id));
-    let held: Vec<&str> = wanted
+    let existing: Vec<(&str, &str)> = named
         .iter()
-        .map(|(_, id)| *id)
-        .filter(|id| !claimed.contains(*id))
+        .copied()
+        .filter(|(_, id)| !claimed.contains(*id))
         .collect();
+    if !existing.is_empty() {
+        facts.sessions = store.lock_sessions(&mut tx, &existing).await?;
+    }
+    let held: Vec<&str> = sorted_unique(
+        existing
+            .iter()
+            .map(|(_, id)| *id)
+            .filter(|id| !facts.sessions.contains_key(*id)),
+    );
     facts.owners = store.owners(&mut tx, &held).await?;
     if named
         .iter()

@@ -32,7 +32,13 @@ fn limit_subject(l: &Limit) -> String {
 /// its member used in the org's month and week windows at `now`, in one statement a
 /// group of orgs that share windows: the member rollup's buckets in them, and each running
 /// session's time since its last heartbeat (at most one interval, as
-/// `SessionLedger::provisional` counts it). Only limited members are summed.
+/// `SessionLedger::provisional` counts it). Only limited members are summed; with
+/// `members`, only those of them (any kind) that a group of admissions names.
+///
+/// The statement is a plain `UNION ALL` of the limits and of the use rows (rollup buckets,
+/// then running sessions by key, project and user), summed per member here: each branch
+/// is an index range of one org, so a generic plan (`begin_hot`) stays right whatever the
+/// org's size, and nothing is joined, sorted or materialised for a handful of rows.
 async fn limits_with_usage_on(
     conn: &mut <DB as sqlx::Database>::Connection,
     orgs: &[&Org],
@@ -42,35 +48,46 @@ async fn limits_with_usage_on(
 ) -> StoreResult<HashMap<String, (Vec<Limit>, MemberUsage)>> {
     use sqlx::Row as _;
     let mut out: HashMap<String, (Vec<Limit>, MemberUsage)> = HashMap::new();
-    // `$8` is the end of a running session's provisional stretch; `$10` the members asked
-    // about (any kind), when only some are.
-    let stretch_end = format!("{LEAST}(s.last_at + $8, $9)");
-    let only = match members {
-        Some(_) => format!(" AND {}", in_list("member_id", 10)),
+    // `$1` the orgs; `$2 $3` the month, `$4 $5` the week, `$6 $7` their hull; `$8` the
+    // interval, `$9` now; `$10` the members asked about (any kind), when only some are.
+    let only = |column: &str| match members {
+        Some(_) => format!(" AND {}", in_list(column, 10)),
         None => String::new(),
     };
+    let stretch_end = format!("{LEAST}(last_at + $8, $9)");
+    let running = |kind: &str, column: &str| {
+        format!(
+            "SELECT 'used', org_id, '{kind}', {column}, NULL, NULL, 0, 0, \
+               CAST(SUM({month}) AS BIGINT), CAST(SUM({week}) AS BIGINT) \
+             FROM sessions WHERE {orgs} AND phase = 'running' AND {column} IS NOT NULL{only} \
+             GROUP BY org_id, {column}",
+            month = overlap("last_at", &stretch_end, 2, 3),
+            week = overlap("last_at", &stretch_end, 4, 5),
+            orgs = org_in(1),
+            only = only(column),
+        )
+    };
     let sql = format!(
-        "WITH l AS (SELECT * FROM member_limits WHERE {orgs}{only}), \
-         b AS (SELECT h.org_id, h.dimension, h.member_id, \
-             SUM(CASE WHEN h.bucket >= $2 AND h.bucket < $3 THEN h.seconds ELSE 0 END) AS m, \
-             SUM(CASE WHEN h.bucket >= $4 AND h.bucket < $5 THEN h.seconds ELSE 0 END) AS w \
-           FROM member_hourly h JOIN l ON h.org_id = l.org_id AND h.dimension = l.kind \
-             AND h.member_id = l.member_id \
-           WHERE h.bucket >= $6 AND h.bucket < $7 GROUP BY h.org_id, h.dimension, h.member_id), \
-         r AS (SELECT l.org_id, l.kind, l.member_id, SUM({month}) AS m, SUM({week}) AS w \
-           FROM l JOIN sessions s ON s.org_id = l.org_id AND s.phase = 'running' \
-             AND (CASE l.kind WHEN 'user' THEN s.started_by WHEN 'project' THEN s.project_id \
-                  ELSE s.key_id END) = l.member_id \
-           GROUP BY l.org_id, l.kind, l.member_id) \
-         SELECT l.*, CAST(COALESCE(b.m, 0) + COALESCE(r.m, 0) AS BIGINT) AS month_used, \
-           CAST(COALESCE(b.w, 0) + COALESCE(r.w, 0) AS BIGINT) AS week_used \
-         FROM l LEFT JOIN b ON b.org_id = l.org_id AND b.dimension = l.kind \
-             AND b.member_id = l.member_id \
-           LEFT JOIN r ON r.org_id = l.org_id AND r.kind = l.kind AND r.member_id = l.member_id \
-         ORDER BY l.org_id, l.kind, l.member_id",
+        "SELECT 'limit' AS row_kind, org_id, kind, member_id, monthly_hours, weekly_hours, \
+           created_at, updated_at, CAST(0 AS BIGINT) AS month_used, \
+           CAST(0 AS BIGINT) AS week_used \
+         FROM member_limits WHERE {orgs}{only_limited} \
+         UNION ALL \
+         SELECT 'used', h.org_id, h.dimension, h.member_id, NULL, NULL, 0, 0, \
+           CAST(SUM(CASE WHEN h.bucket >= $2 AND h.bucket < $3 THEN h.seconds ELSE 0 END) AS BIGINT), \
+           CAST(SUM(CASE WHEN h.bucket >= $4 AND h.bucket < $5 THEN h.seconds ELSE 0 END) AS BIGINT) \
+         FROM member_limits l JOIN member_hourly h ON h.org_id = l.org_id \
+           AND h.dimension = l.kind AND h.member_id = l.member_id \
+         WHERE {limited_orgs}{only_l} AND h.bucket >= $6 AND h.bucket < $7 \
+         GROUP BY h.org_id, h.dimension, h.member_id \
+         UNION ALL {keys} UNION ALL {projects} UNION ALL {users}",
         orgs = org_in(1),
-        month = overlap("s.last_at", &stretch_end, 2, 3),
-        week = overlap("s.last_at", &stretch_end, 4, 5),
+        only_limited = only("member_id"),
+        limited_orgs = in_list("l.org_id", 1),
+        only_l = only("l.member_id"),
+        keys = running("key", "key_id"),
+        projects = running("project", "project_id"),
+        users = running("user", "started_by"),
     );
     for (w, group) in rush_meter_core::standing::by_windows(orgs.iter().copied(), now) {
         let ids: Vec<&str> = group.iter().map(|o| o.org_id.as_str()).collect();
@@ -88,15 +105,35 @@ async fn limits_with_usage_on(
             if let Some(m) = members {
                 q = q.bind(org_list(m));
             }
-            let rows = q.fetch_all(&mut *conn).await?;
-            for row in rows {
-                let Rec(limit) = <Rec<Limit> as sqlx::FromRow<'_, Row>>::from_row(&row)?;
+            // Limits come first (the first branch), so each use row finds its limit.
+            for row in q.fetch_all(&mut *conn).await? {
+                let kind: String = row.try_get("row_kind")?;
+                if kind == "limit" {
+                    let Rec(limit) = <Rec<Limit> as sqlx::FromRow<'_, Row>>::from_row(&row)?;
+                    let (limits, usage) = out.entry(limit.org_id.clone()).or_default();
+                    usage.insert((limit.kind.dimension(), limit.member_id.clone()), (0, 0));
+                    limits.push(limit);
+                    continue;
+                }
+                let org: String = row.try_get("org_id")?;
+                let Some(dimension) = named(&row, "kind", Dimension::parse)? else {
+                    continue;
+                };
+                let member: String = row.try_get("member_id")?;
                 let used: (i64, i64) = (row.try_get("month_used")?, row.try_get("week_used")?);
-                let (limits, usage) = out.entry(limit.org_id.clone()).or_default();
-                usage.insert((limit.kind.dimension(), limit.member_id.clone()), used);
-                limits.push(limit);
+                // Running sessions of members without a limit are read too: skipped here.
+                if let Some(u) = out
+                    .get_mut(&org)
+                    .and_then(|(_, usage)| usage.get_mut(&(dimension, member)))
+                {
+                    *u = (u.0 + used.0, u.1 + used.1);
+                }
             }
         }
+    }
+    for (limits, _) in out.values_mut() {
+        // As the limits are listed: by kind, then member, in byte order.
+        limits.sort_by(|a, b| (a.kind.as_str(), &a.member_id).cmp(&(b.kind.as_str(), &b.member_id)));
     }
     Ok(out)
 }
