@@ -105,7 +105,9 @@ async fn limits_with_usage_on(
             if let Some(m) = members {
                 q = q.bind(org_list(m));
             }
-            // Limits come first (the first branch), so each use row finds its limit.
+            // SQL does not promise the branches' order: the use rows are added once every
+            // limit of the chunk is known.
+            let mut used_rows = Vec::new();
             for row in q.fetch_all(&mut *conn).await? {
                 let kind: String = row.try_get("row_kind")?;
                 if kind == "limit" {
@@ -113,14 +115,14 @@ async fn limits_with_usage_on(
                     let (limits, usage) = out.entry(limit.org_id.clone()).or_default();
                     usage.insert((limit.kind.dimension(), limit.member_id.clone()), (0, 0));
                     limits.push(limit);
-                    continue;
+                } else if let Some(dimension) = named(&row, "kind", Dimension::parse)? {
+                    let org: String = row.try_get("org_id")?;
+                    let member: String = row.try_get("member_id")?;
+                    let used: (i64, i64) = (row.try_get("month_used")?, row.try_get("week_used")?);
+                    used_rows.push((org, dimension, member, used));
                 }
-                let org: String = row.try_get("org_id")?;
-                let Some(dimension) = named(&row, "kind", Dimension::parse)? else {
-                    continue;
-                };
-                let member: String = row.try_get("member_id")?;
-                let used: (i64, i64) = (row.try_get("month_used")?, row.try_get("week_used")?);
+            }
+            for (org, dimension, member, used) in used_rows {
                 // Running sessions of members without a limit are read too: skipped here.
                 if let Some(u) = out
                     .get_mut(&org)
