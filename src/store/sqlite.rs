@@ -88,6 +88,11 @@ impl Lite {
         &self.read
     }
 
+    /// One org's reads by key: the read pool (SQLite prepares once per connection).
+    fn keyed(&self) -> &SqlitePool {
+        &self.read
+    }
+
     /// A group commit's transaction: as any write (SQLite prepares once per connection).
     async fn begin_hot(&self) -> StoreResult<Tx> {
         begin_write(self.write()).await
@@ -478,8 +483,7 @@ async fn slot_counts(
     keys: &[(&str, &str)],
     since: Secs,
 ) -> StoreResult<Vec<(String, String, i64)>> {
-    let sql =
-        format!("SELECT COUNT(*) FROM sessions WHERE org_id = $2 AND key_id = $3 AND {SLOT_HELD}");
+    let sql = format!("SELECT {}", slots_held("org_id = $2 AND key_id = $3"));
     let mut counts = Vec::with_capacity(keys.len());
     for (org, key) in keys {
         let n: i64 = sqlx::query_scalar(&sql)

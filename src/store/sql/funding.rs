@@ -269,7 +269,7 @@ impl FundingStore for Backend {
         org_ids: &[&str],
         now: Secs,
     ) -> StoreResult<Vec<(Org, funding::Recorded)>> {
-        funding_records(self.read(), org_ids, now).await
+        funding_records(self.keyed(), org_ids, now).await
     }
 
     async fn create_grant(&self, g: &Grant, actor: &Actor) -> StoreResult<Option<(Grant, bool)>> {
@@ -337,7 +337,7 @@ impl FundingStore for Backend {
         .bind(org_id)
         .bind(from)
         .bind(to)
-        .fetch_all(self.read())
+        .fetch_all(self.keyed())
         .await?;
         rows.into_iter()
             .map(|(source, s, u)| {

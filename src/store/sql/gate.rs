@@ -2,10 +2,80 @@
 // (`core::gate::decide_group`); this reads the facts under the right locks and writes what
 // was decided.
 
-/// The SQL twin of `gate::holds_slot`, with the lease's start as `$1`.
-const SLOT_HELD: &str = "phase <> 'ended' AND ( \
-       (phase = 'running' AND COALESCE(heard_at, last_at) >= $1) OR \
-       (slot_at >= $1 AND (phase = 'admitted' OR heard_at IS NULL OR heard_at <= slot_at)))";
+/// The slots a key holds (the SQL twin of `gate::holds_slot`), with the lease's start as
+/// `$1` and the key as `key_where` (`org_id = … AND key_id = …`): its running sessions heard
+/// from within the lease, plus its other open sessions whose slot was taken within it. Two
+/// disjoint counts, each an index range (`sessions_key_running`, `sessions_key_slot`), so
+/// the count reads the sessions that may hold a slot, never the key's parked ones. The far
+/// upper bound on `slot_at` (no slot is taken in 2^62 s) makes `slot_at >= $1` a range to a
+/// generic plan (`begin_hot`), which otherwise guesses a third of the table and scans it.
+fn slots_held(key_where: &str) -> String {
+    let heard = "phase = 'running' AND COALESCE(heard_at, last_at) >= $1";
+    format!(
+        "(SELECT COUNT(*) FROM sessions WHERE {key_where} AND {heard}) + \
+         (SELECT COUNT(*) FROM sessions WHERE {key_where} AND phase <> 'ended' \
+            AND slot_at >= $1 AND slot_at < 4611686018427387904 AND NOT ({heard}) \
+            AND (phase = 'admitted' OR heard_at IS NULL OR heard_at <= slot_at))"
+    )
+}
+
+/// The window sums of `orgs` (which share `windows`, at most `CHUNK`) and, for those that
+/// set limits inside the org (`Org::sets_limits`; most set none, and pay nothing for the
+/// feature), the limits on `members` with their use: in one statement, so that limits cost
+/// a group no round trip of their own (`window_sums_sql` and `limits_sql` side by side, the
+/// sums' rows padded to the limits' columns).
+async fn window_usage_and_limits_on(
+    tx: &mut Tx,
+    orgs: &[&Org],
+    windows: &Windows,
+    members: &[&str],
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<(
+    HashMap<String, WindowTotals>,
+    HashMap<String, (Vec<Limit>, MemberUsage)>,
+)> {
+    use sqlx::Row as _;
+    let ids: Vec<&str> = orgs.iter().map(|o| o.org_id.as_str()).collect();
+    let limited: Vec<&str> = orgs
+        .iter()
+        .filter(|o| o.sets_limits)
+        .map(|o| o.org_id.as_str())
+        .collect();
+    if limited.is_empty() {
+        let usage = window_usage_on(tx, &ids, windows, now, rules).await?;
+        return Ok((usage, HashMap::new()));
+    }
+    let sums = WindowSums::new(windows);
+    let sql = format!(
+        "SELECT 'sums' AS row_kind, org_id, CAST(NULL AS TEXT) AS kind, \
+           CAST(NULL AS TEXT) AS member_id, CAST(NULL AS TEXT) AS monthly_hours, \
+           CAST(NULL AS TEXT) AS weekly_hours, s1 AS created_at, s2 AS updated_at, \
+           s3 AS month_used, s4 AS week_used, s5 AS fifth \
+         FROM ({}) AS w \
+         UNION ALL SELECT l.*, CAST(0 AS BIGINT) FROM ({}) AS l",
+        window_sums_sql(ids.len(), &sums.edges),
+        limits_sql(WINDOW_SUMS_PARAMETERS + ids.len(), true),
+    );
+    let q = sums.bind(sqlx::query(&sql), &ids, now, rules);
+    let rows = bind_limits(q, &limited, windows, Some(members), now, rules)
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut usage: HashMap<String, WindowTotals> = HashMap::new();
+    let mut limits = LimitsRead::default();
+    limits.absorb(&rows)?;
+    for row in &rows {
+        if row.try_get::<String, _>("row_kind")? == "sums" {
+            let e = usage.entry(row.try_get("org_id")?).or_default();
+            e.month += row.try_get::<i64, _>("created_at")?;
+            e.week += row.try_get::<i64, _>("updated_at")?;
+            e.running += row.try_get::<i64, _>("month_used")?;
+            e.month_provisional += row.try_get::<i64, _>("week_used")?;
+            e.week_provisional += row.try_get::<i64, _>("fifth")?;
+        }
+    }
+    Ok((usage, limits.finish()))
+}
 
 const DECISION_COLUMNS: &str = "org_id, decision_id, decided_at, session_id, key_id, decision, \
      reason, rule, plan_id, suspended, month_start, month_end, month_used, month_limit, \
@@ -96,28 +166,23 @@ async fn admit_once(
             }
         }
     }
-    let mut usage = HashMap::new();
+    // Only the members the group names: an org may limit many more than one group touches,
+    // and an admission never changes a member's use (only bookings do).
+    let members = sorted_unique(requests.iter().flat_map(|r| {
+        [Some(&r.key_id), r.project_id.as_ref(), r.started_by.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+    }));
     for (windows, orgs) in rush_meter_core::standing::by_windows(facts.orgs.values(), now) {
-        let ids: Vec<&str> = orgs.iter().map(|o| o.org_id.as_str()).collect();
-        usage.extend(window_usage_on(&mut tx, &ids, &windows, now, rules).await?);
-    }
-    facts.usage = usage;
-    // Limits inside an org, with their members' use, for the orgs that set any (most set
-    // none, and pay nothing for the feature: their rows say so).
-    let limited: Vec<&Org> = facts.orgs.values().filter(|o| o.sets_limits).collect();
-    if !limited.is_empty() {
-        // Only the members the group names: an org may limit many more than one group
-        // touches, and an admission never changes a member's use (only bookings do).
-        let members = sorted_unique(requests.iter().flat_map(|r| {
-            [Some(&r.key_id), r.project_id.as_ref(), r.started_by.as_ref()]
-                .into_iter()
-                .flatten()
-                .map(String::as_str)
-        }));
-        let read = limits_with_usage_on(&mut tx, &limited, Some(&members), now, rules).await?;
-        for (org, (limits, used)) in read {
-            facts.limits.insert(org.clone(), limits);
-            facts.member_usage.insert(org, used);
+        for chunk in orgs.chunks(CHUNK) {
+            let (usage, limits) =
+                window_usage_and_limits_on(&mut tx, chunk, &windows, &members, now, rules).await?;
+            facts.usage.extend(usage);
+            for (org, (limits, used)) in limits {
+                facts.limits.insert(org.clone(), limits);
+                facts.member_usage.insert(org, used);
+            }
         }
     }
 

@@ -151,25 +151,82 @@ fn overlap(lo: &str, hi: &str, a: usize, b: usize) -> String {
 /// org ever had, a cost that grew with its history.)
 const NO_EDGE: (Secs, Secs) = (i64::MAX / 4, i64::MAX / 4);
 
-/// Seconds used in the month and week windows by each of `org_ids` (which share those
-/// windows), in one statement so that one snapshot gives every figure: whole hours from
-/// the hourly rollup, part hours at the windows' edges from the spans and open stretches,
-/// and each running session counted up to `now` (`SessionLedger::provisional`).
-async fn window_usage_on(
-    conn: &mut <DB as sqlx::Database>::Connection,
-    org_ids: &[&str],
-    windows: &Windows,
-    now: Secs,
-    rules: &Rules,
-) -> StoreResult<HashMap<String, WindowTotals>> {
-    let mut out: HashMap<String, WindowTotals> = HashMap::new();
-    let ws = [windows.month, windows.week];
-    let full = ws.map(full_hours);
-    let edges = ws.map(|w| {
-        let mut e = partial_hours(w).into_iter().map(|i| (i.start, i.end));
-        [e.next().unwrap_or(NO_EDGE), e.next().unwrap_or(NO_EDGE)]
-    });
-    let (lo, hi) = (full[0].0.min(full[1].0), full[0].1.max(full[1].1));
+/// Past any instant the ledger holds (2^62 s): the far bound that turns a half-line into a
+/// range for a generic plan.
+const FAR_END: &str = "4611686018427387904";
+
+/// Parameters of the window sums before the org ids (`window_sums_sql`).
+const WINDOW_SUMS_PARAMETERS: usize = 21;
+
+/// The values the window sums' statement is bound with, for one pair of windows.
+struct WindowSums {
+    windows: [Interval; 2],
+    full: [(Secs, Secs); 2],
+    edges: [[(Secs, Secs); 2]; 2],
+}
+
+impl WindowSums {
+    fn new(windows: &Windows) -> WindowSums {
+        let ws = [windows.month, windows.week];
+        WindowSums {
+            windows: ws,
+            full: ws.map(full_hours),
+            edges: ws.map(|w| {
+                let mut e = partial_hours(w).into_iter().map(|i| (i.start, i.end));
+                [e.next().unwrap_or(NO_EDGE), e.next().unwrap_or(NO_EDGE)]
+            }),
+        }
+    }
+
+    /// Bind `window_sums_sql`'s parameters for `orgs` (its first ones) to `q`.
+    fn bind<'q, Q: BindAll<'q>>(&self, mut q: Q, orgs: &[&'q str], now: Secs, rules: &Rules) -> Q {
+        let full = self.full;
+        let (lo, hi) = (full[0].0.min(full[1].0), full[0].1.max(full[1].1));
+        for v in [full[0].0, full[0].1, full[1].0, full[1].1, lo, hi] {
+            q = q.bind_i64(v);
+        }
+        for e in self.edges.iter().flatten() {
+            q = q.bind_i64(e.0).bind_i64(e.1);
+        }
+        for w in self.windows {
+            q = q.bind_i64(w.start).bind_i64(w.end);
+        }
+        q = q.bind_i64(now).bind_i64(rules.interval).bind_i64(rules.lease);
+        for id in orgs {
+            q = q.bind_str(id);
+        }
+        q
+    }
+}
+
+/// The two kinds of sqlx query the window sums are bound to (`query`, `query_as`).
+trait BindAll<'q>: Sized {
+    fn bind_i64(self, v: i64) -> Self;
+    fn bind_str(self, v: &'q str) -> Self;
+}
+
+impl<'q> BindAll<'q> for sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>> {
+    fn bind_i64(self, v: i64) -> Self {
+        self.bind(v)
+    }
+    fn bind_str(self, v: &'q str) -> Self {
+        self.bind(v)
+    }
+}
+
+impl<'q, O> BindAll<'q> for sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments<'q>> {
+    fn bind_i64(self, v: i64) -> Self {
+        self.bind(v)
+    }
+    fn bind_str(self, v: &'q str) -> Self {
+        self.bind(v)
+    }
+}
+
+/// The window sums' statement for `orgs` org ids (`$22…`) and these window edges (absent
+/// ones `NO_EDGE`): see `window_usage_on` for its parameters. Its columns: `org_id`, then
+/// `s1`…`s5` (month, week, running, month and week provisional).
+fn window_sums_sql(orgs: usize, edges: &[[(Secs, Secs); 2]; 2]) -> String {
     // Parameters: $1..$4 full-hour bounds, $5 $6 hull, $7..$14 edges, $15..$18 windows,
     // $19 now, $20 interval, $21 lease; org ids follow.
     let sum_edges = |lo_col: &str, hi_col: &str, w: usize| {
@@ -188,51 +245,70 @@ async fn window_usage_on(
             16 + 2 * w,
         )
     };
-    for chunk in org_ids.chunks(CHUNK) {
-        let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", 22 + i)).collect();
-        let list = list.join(", ");
-        let sql = format!(
-            "SELECT org_id, \
-               CAST(COALESCE(SUM(CASE WHEN hour >= $1 AND hour < $2 THEN seconds ELSE 0 END), 0) AS BIGINT), \
-               CAST(COALESCE(SUM(CASE WHEN hour >= $3 AND hour < $4 THEN seconds ELSE 0 END), 0) AS BIGINT), \
-               CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT) \
-             FROM org_hourly WHERE org_id IN ({list}) AND hour >= $5 AND hour < $6 GROUP BY org_id \
-             UNION ALL \
-             SELECT org_id, CAST(SUM({se0}) AS BIGINT), CAST(SUM({se1}) AS BIGINT), CAST(0 AS BIGINT), \
+    // Closed spans inside the edges' part hours, for the edges there are: none for windows
+    // that start and end on the hour (every calendar month, every ISO week), so no span is
+    // read. Each edge `[$a, $b)` is a range on `end_at` (its far bound past any span), which
+    // a generic plan (`begin_hot`) reads from `spans_org_running_end`; a half-line
+    // `end_at > $a` it guesses at a third of the table and scans the table.
+    let present: Vec<usize> = (0..4)
+        .filter(|i| edges[i / 2][i % 2] != NO_EDGE)
+        .map(|i| 7 + 2 * i)
+        .collect();
+    let edge_spans = |list: &str| {
+        if present.is_empty() {
+            return String::new();
+        }
+        let ranges: Vec<String> = present
+            .iter()
+            .map(|a| format!("(end_at > ${a} AND end_at < {FAR_END} AND start_at < ${})", a + 1))
+            .collect();
+        format!(
+            "UNION ALL \
+             SELECT org_id, CAST(SUM({}) AS BIGINT), CAST(SUM({}) AS BIGINT), CAST(0 AS BIGINT), \
                CAST(0 AS BIGINT), CAST(0 AS BIGINT) FROM spans \
-             WHERE org_id IN ({list}) AND kind = 'running' AND ( \
-               (end_at > $7 AND start_at < $8) OR (end_at > $9 AND start_at < $10) OR \
-               (end_at > $11 AND start_at < $12) OR (end_at > $13 AND start_at < $14)) \
-             GROUP BY org_id \
-             UNION ALL \
-             SELECT org_id, CAST(SUM({oe0} + {p0}) AS BIGINT), CAST(SUM({oe1} + {p1}) AS BIGINT), \
-               CAST(SUM(CASE WHEN COALESCE(heard_at, last_at) >= $19 - $21 THEN 1 ELSE 0 END) AS BIGINT), \
-               CAST(SUM({p0}) AS BIGINT), CAST(SUM({p1}) AS BIGINT) \
-             FROM sessions WHERE org_id IN ({list}) AND phase = 'running' GROUP BY org_id",
-            se0 = sum_edges("start_at", "end_at", 0),
-            se1 = sum_edges("start_at", "end_at", 1),
-            oe0 = sum_edges("span_start", "last_at", 0),
-            oe1 = sum_edges("span_start", "last_at", 1),
-            p0 = provisional(0),
-            p1 = provisional(1),
-        );
-        let mut q = sqlx::query_as::<_, (String, i64, i64, i64, i64, i64)>(&sql)
-            .bind(full[0].0)
-            .bind(full[0].1)
-            .bind(full[1].0)
-            .bind(full[1].1)
-            .bind(lo)
-            .bind(hi);
-        for e in edges.iter().flatten() {
-            q = q.bind(e.0).bind(e.1);
-        }
-        for w in ws {
-            q = q.bind(w.start).bind(w.end);
-        }
-        q = q.bind(now).bind(rules.interval).bind(rules.lease);
-        for id in chunk {
-            q = q.bind(*id);
-        }
+             WHERE org_id IN ({list}) AND kind = 'running' AND ({}) GROUP BY org_id ",
+            sum_edges("start_at", "end_at", 0),
+            sum_edges("start_at", "end_at", 1),
+            ranges.join(" OR "),
+        )
+    };
+    let list: Vec<String> = (0..orgs).map(|i| format!("${}", 22 + i)).collect();
+    let list = list.join(", ");
+    format!(
+        "SELECT org_id, \
+           CAST(COALESCE(SUM(CASE WHEN hour >= $1 AND hour < $2 THEN seconds ELSE 0 END), 0) AS BIGINT) AS s1, \
+           CAST(COALESCE(SUM(CASE WHEN hour >= $3 AND hour < $4 THEN seconds ELSE 0 END), 0) AS BIGINT) AS s2, \
+           CAST(0 AS BIGINT) AS s3, CAST(0 AS BIGINT) AS s4, CAST(0 AS BIGINT) AS s5 \
+         FROM org_hourly WHERE org_id IN ({list}) AND hour >= $5 AND hour < $6 GROUP BY org_id \
+         {edge_spans}UNION ALL \
+         SELECT org_id, CAST(SUM({oe0} + {p0}) AS BIGINT), CAST(SUM({oe1} + {p1}) AS BIGINT), \
+           CAST(SUM(CASE WHEN COALESCE(heard_at, last_at) >= $19 - $21 THEN 1 ELSE 0 END) AS BIGINT), \
+           CAST(SUM({p0}) AS BIGINT), CAST(SUM({p1}) AS BIGINT) \
+         FROM sessions WHERE org_id IN ({list}) AND phase = 'running' GROUP BY org_id",
+        edge_spans = edge_spans(&list),
+        oe0 = sum_edges("span_start", "last_at", 0),
+        oe1 = sum_edges("span_start", "last_at", 1),
+        p0 = provisional(0),
+        p1 = provisional(1),
+    )
+}
+
+/// Seconds used in the month and week windows by each of `org_ids` (which share those
+/// windows), in one statement so that one snapshot gives every figure: whole hours from
+/// the hourly rollup, part hours at the windows' edges from the spans and open stretches,
+/// and each running session counted up to `now` (`SessionLedger::provisional`).
+async fn window_usage_on(
+    conn: &mut <DB as sqlx::Database>::Connection,
+    org_ids: &[&str],
+    windows: &Windows,
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<HashMap<String, WindowTotals>> {
+    let mut out: HashMap<String, WindowTotals> = HashMap::new();
+    let sums = WindowSums::new(windows);
+    for chunk in org_ids.chunks(CHUNK) {
+        let sql = window_sums_sql(chunk.len(), &sums.edges);
+        let q = sums.bind(sqlx::query_as::<_, (String, i64, i64, i64, i64, i64)>(&sql), chunk, now, rules);
         for (org, m, w, n, pm, pw) in q.fetch_all(&mut *conn).await? {
             let e = out.entry(org).or_default();
             e.month += m;
@@ -366,7 +442,7 @@ impl LedgerStore for Backend {
                 "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'",
             )
             .bind(org_id)
-            .fetch_all(self.read())
+            .fetch_all(self.keyed())
             .await?,
         ))
     }
@@ -407,7 +483,7 @@ impl LedgerStore for Backend {
         now: Secs,
         rules: &Rules,
     ) -> StoreResult<HashMap<String, WindowTotals>> {
-        let mut conn = self.read().acquire().await?;
+        let mut conn = self.keyed().acquire().await?;
         window_usage_on(&mut conn, org_ids, windows, now, rules).await
     }
 
@@ -427,7 +503,7 @@ impl LedgerStore for Backend {
         )
         .bind(org_id)
         .bind(now - rules.lease)
-        .fetch_one(self.read())
+        .fetch_one(self.keyed())
         .await?;
         Ok(SessionCounts { running, parked })
     }
@@ -528,7 +604,7 @@ impl LedgerStore for Backend {
                 .bind(org_id)
                 .bind(from)
                 .bind(to)
-                .fetch_all(self.read())
+                .fetch_all(self.keyed())
                 .await?,
         ))
     }

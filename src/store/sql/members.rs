@@ -46,98 +46,144 @@ async fn limits_with_usage_on(
     now: Secs,
     rules: &Rules,
 ) -> StoreResult<HashMap<String, (Vec<Limit>, MemberUsage)>> {
-    use sqlx::Row as _;
-    let mut out: HashMap<String, (Vec<Limit>, MemberUsage)> = HashMap::new();
-    // `$1` the orgs; `$2 $3` the month, `$4 $5` the week, `$6 $7` their hull; `$8` the
-    // interval, `$9` now; `$10` the members asked about (any kind), when only some are.
+    let mut out = LimitsRead::default();
+    let sql = limits_sql(0, members.is_some());
+    for (w, group) in rush_meter_core::standing::by_windows(orgs.iter().copied(), now) {
+        let ids: Vec<&str> = group.iter().map(|o| o.org_id.as_str()).collect();
+        for chunk in ids.chunks(CHUNK) {
+            let q = bind_limits(sqlx::query(&sql), chunk, &w, members, now, rules);
+            out.absorb(&q.fetch_all(&mut *conn).await?)?;
+        }
+    }
+    Ok(out.finish())
+}
+
+/// The limits read's statement (see `limits_with_usage_on`), its parameters numbered from
+/// `$base + 1`: the orgs; the month, the week and their hull; the interval, now; and, with
+/// `members`, the members asked about (any kind).
+fn limits_sql(base: usize, members: bool) -> String {
+    let p = |n: usize| base + n;
     let only = |column: &str| match members {
-        Some(_) => format!(" AND {}", in_list(column, 10)),
-        None => String::new(),
+        true => format!(" AND {}", in_list(column, p(10))),
+        false => String::new(),
     };
-    let stretch_end = format!("{LEAST}(last_at + $8, $9)");
+    let stretch_end = format!("{LEAST}(last_at + ${}, ${})", p(8), p(9));
     let running = |kind: &str, column: &str| {
         format!(
             "SELECT 'used', org_id, '{kind}', {column}, NULL, NULL, 0, 0, \
                CAST(SUM({month}) AS BIGINT), CAST(SUM({week}) AS BIGINT) \
              FROM sessions WHERE {orgs} AND phase = 'running' AND {column} IS NOT NULL{only} \
              GROUP BY org_id, {column}",
-            month = overlap("last_at", &stretch_end, 2, 3),
-            week = overlap("last_at", &stretch_end, 4, 5),
-            orgs = org_in(1),
+            month = overlap("last_at", &stretch_end, p(2), p(3)),
+            week = overlap("last_at", &stretch_end, p(4), p(5)),
+            orgs = org_in(p(1)),
             only = only(column),
         )
     };
-    let sql = format!(
+    format!(
         "SELECT 'limit' AS row_kind, org_id, kind, member_id, monthly_hours, weekly_hours, \
            created_at, updated_at, CAST(0 AS BIGINT) AS month_used, \
            CAST(0 AS BIGINT) AS week_used \
          FROM member_limits WHERE {orgs}{only_limited} \
          UNION ALL \
          SELECT 'used', h.org_id, h.dimension, h.member_id, NULL, NULL, 0, 0, \
-           CAST(SUM(CASE WHEN h.bucket >= $2 AND h.bucket < $3 THEN h.seconds ELSE 0 END) AS BIGINT), \
-           CAST(SUM(CASE WHEN h.bucket >= $4 AND h.bucket < $5 THEN h.seconds ELSE 0 END) AS BIGINT) \
+           CAST(SUM(CASE WHEN h.bucket >= ${m0} AND h.bucket < ${m1} THEN h.seconds ELSE 0 END) AS BIGINT), \
+           CAST(SUM(CASE WHEN h.bucket >= ${w0} AND h.bucket < ${w1} THEN h.seconds ELSE 0 END) AS BIGINT) \
          FROM member_limits l JOIN member_hourly h ON h.org_id = l.org_id \
            AND h.dimension = l.kind AND h.member_id = l.member_id \
-         WHERE {limited_orgs}{only_l} AND h.bucket >= $6 AND h.bucket < $7 \
+         WHERE {limited_orgs}{only_l} AND h.bucket >= ${h0} AND h.bucket < ${h1} \
          GROUP BY h.org_id, h.dimension, h.member_id \
          UNION ALL {keys} UNION ALL {projects} UNION ALL {users}",
-        orgs = org_in(1),
+        orgs = org_in(p(1)),
         only_limited = only("member_id"),
-        limited_orgs = in_list("l.org_id", 1),
+        limited_orgs = in_list("l.org_id", p(1)),
         only_l = only("l.member_id"),
+        m0 = p(2),
+        m1 = p(3),
+        w0 = p(4),
+        w1 = p(5),
+        h0 = p(6),
+        h1 = p(7),
         keys = running("key", "key_id"),
         projects = running("project", "project_id"),
         users = running("user", "started_by"),
-    );
-    for (w, group) in rush_meter_core::standing::by_windows(orgs.iter().copied(), now) {
-        let ids: Vec<&str> = group.iter().map(|o| o.org_id.as_str()).collect();
-        for chunk in ids.chunks(CHUNK) {
-            let mut q = sqlx::query(&sql)
-                .bind(org_list(chunk))
-                .bind(w.month.start)
-                .bind(w.month.end)
-                .bind(w.week.start)
-                .bind(w.week.end)
-                .bind(w.month.start.min(w.week.start))
-                .bind(w.month.end.max(w.week.end))
-                .bind(rules.interval)
-                .bind(now);
-            if let Some(m) = members {
-                q = q.bind(org_list(m));
-            }
-            // SQL does not promise the branches' order: the use rows are added once every
-            // limit of the chunk is known.
-            let mut used_rows = Vec::new();
-            for row in q.fetch_all(&mut *conn).await? {
-                let kind: String = row.try_get("row_kind")?;
-                if kind == "limit" {
-                    let Rec(limit) = <Rec<Limit> as sqlx::FromRow<'_, Row>>::from_row(&row)?;
-                    let (limits, usage) = out.entry(limit.org_id.clone()).or_default();
-                    usage.insert((limit.kind.dimension(), limit.member_id.clone()), (0, 0));
-                    limits.push(limit);
-                } else if let Some(dimension) = named(&row, "kind", Dimension::parse)? {
+    )
+}
+
+/// Bind the limits read's parameters (`limits_sql`), after those already bound to `q`.
+fn bind_limits<'q>(
+    q: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+    orgs: &[&str],
+    w: &Windows,
+    members: Option<&[&str]>,
+    now: Secs,
+    rules: &Rules,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>> {
+    let q = q
+        .bind(org_list(orgs))
+        .bind(w.month.start)
+        .bind(w.month.end)
+        .bind(w.week.start)
+        .bind(w.week.end)
+        .bind(w.month.start.min(w.week.start))
+        .bind(w.month.end.max(w.week.end))
+        .bind(rules.interval)
+        .bind(now);
+    match members {
+        Some(m) => q.bind(org_list(m)),
+        None => q,
+    }
+}
+
+/// The limits and their members' use, gathered from the rows of limits reads.
+#[derive(Default)]
+struct LimitsRead {
+    out: HashMap<String, (Vec<Limit>, MemberUsage)>,
+}
+
+impl LimitsRead {
+    /// Take in one statement's rows (`row_kind` `limit` or `used`; others are not its own).
+    /// SQL does not promise the branches' order: the use rows are added once every limit of
+    /// the statement is known.
+    fn absorb(&mut self, rows: &[Row]) -> Result<(), sqlx::Error> {
+        use sqlx::Row as _;
+        let mut used_rows = Vec::new();
+        for row in rows {
+            let kind: String = row.try_get("row_kind")?;
+            if kind == "limit" {
+                let Rec(limit) = <Rec<Limit> as sqlx::FromRow<'_, Row>>::from_row(row)?;
+                let (limits, usage) = self.out.entry(limit.org_id.clone()).or_default();
+                usage.insert((limit.kind.dimension(), limit.member_id.clone()), (0, 0));
+                limits.push(limit);
+            } else if kind == "used" {
+                if let Some(dimension) = named(row, "kind", Dimension::parse)? {
                     let org: String = row.try_get("org_id")?;
                     let member: String = row.try_get("member_id")?;
                     let used: (i64, i64) = (row.try_get("month_used")?, row.try_get("week_used")?);
                     used_rows.push((org, dimension, member, used));
                 }
             }
-            for (org, dimension, member, used) in used_rows {
-                // Running sessions of members without a limit are read too: skipped here.
-                if let Some(u) = out
-                    .get_mut(&org)
-                    .and_then(|(_, usage)| usage.get_mut(&(dimension, member)))
-                {
-                    *u = (u.0 + used.0, u.1 + used.1);
-                }
+        }
+        for (org, dimension, member, used) in used_rows {
+            // Running sessions of members without a limit are read too: skipped here.
+            if let Some(u) = self
+                .out
+                .get_mut(&org)
+                .and_then(|(_, usage)| usage.get_mut(&(dimension, member)))
+            {
+                *u = (u.0 + used.0, u.1 + used.1);
             }
         }
+        Ok(())
     }
-    for (limits, _) in out.values_mut() {
-        // As the limits are listed: by kind, then member, in byte order.
-        limits.sort_by(|a, b| (a.kind.as_str(), &a.member_id).cmp(&(b.kind.as_str(), &b.member_id)));
+
+    /// Each org's limits, as they are listed: by kind, then member, in byte order.
+    fn finish(mut self) -> HashMap<String, (Vec<Limit>, MemberUsage)> {
+        for (limits, _) in self.out.values_mut() {
+            limits.sort_by(|a, b| (a.kind.as_str(), &a.member_id).cmp(&(b.kind.as_str(), &b.member_id)));
+        }
+        self.out
     }
-    Ok(out)
 }
 
 /// Make `orgs.sets_limits` say whether `org_id` has a limit left, after a change of its
@@ -244,7 +290,7 @@ impl MemberStore for Backend {
         now: Secs,
         rules: &Rules,
     ) -> StoreResult<HashMap<String, (Vec<Limit>, MemberUsage)>> {
-        let mut conn = self.read().acquire().await?;
+        let mut conn = self.keyed().acquire().await?;
         limits_with_usage_on(&mut conn, orgs, None, now, rules).await
     }
 }

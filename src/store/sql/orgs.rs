@@ -96,7 +96,7 @@ impl OrgStore for Backend {
         Ok(
             sqlx::query_as::<_, Rec<Org>>("SELECT * FROM orgs WHERE org_id = $1")
                 .bind(org_id)
-                .fetch_optional(self.read())
+                .fetch_optional(self.keyed())
                 .await?
                 .map(|r| r.0),
         )
