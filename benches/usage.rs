@@ -556,39 +556,51 @@ async fn exports(backend: Backend) -> (Vec<Export>, Duration, Option<(u64, Durat
 /// What the figures say, as last measured (kept with the benchmark so that a rerun keeps it).
 const ANALYSIS: &str = r#"## Reading the figures
 
-- **Breakdown by project, user and agent** read the member rollup (`member_hourly`,
-  written with the spans, docs/limits.md): 1.1-1.3x of the raw read of that rollup on
-  both backends (before it they summed every session-hour and took 10-27 ms). By session
-  the breakdown is 1.7x of summing `session_hourly` by session (4,320 rows in the answer).
-- **Breakdown by day, hour and funding** are 2.4-3.5x of a raw read that itself takes
-  0.25-1.1 ms: the service's fixed cost (HTTP on loopback, the token, the org, running
-  sessions counted up to now, 720 hourly rows formatted as RFC 3339 and hours) is of the
-  order of the read itself. The org's row is now read beside the pieces, from the
-  billing period it was last read with (`PeriodGuesses`, src/app/standing.rs), not
-  before them. Not yet within the 2x aimed for.
-- **The usage page** reads more than its rollup: the org and its funding, the windows'
-  edge hours from spans, running sessions up to now and the session counts. On
-  PostgreSQL it was 6.2x of summing `org_hourly` over two windows (pg_stat_statements:
-  the session counts read every parked session's row, 0.9 ms here with 4,320 parked; the
-  window sums waited for the org's row; an absent window edge, as every ISO week has,
-  read every span the org ever had). The parked count now comes from the index alone,
-  the window sums are read beside the org's row, and an absent edge reads nothing: 3.5x
-  in this run (1.45 ms against 0.41 ms). On SQLite the raw read is 0.1 ms, so the page's
-  fixed cost weighs more (9x). Issue 18's 2x is not met.
-- **Exports.** PostgreSQL's COPY of the frozen lines, sorted as the export is, runs at
-  about 500k lines/s in this run (230k on the slower machine of an earlier run; these
-  lines have 12 columns and come in key order). The closed month over HTTP runs at 0.83
-  of COPY and `rush-meter export` at 0.78; issue 18's 0.9 is not met. The time is in the
+- **Where the time went** (pg_stat_statements with `track_planning`, and auto_explain of
+  the slow statements, over `cargo bench --bench usage -- postgres console`): the usage
+  page's window sums took 1.26 ms a call against 0.06 ms for each raw sum. Their generic
+  plan scanned every span of the org: the part hours at the windows' edges were asked as
+  four `end_at > $a AND start_at < $b` half-lines, which a generic plan guesses at a third
+  of the table. Windows on the hour (every calendar month, every ISO week) have no part
+  hours, so the statement now reads no span for them, and edges that are there are asked
+  as ranges (`end_at > $a AND end_at < 2^62`) served by `spans_org_running_end`: 0.31 ms.
+  The console's reads of one org were also planned anew on every call (the org's funding
+  row 0.36 ms to plan against 0.08 ms to run, the window sums 0.36 ms to plan); they now
+  run on a pool of connections that keep generic plans, as the group commits do
+  (`Pg::keyed`, src/store/pg.rs).
+- **Breakdowns on PostgreSQL are within 2x of reading their rollup** in this run: by
+  project, user and agent 1.1-1.4x (they read the member rollup, `member_hourly`, written
+  with the spans; before it they summed every session-hour and took 10-27 ms), by day
+  1.9x, by hour 1.4x, by funding 1.9x and by session 2.0x (4,320 rows in the answer).
+  The service's fixed cost (HTTP on loopback, the token, the org, running sessions
+  counted up to now, rows formatted as RFC 3339 and hours) is of the order of a raw read
+  of 0.3-1.5 ms, so a noisy round moves these ratios by a few tenths.
+- **On SQLite** the same reads are 1.0-1.7x for project, user, agent and day, 2.2-2.3x by
+  session and funding and 3.7x by hour: SQLite runs inside the service's process, so its
+  reads share the two cores with the HTTP stack and the client, and the hour breakdown's
+  three reads at once (pieces, running sessions, the org) wait for each other there.
+- **The usage page** reads more than its rollup: the org and its funding, running
+  sessions up to now and the session counts beside the window sums. On PostgreSQL it is
+  2.3x of summing `org_hourly` over two windows (3.5x in the previous run, 6.2x before
+  that): the parked sessions' count (an index-only count of 4,320 parked sessions here,
+  0.39 ms) and the three reads at once on two busy cores are most of what is left over
+  the raw read; issue 18's 2x is not met. On SQLite the raw read is 0.3 ms and the page
+  2.7x of it.
+- **Exports.** PostgreSQL's COPY of the frozen lines, sorted as the export is, ran at
+  381k lines/s in this run (501k in the previous one, on the same machine on a quieter
+  hour; these lines have 12 columns and come in key order). The closed month over HTTP
+  ran at 0.63 of COPY and `rush-meter export` at 0.68 (0.83 and 0.78 in the previous run,
+  the export path unchanged since); issue 18's 0.9 is not met. The time is in the
   database read through sqlx (a 12-column row decoded into owned strings): writing the
-  lines no longer allocates and is not the bottleneck.
-- **Memory is flat**: `rush-meter export` of a closed month peaks at 24-32 MiB whether it
+  lines does not allocate and is not the bottleneck.
+- **Memory is flat**: `rush-meter export` of a closed month peaks at 24-33 MiB whether it
   writes a thousand org lines or a million session lines, on both backends; the service
   streams in 64 KiB chunks behind bounded channels. An open month on SQLite peaks higher
   (about 70 MiB): SQLite sorts the live query inside the process, in its page cache,
   spilling to a temporary file past it.
 - **An open month** is computed live (rollups, spans, the frozen month before it for
-  adjustments) and is 2-5x slower than a closed one; closing a month of a million
-  sessions takes 9-11 s in this run, once.
+  adjustments) and is 1.6-4.5x slower than a closed one; closing a month of a million
+  sessions takes 13-17 s in this run, once.
 "#;
 
 fn ms(d: Duration) -> String {
