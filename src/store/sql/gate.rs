@@ -66,12 +66,8 @@ async fn window_usage_and_limits_on(
     limits.absorb(&rows)?;
     for row in &rows {
         if row.try_get::<String, _>("row_kind")? == "sums" {
-            let e = usage.entry(row.try_get("org_id")?).or_default();
-            e.month += row.try_get::<i64, _>("created_at")?;
-            e.week += row.try_get::<i64, _>("updated_at")?;
-            e.running += row.try_get::<i64, _>("month_used")?;
-            e.month_provisional += row.try_get::<i64, _>("week_used")?;
-            e.week_provisional += row.try_get::<i64, _>("fifth")?;
+            let names = ["created_at", "updated_at", "month_used", "week_used", "fifth"];
+            add_window_sums(&mut usage, row, names)?;
         }
     }
     Ok((usage, limits.finish()))

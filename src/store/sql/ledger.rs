@@ -155,6 +155,25 @@ const NO_EDGE: (Secs, Secs) = (i64::MAX / 4, i64::MAX / 4);
 /// range for a generic plan.
 const FAR_END: &str = "4611686018427387904";
 
+/// A query of this dialect, bound step by step.
+type Query<'q> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>;
+
+/// Add a window sums row's figures (`org_id`, then `s1`…`s5` under `names`) to `out`.
+fn add_window_sums(
+    out: &mut HashMap<String, WindowTotals>,
+    row: &Row,
+    names: [&str; 5],
+) -> Result<(), sqlx::Error> {
+    use sqlx::Row as _;
+    let e = out.entry(row.try_get("org_id")?).or_default();
+    e.month += row.try_get::<i64, _>(names[0])?;
+    e.week += row.try_get::<i64, _>(names[1])?;
+    e.running += row.try_get::<i64, _>(names[2])?;
+    e.month_provisional += row.try_get::<i64, _>(names[3])?;
+    e.week_provisional += row.try_get::<i64, _>(names[4])?;
+    Ok(())
+}
+
 /// Parameters of the window sums before the org ids (`window_sums_sql`).
 const WINDOW_SUMS_PARAMETERS: usize = 21;
 
@@ -179,47 +198,23 @@ impl WindowSums {
     }
 
     /// Bind `window_sums_sql`'s parameters for `orgs` (its first ones) to `q`.
-    fn bind<'q, Q: BindAll<'q>>(&self, mut q: Q, orgs: &[&'q str], now: Secs, rules: &Rules) -> Q {
+    fn bind<'q>(&self, mut q: Query<'q>, orgs: &[&'q str], now: Secs, rules: &Rules) -> Query<'q> {
         let full = self.full;
         let (lo, hi) = (full[0].0.min(full[1].0), full[0].1.max(full[1].1));
         for v in [full[0].0, full[0].1, full[1].0, full[1].1, lo, hi] {
-            q = q.bind_i64(v);
+            q = q.bind(v);
         }
         for e in self.edges.iter().flatten() {
-            q = q.bind_i64(e.0).bind_i64(e.1);
+            q = q.bind(e.0).bind(e.1);
         }
         for w in self.windows {
-            q = q.bind_i64(w.start).bind_i64(w.end);
+            q = q.bind(w.start).bind(w.end);
         }
-        q = q.bind_i64(now).bind_i64(rules.interval).bind_i64(rules.lease);
+        q = q.bind(now).bind(rules.interval).bind(rules.lease);
         for id in orgs {
-            q = q.bind_str(id);
+            q = q.bind(*id);
         }
         q
-    }
-}
-
-/// The two kinds of sqlx query the window sums are bound to (`query`, `query_as`).
-trait BindAll<'q>: Sized {
-    fn bind_i64(self, v: i64) -> Self;
-    fn bind_str(self, v: &'q str) -> Self;
-}
-
-impl<'q> BindAll<'q> for sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>> {
-    fn bind_i64(self, v: i64) -> Self {
-        self.bind(v)
-    }
-    fn bind_str(self, v: &'q str) -> Self {
-        self.bind(v)
-    }
-}
-
-impl<'q, O> BindAll<'q> for sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments<'q>> {
-    fn bind_i64(self, v: i64) -> Self {
-        self.bind(v)
-    }
-    fn bind_str(self, v: &'q str) -> Self {
-        self.bind(v)
     }
 }
 
@@ -308,14 +303,9 @@ async fn window_usage_on(
     let sums = WindowSums::new(windows);
     for chunk in org_ids.chunks(CHUNK) {
         let sql = window_sums_sql(chunk.len(), &sums.edges);
-        let q = sums.bind(sqlx::query_as::<_, (String, i64, i64, i64, i64, i64)>(&sql), chunk, now, rules);
-        for (org, m, w, n, pm, pw) in q.fetch_all(&mut *conn).await? {
-            let e = out.entry(org).or_default();
-            e.month += m;
-            e.week += w;
-            e.running += n;
-            e.month_provisional += pm;
-            e.week_provisional += pw;
+        let q = sums.bind(sqlx::query(&sql), chunk, now, rules);
+        for row in q.fetch_all(&mut *conn).await? {
+            add_window_sums(&mut out, &row, ["s1", "s2", "s3", "s4", "s5"])?;
         }
     }
     Ok(out)
