@@ -145,6 +145,18 @@ fn overlap(lo: &str, hi: &str, a: usize, b: usize) -> String {
     format!("{GREATEST}(0, {LEAST}({hi}, ${b}) - {GREATEST}({lo}, ${a}))")
 }
 
+/// An org's running sessions (`$1`). Read on a generic plan on one PostgreSQL (`Pg::keyed`),
+/// as are `SESSION_COUNTS`: `generic_plans` in src/store/pg.rs checks both on a large org.
+const RUNNING_SESSIONS: &str = "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'";
+
+/// An org's (`$1`) running sessions heard since `$2` and its parked ones: two counts, so
+/// that the parked ones (which pile up: a session parks between turns for days) come from
+/// `sessions_org_phase` alone, without reading their rows.
+const SESSION_COUNTS: &str = "SELECT \
+    (SELECT COUNT(*) FROM sessions WHERE org_id = $1 AND phase = 'running' \
+       AND COALESCE(heard_at, last_at) >= $2), \
+    (SELECT COUNT(*) FROM sessions WHERE org_id = $1 AND phase = 'parked')";
+
 /// A window edge that is not there (a window starting or ending on the hour, as every ISO
 /// week does): an empty interval past any span, so that its `end_at > $a` reads nothing
 /// from `spans_org_running_end` and its overlap is 0. (`(0, 0)` would read every span the
@@ -428,9 +440,7 @@ impl LedgerStore for Backend {
 
     async fn running_sessions(&self, org_id: &str) -> StoreResult<Vec<Session>> {
         Ok(unwrap_all(
-            sqlx::query_as::<_, Rec<Session>>(
-                "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'",
-            )
+            sqlx::query_as::<_, Rec<Session>>(RUNNING_SESSIONS)
             .bind(org_id)
             .fetch_all(self.keyed())
             .await?,
@@ -483,14 +493,7 @@ impl LedgerStore for Backend {
         now: Secs,
         rules: &Rules,
     ) -> StoreResult<SessionCounts> {
-        // Two counts, so that the parked ones (which pile up: a session parks between turns
-        // for days) come from `sessions_org_phase` alone, without reading their rows.
-        let (running, parked): (i64, i64) = sqlx::query_as(
-            "SELECT \
-               (SELECT COUNT(*) FROM sessions WHERE org_id = $1 AND phase = 'running' \
-                  AND COALESCE(heard_at, last_at) >= $2), \
-               (SELECT COUNT(*) FROM sessions WHERE org_id = $1 AND phase = 'parked')",
-        )
+        let (running, parked): (i64, i64) = sqlx::query_as(SESSION_COUNTS)
         .bind(org_id)
         .bind(now - rules.lease)
         .fetch_one(self.keyed())
