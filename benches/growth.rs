@@ -699,18 +699,18 @@ const ANALYSIS: &str = r#"## Reading the figures
 
 - **SQLite holds**: a decision, a heartbeat, the usage page and the breakdown cost the same
   at 10⁷ heartbeats and 100,000 orgs as at 10⁴ and 10 orgs (0.99-1.06x).
-- **PostgreSQL holds but for the decision**: a heartbeat 1.09x, the usage page 1.11x, the
-  breakdown 1.00x. A decision is flat to 10⁶ heartbeats and 4,642 orgs (1.15x) and
-  3.0x at 10⁷ and 100,000 orgs (4.6 to 13.8 ms; issue 18 stays open). auto_explain
-  over `-- postgres 4` names the slot count's second half (sessions of the key that took
-  a slot within the lease): its generic plan reads the org's 5,250 sessions through the
-  primary key, 5.4 ms, where `sessions_key_slot` reads a range of the key. That index
-  is partial (`phase <> 'ended'`), and with a month of sessions ended by the expiry job
-  it holds a few hundred rows in the pages of 41,496, which the planner prices as
-  costlier than the primary key: the same churn that priced `sessions_key_running` out.
-  Indexes whose rows pass through (running, open) are priced by their pages, not their
-  rows; full indexes on (org_id, key_id, slot_at) and (org_id, key_id, phase) in their
-  place are the next thing to measure.
+- **PostgreSQL holds too**: a decision 1.19x, a heartbeat 1.02x, the usage page 1.06x,
+  the breakdown 1.01x (`-- postgres 4`, after migration 0010's full slot indexes). Before
+  them a decision was flat to 10⁶ heartbeats and 4,642 orgs and 3.0x at 10⁷ and 100,000
+  orgs (4.6 to 13.8 ms): auto_explain over `-- postgres 4` named the slot count's second
+  half (sessions of the key that took a slot within the lease), whose generic plan read
+  the org's 5,250 sessions through the primary key, 5.4 ms, where `sessions_key_slot`
+  reads a range of the key. That index was partial (`phase <> 'ended'`); with a month of
+  sessions ended by the expiry job it held a few hundred rows in the pages of 41,496, and
+  the planner prices an index by its pages: the same churn that priced
+  `sessions_key_running` out. 0010 replaces both with full indexes, (org_id, key_id,
+  slot_at) and (org_id, key_id, phase), whose pages hold their rows; a heartbeat writes
+  neither `slot_at` nor (but when it parks or resumes) `phase`, so its updates stay HOT.
 - **What was fixed on the way** (migration 0010). The first run of this benchmark showed
   PostgreSQL's decision 4.4x, usage page 6.0x and breakdown 5.5x at 10⁷ (20, 12 and
   9 ms). auto_explain (`log_analyze`, over `cargo bench --bench growth -- postgres 4`)
@@ -729,7 +729,8 @@ const ANALYSIS: &str = r#"## Reading the figures
   that reading a whole org costs what it may and the indexes that name the phase, key or
   slot win, and drops `sessions_key_open` (unread since 0009, a tie beside
   `sessions_key_slot`). The lib test `store::pg::generic_plans::
-  a_large_org_among_many_small_ones_reads_only_the_sessions_it_counts` fails without it
+  a_large_org_among_many_small_ones_reads_only_the_sessions_it_counts` (20,000 small
+  orgs, one of 5,000 sessions that ran, parked and mostly ended) fails without 0010
   (4,999 rows thrown away by the slot count) and passes with it.
 - **A week of parked sessions**: sessions park between turns, and the service's expiry
   job ends those idle for a week; the benchmark runs it as it seeds, so an org keeps a
@@ -737,6 +738,6 @@ const ANALYSIS: &str = r#"## Reading the figures
   history, the job catching up during the timing) left the org's 4,149 parked sessions
   to count on each usage page: SQLite's page grew 1.3-1.5x with them, an index range
   that grows with an org's parked sessions, which the week bounds.
-- **Size on disk**: 250 MB on PostgreSQL and 68 MB on SQLite for 41,496 session-hours
+- **Size on disk**: 250-255 MB on PostgreSQL and 68 MB on SQLite for 41,496 session-hours
   over 100,000 orgs, after VACUUM (docs/operations.md).
 "#;

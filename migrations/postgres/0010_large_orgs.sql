@@ -10,6 +10,20 @@
 -- read the org's own count from the statistics where it is a common one.
 ALTER TABLE sessions ALTER COLUMN org_id SET (n_distinct = -0.01);
 
+-- The slot count's indexes, full instead of partial. Partial ones over the phases a
+-- session passes through (`running`, not yet `ended`) keep the pages of every session
+-- that passed, and the planner prices an index by its pages: with a month of sessions
+-- ended, a generic plan read a large org's 5,250 sessions by the primary key rather
+-- than the few in `sessions_key_slot` (reports/growth.md). A full index's pages hold
+-- its rows. A heartbeat never writes `slot_at`, and writes `phase` only when the session
+-- parks or resumes (indexed already by sessions_org_phase): its updates stay HOT as
+-- before. (SQLite keeps the partial indexes: its planner does not price them by pages,
+-- and its plans held flat.)
+CREATE INDEX sessions_key_phase ON sessions (org_id, key_id, phase);
+CREATE INDEX sessions_key_slot_at ON sessions (org_id, key_id, slot_at);
+DROP INDEX IF EXISTS sessions_key_running;
+DROP INDEX IF EXISTS sessions_key_slot;
+
 -- Read by no statement since 0009 (sessions_key_slot and sessions_key_running took its
 -- place), kept one release for the instances of the release before (docs/operations.md),
 -- and a tie for the planner beside sessions_key_slot.
