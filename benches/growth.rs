@@ -16,6 +16,7 @@ use rush_meter_core::gate::{AdmissionRequest, Agent};
 use rush_meter_core::heartbeats::Heartbeat;
 use rush_meter_core::ids::Id;
 use rush_meter_core::ledger::{Observation, Rules, VmState};
+use rush_meter_core::plans::Plans;
 use rush_meter_core::time::Secs;
 
 #[global_allocator]
@@ -173,14 +174,6 @@ fn measured_session(n: usize, start: Secs) -> Session {
     }
 }
 
-async fn execute(db: &Db, sql: &str) {
-    match db.pools() {
-        Pools::Postgres(p) => sqlx::query(sql).execute(p).await.map(drop),
-        Pools::Sqlite { write, .. } => sqlx::query(sql).execute(write).await.map(drop),
-    }
-    .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
 async fn fetch_i64(db: &Db, sql: &str) -> i64 {
     match db.pools() {
         Pools::Postgres(p) => sqlx::query_scalar(sql).fetch_one(p).await,
@@ -219,7 +212,7 @@ async fn seed_orgs(db: &Db, size: Size, from: Secs) {
         ),
     ];
     for sql in statements {
-        execute(db, &sql).await;
+        common::execute(db, &sql).await;
     }
 }
 
@@ -265,20 +258,19 @@ async fn seed_history(db: &Db, sessions: &[Session]) -> u64 {
             db.ingest(&group, &RULES, &plans, at - 15, 0).await.unwrap();
         }
         if t % 3600 == 0 {
-            expire(db, t).await;
+            expire(db, &plans, t).await;
         }
         t += BURST_EVERY;
     }
-    expire(db, NOW).await;
+    expire(db, &plans, NOW).await;
     sent
 }
 
 /// What the service's expiry job does every few seconds (src/app/jobs.rs), caught up to
 /// `now`: sessions parked for a week end (`PARKED_EXPIRY_SECS`), so an org's parked
 /// sessions are at most a week's.
-async fn expire(db: &Db, now: Secs) {
-    let plans = harness::plans();
-    while db.expire_sessions(now, &RULES, &plans, 1000).await.unwrap() > 0 {}
+async fn expire(db: &Db, plans: &Plans, now: Secs) {
+    while db.expire_sessions(now, &RULES, plans, 1000).await.unwrap() > 0 {}
 }
 
 /// A size's database, seeded, and the service on it at `NOW`.

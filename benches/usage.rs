@@ -361,14 +361,7 @@ async fn seed_sessions(db: &Db) {
             .to_owned(),
     ];
     for sql in statements {
-        match db.pools() {
-            Pools::Postgres(p) => {
-                sqlx::query(&sql).execute(p).await.unwrap();
-            }
-            Pools::Sqlite { write, .. } => {
-                sqlx::query(&sql).execute(write).await.unwrap();
-            }
-        }
+        common::execute(db, &sql).await;
     }
     if let Pools::Postgres(p) = db.pools() {
         sqlx::query("VACUUM ANALYZE").execute(p).await.unwrap();

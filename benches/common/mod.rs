@@ -9,6 +9,16 @@ pub mod harness;
 
 pub use harness::{Backend, Options, TestServer as Server, ADMIN};
 
+/// Run `sql` on the pool that writes (a benchmark's seeding by hand), failing with it.
+pub async fn execute(db: &rush_meter::store::Db, sql: &str) {
+    use rush_meter::store::Pools;
+    match db.pools() {
+        Pools::Postgres(p) => sqlx::query(sql).execute(p).await.map(drop),
+        Pools::Sqlite { write, .. } => sqlx::query(sql).execute(write).await.map(drop),
+    }
+    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
 /// The runtime every benchmark drives its server and load from.
 /// The backend named on the command line (`cargo bench --bench x -- sqlite`), if one is:
 /// a run for one backend prints its figures and leaves the report as it is.
