@@ -46,12 +46,16 @@ for k in base_ingest base_admission head_ingest head_admission; do
 done
 
 # One bench for one backend; its stderr figures go to $out/<side>.<bench>.<backend>.<round>.
+# The tree's benchmarks run their orgs within the plan only (`plan`), as the base's do
+# (the base takes no such word, and has no other setup).
 measure() {
   local side="$1" bench="$2" backend="$3" round="$4" program="$5"
   shift 5
   echo "round $round: $side $bench $backend" >&2
   local log="$out/$side.$bench.$backend.$round.log"
-  env "$@" "$program" "$backend" >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
+  local word=""
+  [ "$side" = base ] || word=plan
+  env "$@" "$program" "$backend" $word >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
   grep -E 'rows/s|decisions/s' "$log" >"$out/$side.$bench.$backend.$round"
 }
 for round in $(seq 1 "$rounds"); do
@@ -74,12 +78,22 @@ figures = {}  # (bench, backend, load) -> side -> [rate]
 for path in glob.glob(os.path.join(out, "*[0-9]")):
     side, bench, backend, _ = os.path.basename(path).split(".")
     for line in open(path):
-        m = re.match(r"(\w+) batch (\d+): (\d+) rows/s", line) or re.match(r"(\w+) (\d+) callers: (\d+) decisions/s", line)
+        # The base's lines name no setup; the tree's name theirs (`(plan)`, and the raw
+        # transaction's), and its ingest also the concurrency: only the base's loads (100
+        # heartbeats a request at 16, one at 128) within the plan count.
+        m = re.match(r"(\w+) batch (\d+)(?: at (\d+))?(?: \(([^)]*)\))?: (\d+) rows/s", line) \
+            or re.match(r"(\w+) (\d+) callers(?: \(([^)]*)\))?: (\d+) decisions/s", line)
         if not m:
             continue
-        backend = m.group(1).lower()  # a base without the backend argument measures both
-        load = f"{m.group(2)} a request" if bench == "ingest" else f"{m.group(2)} callers"
-        figures.setdefault((bench, backend, load), {}).setdefault(side, []).append(float(m.group(3)))
+        groups = m.groups()
+        setup, rate = groups[-2], groups[-1]
+        if setup not in (None, "plan"):
+            continue
+        if bench == "ingest" and groups[2] not in (None, {"100": "16", "1": "128"}[groups[1]]):
+            continue
+        backend = groups[0].lower()  # a base without the backend argument measures both
+        load = f"{groups[1]} a request" if bench == "ingest" else f"{groups[1]} callers"
+        figures.setdefault((bench, backend, load), {}).setdefault(side, []).append(float(rate))
 cores = os.cpu_count()
 rows = []
 for (bench, backend, load) in sorted(figures, key=lambda k: (k[0] != "ingest", k[1], int(k[2].split()[0]))):
@@ -98,8 +112,11 @@ print(f"""# One PostgreSQL and a distributable store, side by side
 The ingest and admission benchmarks of commit {base_rev} (before the store was made
 distributable by org_id, issue 19) beside {head_rev}, run interleaved on the same machine
 in one run: base, head, then head on a PostgreSQL whose org tables are hash-partitioned
-four ways (each partition a shard: statements go out once a shard). Figures are medians
-of {rounds} rounds (each round's figure in brackets); the ratio is head / base.
+four ways (each partition a shard: statements go out once a shard). The loads are the
+base's (100 heartbeats a request at 16 clients, one at 128; 1, 8 and 32 callers), with
+orgs within their plan; the tree's benchmarks measure each three times a run, the base's
+once. Figures are medians of every measurement of {rounds} rounds (each in brackets); the
+ratio is head / base.
 
 - Command: `benches/compare.sh {' '.join(args.split()) if args else base_rev}`
 - Machine: {cores} cores, the load generator (wrk), the service and the database on them

@@ -690,19 +690,32 @@ the largest.
 const ANALYSIS: &str = r#"## Reading the figures
 
 - **SQLite holds**: a decision, a heartbeat, the usage page and the breakdown cost the same
-  at 10⁷ heartbeats and 100,000 orgs as at 10⁴ and 10 orgs (0.99-1.06x).
-- **PostgreSQL holds too**: a decision 1.19x, a heartbeat 1.02x, the usage page 1.06x,
-  the breakdown 1.01x (`-- postgres 4`, after migration 0010's full slot indexes). Before
-  them a decision was flat to 10⁶ heartbeats and 4,642 orgs and 3.0x at 10⁷ and 100,000
-  orgs (4.6 to 13.8 ms): auto_explain over `-- postgres 4` named the slot count's second
-  half (sessions of the key that took a slot within the lease), whose generic plan read
-  the org's 5,250 sessions through the primary key, 5.4 ms, where `sessions_key_slot`
-  reads a range of the key. That index was partial (`phase <> 'ended'`); with a month of
-  sessions ended by the expiry job it held a few hundred rows in the pages of 41,496, and
-  the planner prices an index by its pages: the same churn that priced
-  `sessions_key_running` out. 0010 replaces both with full indexes, (org_id, key_id,
-  slot_at) and (org_id, key_id, phase), whose pages hold their rows; a heartbeat writes
-  neither `slot_at` nor (but when it parks or resumes) `phase`, so its updates stay HOT.
+  at 10⁷ heartbeats and 100,000 orgs as at 10⁴ and 10 orgs (1.00-1.04x).
+- **PostgreSQL**: a heartbeat 1.06x, the usage page 1.04x, the breakdown 0.96x; a decision
+  1.21x in this run (1.84 to 2.22 ms; 1.19x in the run before, 1.11x and 1.12x in two runs
+  of `-- postgres 4` profiled the same day), at the target's edge. What grows, found with
+  auto_explain (`log_analyze`, `log_buffers`, over `-- postgres 4`, turned on after the
+  seeding): the decision's statements take 0.42 ms of the database's time at 10⁴ and
+  0.71 ms at 10⁷, the whole difference in the measured p50s, and nothing is read from disk
+  (every buffer a hit). Two statements grow: the write (sessions, decision record;
+  0.18 to 0.31 ms, inserts into indexes 40,000 times larger) and the slot count, 17 to 106
+  buffers. The slot count's two halves have an index each, (org_id, key_id, phase) and
+  (org_id, key_id, slot_at) (migration 0010); a generic plan judges a key by the average
+  one, about a row, prices the two alike, and took them crosswise in every database: the
+  running count read the key's sessions by `slot_at`, the slot count by `phase`, so each
+  read every session the key has run (4 at 10⁴, 46 at 10⁷), ended ones too. That bounds a
+  decision by a key's history (a key used for months holds thousands of ended sessions).
+  Tried and not kept: one index (org_id, key_id, phase, slot_at) with the open phases
+  named as `phase IN (…)`, which a generic plan took as a filter, not as the range's
+  bound (0.72 ms over a key of 5,000 sessions, worse); and one count a phase, which fell
+  to the global `sessions_open` for the rare phases, a read that grows with the fleet's
+  running sessions. What would end it: a key's slots kept in a row of their own (a
+  counter under the key's lock, written by the gate and the expiry job), or ended
+  sessions moved out of `sessions`; left for now.
+- **One round trip fewer a group**: on one PostgreSQL the slot counts now come in the
+  statement that claims the group's new session ids (`claim_owners_counting_slots`,
+  src/store/pg.rs; both need only the keys' locks); a group with sessions already known
+  counts again after locking them, as before.
 - **What was fixed on the way** (migration 0010). The first run of this benchmark showed
   PostgreSQL's decision 4.4x, usage page 6.0x and breakdown 5.5x at 10⁷ (20, 12 and
   9 ms). auto_explain (`log_analyze`, over `cargo bench --bench growth -- postgres 4`)

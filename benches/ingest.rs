@@ -245,7 +245,13 @@ async fn sqlite_raw_rows(url: &str, batch: usize, clients: usize, table: &str) -
 fn main() {
     let rt = common::runtime();
     let only = common::only_backend();
-    let only_load = common::only_load();
+    // The second word names a load (`100x16`) or a setup (`plan`, `past`, `limits`: that
+    // one beside the plan's), as `benches/compare.sh` asks for the plan's alone.
+    let word = common::only_load();
+    let only_setup = word
+        .clone()
+        .filter(|w| Setup::ALL.iter().any(|s| s.word() == w));
+    let only_load = word.filter(|_| only_setup.is_none());
     let mut outcomes = Vec::new();
     // Each load: the setups it runs with. Single heartbeats at 8 and 32 concurrent are the
     // points issue 18 compares with one-row commits; they run within the plan only.
@@ -267,7 +273,7 @@ fn main() {
             continue;
         }
         for _ in 0..ROUNDS {
-            for &setup in setups {
+            for &setup in setups.iter().filter(|s| s.wanted(only_setup.as_deref())) {
                 let o = rt.block_on(run(backend, batch, clients, setup));
                 eprintln!(
                     "{:?} batch {} at {} ({}): {:.0} rows/s, {:.0} requests/s, p50 {:?}, p99 {:?}, {} errors, {:.1} requests per commit, raw {:?} rows/s",

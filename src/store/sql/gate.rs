@@ -131,7 +131,11 @@ async fn admit_once(
         claims.entry(*id).or_insert(*org);
     }
     let wanted: Vec<(&str, &str)> = claims.iter().map(|(id, org)| (*org, *id)).collect();
-    let claimed: HashSet<String> = claim_owners(&mut tx, &wanted).await?.into_iter().collect();
+    let since = now - rules.lease;
+    // The slot counts may come with the claim (one round trip fewer on one PostgreSQL):
+    // both are read after the keys are locked, which is all a group of new sessions needs.
+    let (claimed, counted) = store.claim_owners_counting_slots(&mut tx, &wanted, &shards, &keys, since).await?;
+    let claimed: HashSet<String> = claimed.into_iter().collect();
     claims.retain(|id, _| claimed.contains(*id));
     let existing: Vec<(&str, &str)> = named
         .iter()
@@ -155,12 +159,22 @@ async fn admit_once(
         // One of its sessions was created after its lock was looked for: start over.
         return Ok(None);
     }
-    for orgs in shards.values() {
-        for chunk in keys_of(orgs).chunks(CHUNK) {
-            for (org, key, n) in slot_counts(&mut tx, orgs, chunk, now - rules.lease).await? {
-                facts.slots.insert((org, key), n);
+    // Counts read before the group's existing sessions were locked are read again: a
+    // heartbeat committed meanwhile may have moved one of them in or out of its slot.
+    let counted = match counted {
+        Some(counts) if existing.is_empty() => counts,
+        _ => {
+            let mut counts = Vec::with_capacity(keys.len());
+            for orgs in shards.values() {
+                for chunk in keys_of(orgs).chunks(CHUNK) {
+                    counts.extend(slot_counts(&mut tx, orgs, chunk, since).await?);
+                }
             }
+            counts
         }
+    };
+    for (org, key, n) in counted {
+        facts.slots.insert((org, key), n);
     }
     // Only the members the group names: an org may limit many more than one group touches,
     // and an admission never changes a member's use (only bookings do).

@@ -114,20 +114,28 @@ from_row!(Piece {
     seconds,
 });
 
-from_row!(SessionLine {
-    org_id,
-    session_id,
-    project_id,
-    started_by,
-    agent,
-    running_seconds,
-    parked_seconds,
-    spans,
-    first_start,
-    last_end,
-    end_status,
-    adjustment_seconds,
-});
+/// Export lines come by the million, so they are read by position, in the order both of
+/// their statements select them (`FROZEN_LINES_SQL`, `live_lines_sql`): a read by name
+/// hashes the column's name for every column of every row.
+impl<'r> sqlx::FromRow<'r, Row> for Rec<SessionLine> {
+    fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
+        use sqlx::Row as _;
+        Ok(Rec(SessionLine {
+            org_id: row.try_get(0)?,
+            session_id: row.try_get(1)?,
+            project_id: row.try_get(2)?,
+            started_by: row.try_get(3)?,
+            agent: row.try_get(4)?,
+            running_seconds: row.try_get(5)?,
+            parked_seconds: row.try_get(6)?,
+            spans: row.try_get(7)?,
+            first_start: row.try_get(8)?,
+            last_end: row.try_get(9)?,
+            end_status: row.try_get(10)?,
+            adjustment_seconds: row.try_get(11)?,
+        }))
+    }
+}
 
 /// A column holding one of an enum's names (or NULL), or the decode error that names
 /// the column.
