@@ -562,33 +562,35 @@ const ANALYSIS: &str = r#"## Reading the figures
   run on a pool of connections that keep generic plans, as the group commits do
   (`Pg::keyed`, src/store/pg.rs).
 - **Breakdowns on PostgreSQL are about 2x of reading their rollup or less**: by project,
-  user and agent 1.0-1.6x (they read the member rollup, `member_hourly`, written with the
-  spans; before it they summed every session-hour and took 10-27 ms), by session 1.7x
-  (4,320 rows in the answer), by funding 1.8x, by day 2.1x and by hour 2.2x in this run
-  (1.9x and 1.4x in the run before it, on the same code but the last change). The
+  user and agent 0.9-1.2x (they read the member rollup, `member_hourly`, written with the
+  spans; before it they summed every session-hour and took 10-27 ms), by session 1.8x
+  (4,320 rows in the answer), by funding 1.7x, by day 1.75x and by hour 2.15x in this run
+  (2.1x and 2.2x in the run before it; 1.9x and 1.4x in the one before that). The
   service's fixed cost (HTTP on loopback, the token, the org, running sessions counted up
   to now, rows formatted as RFC 3339 and hours) is of the order of a raw read of
   0.4-1.3 ms, so a noisy round moves these ratios by a few tenths; day and hour are not
   shown held within 2x.
-- **On SQLite** the same reads are 1.2-1.5x for project, user, agent and session, 1.8x by
-  funding and 2.1x by day and by hour. The hour breakdown was 3.7x: every grouping read
+- **On SQLite** the same reads are 0.7-1.7x for project, user, agent, session and funding,
+  1.6x by day and 1.9x by hour in this run (2.1x and 2.1x in the run before). The hour breakdown was 3.7x: every grouping read
   constant columns beside its key and seconds (`'' AS session_id`, three NULLs), and
   sqlx hands SQLite's every column of a row over one by one; each grouping now reads
   (key, seconds) pairs and fills in the rest of a piece in Rust.
 - **The usage page** reads more than its rollup: the org and its funding, running
   sessions up to now and the session counts beside the window sums. On PostgreSQL it is
-  2.3x of summing `org_hourly` over two windows in this run and the one before it
+  2.3x of summing `org_hourly` over two windows in this run and the two before it
   (3.5x in the run before those, 6.2x before that): the parked sessions' count (an index-only count of 4,320 parked sessions here,
   0.39 ms) and the three reads at once on two busy cores are most of what is left over
-  the raw read; issue 18's 2x is not met. On SQLite the raw read is 0.25 ms and the page
-  3.3x of it.
+  the raw read; issue 18's 2x is not met. On SQLite the raw read is 0.19 ms and the page
+  3.5x of it (3.3x the run before).
 - **Exports.** PostgreSQL's COPY of the frozen lines, sorted as the export is, ran at
-  372k lines/s in this run (381k and 501k in the two before it, on the same machine;
-  these lines have 12 columns and come in key order). The closed month over HTTP ran at
-  0.85 of COPY and `rush-meter export` at 0.84 (0.63 and 0.68 in the run before, 0.83 and
-  0.78 in the one before that, the export path unchanged): issue 18's 0.9 is not shown met. The time is in the
-  database read through sqlx (a 12-column row decoded into owned strings): writing the
-  lines does not allocate and is not the bottleneck.
+  398k lines/s in this run (372k, 381k and 501k in the three before it, on the same
+  machine; these lines have 12 columns and come in key order). The closed month over HTTP
+  ran at 0.83 of COPY and `rush-meter export` at 0.83 (0.85 and 0.84 in the run before,
+  0.63 and 0.68 in the one before that): issue 18's 0.9 is not shown met. The time is in
+  the database read through sqlx (a 12-column row decoded into owned strings): writing the
+  lines does not allocate and is not the bottleneck. Export lines are now read by
+  position rather than by name (sqlx hashes a column's name on every read); that moved
+  no figure beyond the run-to-run spread.
 - **Memory is flat**: `rush-meter export` of a closed month peaks at 24-32 MiB whether it
   writes a thousand org lines or a million session lines, on both backends; the service
   streams in 64 KiB chunks behind bounded channels. An open month on SQLite peaks higher
