@@ -42,7 +42,6 @@ type Tx = Transaction<'static, DB>;
 /// The slots a key holds: `(org_id, key_id, count)`.
 type SlotCount = (String, String, i64);
 
-
 /// Rows a multi-row statement carries at most (SQLite allows 32,766 bound values).
 const CHUNK: usize = 500;
 

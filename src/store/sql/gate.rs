@@ -134,7 +134,11 @@ async fn admit_once(
     let since = now - rules.lease;
     // The slot counts may come with the claim (one round trip fewer on one PostgreSQL):
     // both are read after the keys are locked, which is all a group of new sessions needs.
-    let (claimed, counted) = store.claim_owners_counting_slots(&mut tx, &wanted, &shards, &keys, since).await?;
+    // A group naming sessions already known counts again below, after locking them (the
+    // statement's counts are then unused: resumes are the rarer case).
+    let (claimed, counted) = store
+        .claim_owners_counting_slots(&mut tx, &wanted, &shards, &keys, since)
+        .await?;
     let claimed: HashSet<String> = claimed.into_iter().collect();
     claims.retain(|id, _| claimed.contains(*id));
     let existing: Vec<(&str, &str)> = named
