@@ -424,36 +424,8 @@ async fn json_logs_name_the_request_route_org_status_and_latency(backend: Backen
         return;
     };
     let token = "log-admin-token-0123456789";
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
-        .args([
-            "--database-url",
-            &url,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", token)
-        .env("RUSH_METER_PLANS_DIR", common::repo_plans())
-        .env("RUSH_METER_LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    let (mut child, base, logs) = common::spawn_service_logging(&url, token, &[], "info").await;
     let client = reqwest::Client::new();
-    common::eventually(30, "the service is ready", || async {
-        client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
     let put = client
         .put(format!("{base}/v1/orgs/acme"))
         .bearer_auth(token)
@@ -474,8 +446,13 @@ async fn json_logs_name_the_request_route_org_status_and_latency(backend: Backen
         assert_eq!(r.headers()["x-request-id"], id);
     }
     child.start_kill().unwrap();
-    let out = child.wait_with_output().await.unwrap();
-    let text = String::from_utf8_lossy(&out.stderr);
+    child.wait().await.unwrap();
+    // The reader lets go of the lines when it reaches the end of the dead process's stderr.
+    common::eventually(30, "every log line is read", || async {
+        std::sync::Arc::strong_count(&logs) == 1
+    })
+    .await;
+    let text = logs.lock().unwrap().join("\n");
     let lines: Vec<serde_json::Value> = text
         .lines()
         .filter(|l| !l.trim().is_empty())

@@ -8,10 +8,13 @@ use crate::config::Config;
 pub async fn serve(config: &Config) -> CliResult {
     let app = App::start(config, Clock::System).await?;
     let listener = app::bind(config).await?;
+    // The bound address, not the configured one: `--listen 127.0.0.1:0` takes a free port,
+    // and this line is how the caller (a test, a supervisor) learns which.
+    let listen = listener.local_addr().unwrap_or(config.listen);
     tracing::info!(
-        listen = %config.listen,
+        listen = %listen,
         database = app.services.db.backend().as_str(),
-        console = %format_args!("http://{}/console", config.listen),
+        console = %format_args!("http://{listen}/console"),
         "rush-meter serving"
     );
     crate::http::serve(app, config, listener, app::shutdown_signal())

@@ -37,30 +37,8 @@ impl LocalStripe {
             Some(b) => b.into(),
             None => tokio::task::block_in_place(|| super::venv::tool("localstripe", VERSION))?,
         };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = tokio::process::Command::new(&bin)
-            .args(["--port", &port.to_string(), "--from-scratch"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("localstripe starts");
+        let (child, port) = Self::spawn(&bin).await;
         let url = format!("http://127.0.0.1:{port}");
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "localstripe did not listen on {port}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
         let ls = LocalStripe {
             url,
             http: reqwest::Client::new(),
@@ -83,6 +61,47 @@ impl LocalStripe {
             .await;
         }
         Some(ls)
+    }
+
+    /// localstripe listening on a port of its own. It takes the port it is given, so the
+    /// test picks a free one; another process may take that one first, and then localstripe
+    /// exits: it is ours only once it says it runs (stdout, unbuffered), else try another.
+    async fn spawn(bin: &std::path::Path) -> (tokio::process::Child, u16) {
+        use tokio::io::AsyncBufReadExt;
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut child = tokio::process::Command::new(bin)
+                .args(["--port", &port.to_string(), "--from-scratch"])
+                .env("PYTHONUNBUFFERED", "1")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("localstripe starts");
+            let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+            let running = async {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if line.contains("Running on") {
+                        return true;
+                    }
+                }
+                false
+            };
+            match tokio::time::timeout(Duration::from_secs(20), running).await {
+                Ok(true) => {
+                    // Its access log goes on to stdout: keep reading so the pipe never fills.
+                    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                    return (child, port);
+                }
+                Ok(false) => continue,
+                Err(_) => panic!("localstripe did not start on {port} within 20 s"),
+            }
+        }
+        panic!("localstripe found no free port in five tries")
     }
 
     pub async fn call(

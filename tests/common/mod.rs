@@ -419,39 +419,75 @@ pub async fn spawn_service_with(
     token: &str,
     envs: &[(&str, &str)],
 ) -> (tokio::process::Child, String) {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
-        .args([
-            "--database-url",
-            database_url,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
+    let (child, base, _) = spawn_service_logging(database_url, token, envs, "error").await;
+    (child, base)
+}
+
+/// A spawned service's log lines (JSON, one object a line), as they come.
+pub type Logs = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// `spawn_service_with`, logging at `level` (`RUST_LOG`) in JSON; the lines are kept in
+/// the returned `Logs` and echoed to the test's stderr.
+///
+/// The service picks its own port (`--listen 127.0.0.1:0`) and the address is read from
+/// its "serving" line: a port found free by the test and handed over could be taken by
+/// another test's process meanwhile, and then `/readyz` would answer from that one.
+pub async fn spawn_service_logging(
+    database_url: &str,
+    token: &str,
+    envs: &[(&str, &str)],
+    level: &str,
+) -> (tokio::process::Child, String, Logs) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
+        .args(["--database-url", database_url, "--listen", "127.0.0.1:0"])
         .env("RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", token)
         .env("RUSH_METER_PLANS_DIR", repo_plans())
-        .env("RUST_LOG", "error")
+        .env("RUSH_METER_LOG_FORMAT", "json")
+        .env("RUST_LOG", format!("{level},rush_meter::cli::serve=info"))
         .envs(envs.iter().copied())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
-            if r.status() == 200 {
-                return (child, base);
+    let logs = Logs::default();
+    let (tx, rx) = oneshot::channel();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let kept = logs.clone();
+    tokio::spawn(async move {
+        let mut announce = Some(tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("{line}");
+            let serving = serde_json::from_str::<Value>(&line)
+                .ok()
+                .filter(|v| v["message"] == "rush-meter serving")
+                .and_then(|v| v["listen"].as_str().map(str::to_owned));
+            if let Some(addr) = serving {
+                announce.take().map(|tx| tx.send(addr));
             }
+            kept.lock().unwrap().push(line);
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{base} never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    });
+    // Dropped unsent when the process exits before it serves.
+    let addr = match tokio::time::timeout(Duration::from_secs(30), rx).await {
+        Ok(Ok(addr)) => addr,
+        Ok(Err(_)) => panic!(
+            "the service exited before serving: {:?}",
+            child.wait().await
+        ),
+        Err(_) => panic!("the service did not serve within 30 s"),
+    };
+    let base = format!("http://{addr}");
+    let client = reqwest::Client::new();
+    eventually(30, "the service is ready", || async {
+        client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    (child, base, logs)
 }
 
 /// Beat `session` of `org` every 15 s from `from`, moving the server's clock along, until
