@@ -93,7 +93,8 @@ impl LocalStripe {
             };
             match tokio::time::timeout(Duration::from_secs(20), running).await {
                 Ok(true) => {
-                    // Its access log goes on to stdout: keep reading so the pipe never fills.
+                    // Its access log goes to stderr (discarded), but whatever else it prints must never
+                    // fill the pipe: keep reading.
                     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
                     return (child, port);
                 }
