@@ -1,4 +1,4 @@
-//! The seeded fleet simulation (src/sim.rs), checked against the true running time, and
+//! The seeded fleet simulation (src/sim/), checked against the true running time, and
 //! replayed through the store on SQLite and PostgreSQL against the pure core's reference.
 //!
 //! A failing seed is printed; replay it with `RUSH_METER_SIM_SEED=<seed> cargo test --test simulation`.

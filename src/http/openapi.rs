@@ -69,14 +69,11 @@ impl Modify for BearerAuth {
     }
 }
 
-/// Schemas for the strings the handlers check by hand (`schema_with = …`), so the
-/// document names the values a request may carry: each from its enum's names.
+/// Schemas no type says (`schema_with = …`): ids and their pattern, and value sets that
+/// are not one enum's (the sources that may fund a decision, a rule's names). Values that
+/// are one enum's take its schema by `value_type`.
 pub mod strings {
     use super::*;
-    use rush_meter_core::breakdown::GroupBy;
-    use rush_meter_core::export::{By, Format};
-    use rush_meter_core::gate::{Agent, Verdict};
-    use rush_meter_core::ledger::{EndStatus, Phase};
 
     fn one_of(values: &[&str]) -> Object {
         ObjectBuilder::new()
@@ -107,14 +104,6 @@ pub mod strings {
         string(true).pattern(Some(Id::PATTERN)).build()
     }
 
-    pub fn agent() -> Object {
-        one_of(Agent::NAMES)
-    }
-
-    pub fn end_status() -> Object {
-        one_of(EndStatus::NAMES)
-    }
-
     pub fn funded_by() -> Object {
         use rush_meter_core::funding::Source;
         // Grace pays for no decision: a run that only grace would fund is refused.
@@ -126,51 +115,13 @@ pub mod strings {
         one_of(&sources)
     }
 
+    /// A decision's rule: the two that allow, or the reason it was refused.
+    pub fn rule() -> Object {
+        one_of(&rush_meter_core::gate::Rule::names())
+    }
+
     pub fn grant_kind() -> Object {
         one_of(rush_meter_core::funding::GrantKind::NAMES)
-    }
-
-    // The query filters below carry their parameter's description: utoipa drops a doc
-    // comment from a parameter whose schema is given with `schema_with`.
-
-    fn described(values: &[&str], description: &str) -> Object {
-        let mut o = one_of(values);
-        o.description = Some(description.to_owned());
-        o
-    }
-
-    pub fn decision() -> Object {
-        described(Verdict::NAMES, "Only this decision; default both")
-    }
-
-    pub fn phase() -> Object {
-        described(Phase::NAMES, "Only sessions in this phase; default all")
-    }
-
-    pub fn group_by() -> Object {
-        described(GroupBy::NAMES, "Default `day`")
-    }
-
-    pub fn export_by() -> Object {
-        described(By::NAMES, "One line per org (default), or per session")
-    }
-
-    pub fn export_format() -> Object {
-        described(Format::NAMES, "Default `csv`")
-    }
-
-    pub fn event_state() -> Object {
-        described(
-            crate::billing::events::EventState::NAMES,
-            "Only events in this state; default all",
-        )
-    }
-
-    pub fn notification_state() -> Object {
-        described(
-            crate::app::notifier::DeliveryState::NAMES,
-            "Only notifications in this state; default all",
-        )
     }
 }
 

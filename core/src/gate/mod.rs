@@ -99,41 +99,24 @@ pub struct LimitFigures {
     pub week_limit: Option<i64>,
 }
 
-/// Why a run is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reason {
-    OrgSuspended,
-    SubscriptionInactive,
-    MonthlyCeilingReached,
-    WeeklyCeilingReached,
-    ConcurrencyLimitReached,
-    /// Past the plan, and the grants in force are used up.
-    GrantsExhausted,
-    /// Past the plan and the grants, and pay-as-you-go has reached its monthly cap.
-    SpendCapReached,
-    /// The run's user (`started_by`) has spent a limit the org set on it.
-    UserCeilingReached,
-    /// The run's project has spent a limit the org set on it.
-    ProjectCeilingReached,
-    /// The run's API key has spent a limit the org set on it.
-    KeyCeilingReached,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::OrgSuspended => "org_suspended",
-            Reason::SubscriptionInactive => "subscription_inactive",
-            Reason::MonthlyCeilingReached => "monthly_ceiling_reached",
-            Reason::WeeklyCeilingReached => "weekly_ceiling_reached",
-            Reason::ConcurrencyLimitReached => "concurrency_limit_reached",
-            Reason::GrantsExhausted => "grants_exhausted",
-            Reason::SpendCapReached => "spend_cap_reached",
-            Reason::UserCeilingReached => "user_ceiling_reached",
-            Reason::ProjectCeilingReached => "project_ceiling_reached",
-            Reason::KeyCeilingReached => "key_ceiling_reached",
-        }
+named! {
+    /// Why a run is refused.
+    pub enum Reason {
+        OrgSuspended = "org_suspended",
+        SubscriptionInactive = "subscription_inactive",
+        MonthlyCeilingReached = "monthly_ceiling_reached",
+        WeeklyCeilingReached = "weekly_ceiling_reached",
+        ConcurrencyLimitReached = "concurrency_limit_reached",
+        /// Past the plan, and the grants in force are used up.
+        GrantsExhausted = "grants_exhausted",
+        /// Past the plan and the grants, and pay-as-you-go has reached its monthly cap.
+        SpendCapReached = "spend_cap_reached",
+        /// The run's user (`started_by`) has spent a limit the org set on it.
+        UserCeilingReached = "user_ceiling_reached",
+        /// The run's project has spent a limit the org set on it.
+        ProjectCeilingReached = "project_ceiling_reached",
+        /// The run's API key has spent a limit the org set on it.
+        KeyCeilingReached = "key_ceiling_reached",
     }
 }
 
@@ -159,6 +142,15 @@ impl Rule {
 
     pub fn allows(self) -> bool {
         !matches!(self, Rule::Denied(_))
+    }
+
+    /// Every name a rule takes: the two that allow, then every reason.
+    pub fn names() -> Vec<&'static str> {
+        let allowing = [Rule::AlreadyAdmitted, Rule::WithinLimits].map(Rule::as_str);
+        allowing
+            .into_iter()
+            .chain(Reason::NAMES.iter().copied())
+            .collect()
     }
 }
 

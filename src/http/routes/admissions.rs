@@ -2,8 +2,9 @@
 
 use axum::extract::State;
 use axum::Json;
-use rush_meter_core::gate::{AdmissionRequest, Agent, Decision, Verdict};
+use rush_meter_core::gate::{AdmissionRequest, Agent, Decision, Reason, Verdict};
 use rush_meter_core::ids::Id;
+use rush_meter_core::members::LimitKind;
 use rush_meter_core::standing::WindowUsage;
 use rush_meter_core::time::{rfc3339, Interval, Secs};
 use serde::{Deserialize, Serialize};
@@ -26,7 +27,7 @@ pub struct AdmissionBody {
     /// Global; resuming a parked session uses its id again.
     #[schema(schema_with = crate::http::openapi::strings::id)]
     session_id: String,
-    #[schema(schema_with = crate::http::openapi::strings::agent)]
+    #[schema(value_type = Agent)]
     agent: String,
     #[schema(schema_with = crate::http::openapi::strings::id_or_null)]
     project_id: Option<String>,
@@ -50,6 +51,7 @@ pub struct Concurrency {
 #[derive(Serialize, ToSchema)]
 pub struct Upgrade {
     plan: String,
+    #[schema(value_type = Reason)]
     reason: String,
 }
 
@@ -57,10 +59,13 @@ pub struct Upgrade {
 #[derive(Serialize, ToSchema)]
 pub struct DecisionView {
     decision_id: String,
+    #[schema(value_type = Verdict)]
     decision: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Reason>)]
     reason: Option<String>,
     /// The rule that decided: `within_limits`, `already_admitted`, or the reason.
+    #[schema(schema_with = crate::http::openapi::strings::rule)]
     rule: String,
     session_id: String,
     key_id: String,
@@ -99,7 +104,7 @@ pub struct Remaining {
 /// A limit inside the org and what its member had used, running sessions counted.
 #[derive(Serialize, ToSchema)]
 pub struct MemberLimitView {
-    /// `user`, `project` or `key`.
+    #[schema(value_type = LimitKind)]
     kind: String,
     member_id: String,
     month_used_seconds: i64,
@@ -217,8 +222,8 @@ pub struct DecisionsQuery {
     /// Exclusive; default now.
     #[param(format = DateTime)]
     to: Option<String>,
-    /// Default both.
-    #[param(schema_with = crate::http::openapi::strings::decision)]
+    /// Only this decision; default both.
+    #[param(value_type = Option<Verdict>)]
     decision: Option<String>,
     /// `next_cursor` of the page before.
     cursor: Option<String>,

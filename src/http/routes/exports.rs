@@ -24,10 +24,10 @@ pub struct ExportQuery {
     #[param(required = true, pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$")]
     period: Option<String>,
     /// One line per org (default), or per session.
-    #[param(schema_with = crate::http::openapi::strings::export_by)]
+    #[param(value_type = Option<By>)]
     by: Option<String>,
     /// Default `csv`.
-    #[param(schema_with = crate::http::openapi::strings::export_format)]
+    #[param(value_type = Option<Format>)]
     format: Option<String>,
 }
 

@@ -50,8 +50,7 @@ impl LimitWindow {
 #[derive(Serialize, ToSchema)]
 pub struct LimitView {
     org_id: String,
-    /// `user`, `project` or `key`.
-    #[schema(schema_with = crate::http::openapi::strings::limit_kind)]
+    #[schema(value_type = LimitKind)]
     kind: String,
     member_id: String,
     /// Decimal hours; `null`: no monthly limit.

@@ -20,8 +20,8 @@ pub struct ListQuery {
     /// Only this org's.
     #[param(schema_with = crate::http::openapi::strings::id)]
     org_id: Option<String>,
-    /// Default all.
-    #[param(schema_with = crate::http::openapi::strings::notification_state)]
+    /// Only notifications in this state; default all.
+    #[param(value_type = Option<DeliveryState>)]
     state: Option<String>,
     /// 1 to 1000; default 100.
     #[param(minimum = 1, maximum = 1000)]
@@ -37,11 +37,14 @@ pub struct NotificationList {
 pub struct NotificationView {
     notification_id: String,
     org_id: String,
+    /// What it is about: `month`, `week`, `cap`, `grant_used_up:<grant_id>` or
+    /// `grant_expiring:<grant_id>`.
     window: String,
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     window_start: Secs,
     threshold_percent: i64,
+    #[schema(value_type = DeliveryState)]
     state: String,
     attempts: i64,
     #[serde(with = "rfc3339")]

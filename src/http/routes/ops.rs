@@ -32,7 +32,7 @@ pub async fn healthz() -> Json<Health> {
 }
 
 /// Readiness: 200 while the database answers within a second and requests are not being
-/// refused for an outage (src/http/breaker.rs), else 503.
+/// refused for an outage (src/app/breaker.rs), else 503.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses((status = 200, description = "The database answers", body = Health), Unready))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {

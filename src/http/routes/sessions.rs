@@ -2,7 +2,9 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
+use rush_meter_core::gate::Agent;
 use rush_meter_core::ledger::{EndStatus, Phase, Rules};
+use rush_meter_core::named;
 use rush_meter_core::session::Session;
 use rush_meter_core::time::{hours, rfc3339, Secs};
 use rush_meter_core::timeline;
@@ -29,9 +31,18 @@ pub(super) fn bound_org(principal: &Principal) -> Option<&str> {
 
 #[derive(Deserialize, ToSchema)]
 pub struct EndBody {
-    /// `completed`, `needs_review`, `cancelled`, `failed` or `expired`.
-    #[schema(schema_with = crate::http::openapi::strings::end_status)]
+    #[schema(value_type = EndStatus)]
     status: String,
+}
+
+named! {
+    /// What a reader should know of a session beyond its state.
+    pub enum SessionFlag {
+        /// Billed without the gate's admission.
+        Unadmitted = "unadmitted",
+        /// Spoke again after a silence past the lease (the gap is unbilled).
+        SilentGap = "silent_gap",
+    }
 }
 
 /// One session as every reader shows it.
@@ -40,18 +51,19 @@ pub struct SessionView {
     session_id: String,
     org_id: String,
     key_id: Option<String>,
+    #[schema(value_type = Option<Agent>)]
     agent: Option<String>,
     project_id: Option<String>,
     started_by: Option<String>,
     vm_id: Option<String>,
-    state: &'static str,
+    state: Phase,
     /// Booked running time, plus a running session's time up to now.
     billed_seconds: i64,
     billed_hours: String,
     heartbeats: i64,
     /// `unadmitted`: billed without the gate's admission; `silent_gap`: spoke again after
     /// a silence past the lease (the gap is unbilled).
-    flags: Vec<&'static str>,
+    flags: Vec<SessionFlag>,
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     created_at: Secs,
@@ -61,7 +73,7 @@ pub struct SessionView {
     #[serde(with = "rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     ended_at: Option<Secs>,
-    end_status: Option<String>,
+    end_status: Option<EndStatus>,
 }
 
 pub fn session_view(row: Session, now: Secs, rules: &Rules) -> SessionView {
@@ -69,13 +81,13 @@ pub fn session_view(row: Session, now: Secs, rules: &Rules) -> SessionView {
     let billed = led.billed_seconds + led.provisional(now, rules).map_or(0, |p| p.len());
     let mut flags = Vec::new();
     if row.unadmitted {
-        flags.push("unadmitted");
+        flags.push(SessionFlag::Unadmitted);
     }
     if led.silences > 0 {
-        flags.push("silent_gap");
+        flags.push(SessionFlag::SilentGap);
     }
     SessionView {
-        state: led.phase.as_str(),
+        state: led.phase,
         billed_seconds: billed,
         billed_hours: hours(billed),
         heartbeats: led.heartbeats,
@@ -83,7 +95,7 @@ pub fn session_view(row: Session, now: Secs, rules: &Rules) -> SessionView {
         created_at: row.created_at,
         last_seen_at: led.last_at,
         ended_at: led.ended_at,
-        end_status: led.end_status.map(|e| e.as_str().to_owned()),
+        end_status: led.end_status,
         session_id: row.session_id,
         org_id: row.org_id,
         key_id: row.key_id,
@@ -175,8 +187,8 @@ pub async fn get_session(
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct SessionsQuery {
-    /// Default all.
-    #[param(schema_with = crate::http::openapi::strings::phase)]
+    /// Only sessions in this phase; default all.
+    #[param(value_type = Option<Phase>)]
     state: Option<String>,
     /// Sessions created at or after; default all.
     #[param(format = DateTime)]

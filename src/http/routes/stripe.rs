@@ -120,8 +120,8 @@ pub struct Received {
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
-    /// Default all.
-    #[param(schema_with = crate::http::openapi::strings::event_state)]
+    /// Only events in this state; default all.
+    #[param(value_type = Option<EventState>)]
     state: Option<String>,
     /// `next_cursor` of the page before.
     cursor: Option<String>,
@@ -148,6 +148,7 @@ pub struct EventView {
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     received_at: Secs,
+    #[schema(value_type = EventState)]
     state: String,
     attempts: i64,
     #[serde(with = "rfc3339")]

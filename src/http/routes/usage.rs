@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use rush_meter_core::breakdown::{
     by_funding, check_range, group, provisional_pieces, windows_touched, GroupBy, Key, Piece, HOUR,
 };
-use rush_meter_core::funding::Source;
+use rush_meter_core::funding::{Source, WindowKind};
 use rush_meter_core::standing::WindowUsage;
 use rush_meter_core::time::{format_rfc3339, hours, month_window, rfc3339, Interval, Secs};
 use serde::{Deserialize, Serialize};
@@ -72,7 +72,7 @@ pub struct BreakdownQuery {
     #[param(format = DateTime)]
     to: Option<String>,
     /// Default `day`.
-    #[param(schema_with = crate::http::openapi::strings::group_by)]
+    #[param(value_type = Option<GroupBy>)]
     group_by: Option<String>,
 }
 
@@ -90,7 +90,7 @@ pub struct Breakdown {
     from: String,
     #[schema(format = DateTime)]
     to: String,
-    group_by: &'static str,
+    group_by: GroupBy,
     rows: Vec<BreakdownRow>,
     total: Total,
     /// The plan's ceiling for every month and week window the range touches.
@@ -161,7 +161,7 @@ pub struct BreakdownRow {
 
 #[derive(Serialize, ToSchema)]
 pub struct Ceiling {
-    window: &'static str,
+    window: WindowKind,
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     start: Secs,
@@ -283,11 +283,11 @@ pub async fn get_breakdown(
     };
     let ceilings: Vec<Ceiling> = months
         .into_iter()
-        .map(|w| ceiling("month", w, plan.monthly_limit_seconds))
+        .map(|w| ceiling(WindowKind::Month, w, plan.monthly_limit_seconds))
         .chain(
             weeks
                 .into_iter()
-                .map(|w| ceiling("week", w, plan.weekly_limit_seconds)),
+                .map(|w| ceiling(WindowKind::Week, w, plan.weekly_limit_seconds)),
         )
         .collect();
     Ok(Json(Breakdown {
@@ -295,7 +295,7 @@ pub async fn get_breakdown(
         plan: plan.id.clone(),
         from: format_rfc3339(range.start),
         to: format_rfc3339(range.end),
-        group_by: by.as_str(),
+        group_by: by,
         rows,
         total: Total {
             seconds: total,
