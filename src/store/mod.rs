@@ -5,7 +5,7 @@
 //! which the two differ (how a write transaction begins, row locks, LEAST/GREATEST) and
 //! its set-based statements (arrays and UNNEST on PostgreSQL, multi-row VALUES on
 //! SQLite), the one place where they differ in shape. Each `sql/` file implements one of
-//! the store's traits (`api.rs`), so a `Db` is one `dyn Store`, whichever database it is.
+//! the store's traits (`api/`), so a `Db` is one `dyn Store`, whichever database it is.
 //! Times are Unix seconds in BIGINT columns, so the same SQL reads the same on both.
 //!
 //! The store knows SQL and rows, never rules: what a group of heartbeats or admissions
