@@ -27,7 +27,7 @@ mod sqlite;
 
 pub use api::{
     Admin, AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore,
-    NotificationStore, OrgStore, PeriodStore, Store, StripeStore, TermsOf,
+    NotificationStore, OrgStore, OverageStore, PeriodStore, Store, StripeStore, TermsOf,
 };
 pub use error::{StoreError, StoreResult};
 pub use rows::*;

@@ -1,4 +1,4 @@
-//! Funding (`FundingStore`; its SQL: store/sql/funding.rs and overage.rs).
+//! Funding (`FundingStore`; its SQL: store/sql/funding.rs).
 
 use std::collections::BTreeMap;
 
@@ -6,9 +6,8 @@ use async_trait::async_trait;
 use rush_meter_core::audit::Actor;
 use rush_meter_core::funding::{self, Grant, Overage, Source, WindowFunds};
 use rush_meter_core::org::Org;
-use rush_meter_core::time::{Interval, Secs};
+use rush_meter_core::time::Secs;
 
-use super::super::rows::OverageChargeRow;
 use super::super::StoreResult;
 
 /// Grants, pay-as-you-go settings, and what is recorded of who paid for what.
@@ -52,37 +51,6 @@ pub trait FundingStore: Send + Sync {
     /// Grants to notify about at `now`: used up since `since`, or 7 days or less from
     /// expiring with time left (not voided); at most 1,000.
     async fn grants_to_notify(&self, now: Secs, since: Secs) -> StoreResult<Vec<Grant>>;
-    /// Month windows that ended by `before` with pay-as-you-go not yet charged, oldest
-    /// first, at most `limit`.
-    async fn due_overage_windows(
-        &self,
-        before: Secs,
-        limit: i64,
-    ) -> StoreResult<Vec<(String, Interval)>>;
-    /// Close an ended window's funding and record its pay-as-you-go to charge (`pending`),
-    /// under the org's lock: later time of the window is funded in the next one. Returns
-    /// the record (the one made before, if any); `None` if the window funded nothing.
-    async fn close_overage_window(
-        &self,
-        org_id: &str,
-        window_start: Secs,
-        currency: &str,
-        now: Secs,
-    ) -> StoreResult<Option<OverageChargeRow>>;
-    /// Record how charging went: `charged` (with Stripe's ids) or `none`.
-    async fn finish_overage_charge(
-        &self,
-        org_id: &str,
-        window_start: Secs,
-        state: &str,
-        invoice_id: Option<&str>,
-        item_id: Option<&str>,
-        now: Secs,
-    ) -> StoreResult<()>;
-    /// Charges recorded and not yet sent, oldest first, at most `limit`.
-    async fn pending_overage_charges(&self, limit: i64) -> StoreResult<Vec<OverageChargeRow>>;
-    /// An org's charges, newest first.
-    async fn overage_charges(&self, org_id: &str) -> StoreResult<Vec<OverageChargeRow>>;
     /// Set an org's pay-as-you-go; `None` if the org does not exist.
     async fn set_overage(
         &self,

@@ -9,6 +9,7 @@ mod ledger;
 mod members;
 mod notifications;
 mod orgs;
+mod overage;
 mod periods;
 mod stripe;
 
@@ -19,6 +20,7 @@ pub use ledger::LedgerStore;
 pub use members::MemberStore;
 pub use notifications::NotificationStore;
 pub use orgs::OrgStore;
+pub use overage::OverageStore;
 pub use periods::{PeriodStore, TermsOf};
 pub use stripe::{DecideState, StripeStore};
 
@@ -32,6 +34,7 @@ pub trait Store:
     + OrgStore
     + LedgerStore
     + FundingStore
+    + OverageStore
     + MemberStore
     + GateStore
     + StripeStore
@@ -46,6 +49,7 @@ impl<T> Store for T where
         + OrgStore
         + LedgerStore
         + FundingStore
+        + OverageStore
         + MemberStore
         + GateStore
         + StripeStore
