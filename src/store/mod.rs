@@ -30,6 +30,9 @@ pub use api::{
     NotificationStore, OrgStore, OverageStore, PeriodStore, Store, StripeStore, TermsOf,
 };
 pub use error::{StoreError, StoreResult};
+/// The texts of PostgreSQL's reads on generic plans, for tests/generic_plans.rs.
+#[doc(hidden)]
+pub use pg::hot_reads as pg_hot_reads;
 pub use rows::*;
 
 /// A fresh audit entry id: `aud_`, 16 hex digits of nanoseconds since the epoch (read

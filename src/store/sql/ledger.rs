@@ -141,7 +141,7 @@ async fn select_expiring(
 }
 
 /// An org's running sessions (`$1`). Read on a generic plan on one PostgreSQL (`Pg::keyed`),
-/// as are `SESSION_COUNTS`: `generic_plans` in src/store/pg.rs checks both on a large org.
+/// as are `SESSION_COUNTS`: tests/generic_plans.rs checks both on a large org.
 const RUNNING_SESSIONS: &str = "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'";
 
 /// An org's (`$1`) running sessions heard since `$2` and its parked ones: two counts, so
