@@ -5,7 +5,7 @@
 //! which the two differ (how a write transaction begins, row locks, LEAST/GREATEST) and
 //! its set-based statements (arrays and UNNEST on PostgreSQL, multi-row VALUES on
 //! SQLite), the one place where they differ in shape. Each `sql/` file implements one of
-//! the store's traits (`api.rs`), so a `Db` is one `dyn Store`, whichever database it is.
+//! the store's traits (`api/`), so a `Db` is one `dyn Store`, whichever database it is.
 //! Times are Unix seconds in BIGINT columns, so the same SQL reads the same on both.
 //!
 //! The store knows SQL and rows, never rules: what a group of heartbeats or admissions
@@ -27,9 +27,12 @@ mod sqlite;
 
 pub use api::{
     Admin, AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore,
-    NotificationStore, OrgStore, PeriodStore, Store, StripeStore, TermsOf,
+    NotificationStore, OrgStore, OverageStore, PeriodStore, Store, StripeStore, TermsOf,
 };
 pub use error::{StoreError, StoreResult};
+/// The texts of PostgreSQL's reads on generic plans, for tests/generic_plans.rs.
+#[doc(hidden)]
+pub use pg::hot_reads as pg_hot_reads;
 pub use rows::*;
 
 /// A fresh audit entry id: `aud_`, 16 hex digits of nanoseconds since the epoch (read

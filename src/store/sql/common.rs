@@ -29,8 +29,8 @@ use sqlx::{Pool, Transaction};
 use tokio::sync::mpsc;
 
 use super::api::{
-    AuditStore, DecideState, FundingStore, GateStore, MemberStore, LedgerStore, NotificationStore, OrgStore, PeriodStore, StripeStore,
-    TermsOf,
+    AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore, NotificationStore,
+    OrgStore, OverageStore, PeriodStore, StripeStore, TermsOf,
 };
 use super::{
     FrozenOrgRow, OverageChargeRow, LineQuery, NotificationRow, OrgUpsert, PeriodRow, Rec, SessionCounts,

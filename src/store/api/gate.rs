@@ -1,0 +1,37 @@
+//! The gate (`GateStore`; its SQL: store/sql/gate.rs).
+
+use async_trait::async_trait;
+use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision};
+use rush_meter_core::ledger::Rules;
+use rush_meter_core::plans::Plans;
+use rush_meter_core::time::Secs;
+
+use super::super::StoreResult;
+
+/// The gate's writes and its record.
+#[async_trait]
+pub trait GateStore: Send + Sync {
+    /// Decide a group of admissions in one transaction, in order (`core::gate`), holding
+    /// the lock of every key the group names.
+    async fn admit(
+        &self,
+        plans: &Plans,
+        requests: &[AdmissionRequest],
+        now: Secs,
+        rules: &Rules,
+    ) -> StoreResult<Vec<Result<Decision, AdmitReject>>>;
+    /// An org's decisions in `[from, to)`, oldest first, after the `(decided_at,
+    /// decision_id)` cursor, at most `limit`; `only` keeps `allow` or `deny`.
+    #[allow(clippy::too_many_arguments)]
+    async fn list_decisions(
+        &self,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+        only: Option<&str>,
+        after: Option<(Secs, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<Decision>>;
+    /// Decisions of an org with `reason` since `since`.
+    async fn count_decisions(&self, org_id: &str, reason: &str, since: Secs) -> StoreResult<i64>;
+}

@@ -1,0 +1,24 @@
+//! The texts of reads that one PostgreSQL keeps on generic plans (`Pg::begin_hot`,
+//! `Pg::keyed`), for tests/generic_plans.rs, which reads their plans on a long history: not
+//! an interface of the store.
+
+use super::Secs;
+
+/// A window edge that is not there, for `window_sums`.
+pub const NO_EDGE: (Secs, Secs) = super::NO_EDGE;
+/// An org's running sessions (`$1`).
+pub const RUNNING_SESSIONS: &str = super::RUNNING_SESSIONS;
+/// An org's (`$1`) running sessions heard since `$2` and its parked ones.
+pub const SESSION_COUNTS: &str = super::SESSION_COUNTS;
+
+/// The slot counts' statement: `$1` the lease's start, `$2 $3` the keys' orgs and ids, `$4`
+/// the shard's orgs.
+pub fn slot_counts() -> String {
+    super::gate::slot_counts_sql()
+}
+
+/// The window sums' statement for `orgs` org ids and these window edges (absent ones
+/// `NO_EDGE`): 21 BIGINT parameters, then the org ids.
+pub fn window_sums(orgs: usize, edges: &[[(Secs, Secs); 2]; 2]) -> String {
+    super::window_sums_sql(orgs, edges)
+}

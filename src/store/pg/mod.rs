@@ -1,0 +1,330 @@
+//! PostgreSQL: the dialect's words, the pools, the tables' layout (one database,
+//! partitions or Citus) and the transactions the group commits begin. Its set-based
+//! statements (`sessions`, `gate`) bind whole columns as arrays and read them back with
+//! UNNEST, so each statement has one fixed text (prepared once per connection) whatever
+//! the row count.
+
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use super::PoolSettings;
+
+mod gate;
+pub mod hot_reads;
+mod sessions;
+
+use gate::{lock_keys, slot_counts, write_admissions};
+use sessions::{
+    claim_owners, insert_new_session_rows, lock_sessions_where, release_owners, select_org_ids,
+    select_orgs_in, select_owners, select_sessions_for_update, write_booking,
+};
+
+pub type DB = sqlx::Postgres;
+type Row = sqlx::postgres::PgRow;
+/// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
+const BEGIN_WRITE: &str = "BEGIN";
+const FOR_UPDATE: &str = " FOR UPDATE";
+const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
+const LEAST: &str = "LEAST";
+const GREATEST: &str = "GREATEST";
+/// Byte order for ids, whatever the database's locale (exports sort by it).
+const BYTE_ORDER: &str = " COLLATE \"C\"";
+/// A booking's lock of its orgs' rows: it keeps out other bookings of the org (and plan
+/// changes), not the inserts of rows that reference the org.
+const LOCK_ORGS: &str = " FOR NO KEY UPDATE OF o";
+const JSON_AGG: &str = "json_agg";
+const JSON_ARRAY: &str = "json_build_array";
+
+/// `org_id` among the orgs of parameter `$n` (bound with `org_list`).
+fn org_in(n: usize) -> String {
+    in_list("org_id", n)
+}
+
+/// `column` among the ids of parameter `$n` (bound with `org_list`).
+fn in_list(column: &str, n: usize) -> String {
+    format!("{column} = ANY(${n})")
+}
+
+fn org_list(orgs: &[&str]) -> Vec<String> {
+    orgs.iter().map(|o| o.to_string()).collect()
+}
+
+include!("../sql/common.rs");
+include!("../sql/rows.rs");
+include!("../sql/orgs.rs");
+include!("../sql/funding.rs");
+include!("../sql/overage.rs");
+include!("../sql/members.rs");
+include!("../sql/ledger.rs");
+include!("../sql/window_sums.rs");
+include!("../sql/gate.rs");
+include!("../sql/stripe.rs");
+include!("../sql/periods.rs");
+include!("../sql/notifications.rs");
+include!("../sql/audit.rs");
+
+/// One pool serves reads and writes: PostgreSQL orders concurrent writers by row locks.
+pub struct Pg {
+    pool: PgPool,
+    /// Reads of one org's rows by key (`keyed`), on connections that keep each
+    /// statement's generic plan: see `keyed`.
+    keyed: PgPool,
+    sharding: std::sync::RwLock<Sharding>,
+    /// The shard of each org seen, when the tables are spread (an org never moves between
+    /// shards: a rebalance moves whole shards, keeping their ids).
+    shards: std::sync::Mutex<HashMap<String, i64>>,
+}
+
+/// How an org's rows are spread over the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sharding {
+    /// One PostgreSQL: every org's rows are in one place, and any statement is one shard's.
+    One,
+    /// Tables hash-partitioned by org_id into this many partitions: each is a shard.
+    Partitions(i32),
+    /// Tables distributed by Citus: its shards.
+    Citus,
+}
+
+type Backend = Pg;
+
+/// The tables the hot paths lock and look up by key, whose plans need statistics: the
+/// group commits' statements keep a generic plan (`begin_hot`) until the statistics of a
+/// table they read change.
+const HOT_TABLES: [&str; 13] = [
+    "sessions",
+    "session_owners",
+    "api_keys",
+    "orgs",
+    "spans",
+    "session_hourly",
+    "org_hourly",
+    "member_hourly",
+    "member_limits",
+    "funding_hourly",
+    "funding_windows",
+    "grants",
+    "decisions",
+];
+
+/// Rows from which a table without statistics gets them (autovacuum's own threshold for a
+/// new table is about as low).
+const STATISTICS_FROM_ROWS: i64 = 100;
+
+/// Connections of the keyed-read pool (`Pg::keyed`) beside the main pool's: a page view
+/// holds at most three at once, and the main pool keeps the writers and exports.
+fn keyed_connections(max_connections: u32) -> u32 {
+    (max_connections / 2).max(2)
+}
+
+impl Pg {
+    pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Pg> {
+        // Plan each statement for the parameters and statistics of the moment by default
+        // (reads whose best plan depends on the range asked); the group commits' own
+        // statements opt into generic plans (`begin_hot`).
+        let opts =
+            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_custom_plan")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_with(opts.clone())
+            .await?;
+        let keyed = PgPoolOptions::new()
+            .max_connections(keyed_connections(settings.max_connections))
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_lazy_with(opts.options([("plan_cache_mode", "force_generic_plan")]));
+        let pg = Pg {
+            pool,
+            keyed,
+            sharding: std::sync::RwLock::new(Sharding::One),
+            shards: std::sync::Mutex::default(),
+        };
+        pg.detect_sharding().await?;
+        Ok(pg)
+    }
+
+    /// Whether the org tables are distributed (Citus) or hash-partitioned by org_id, read
+    /// from the catalog; `sessions` stands for them all (they are co-located).
+    async fn detect_sharding(&self) -> StoreResult<()> {
+        let citus: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let distributed = citus
+            && sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_dist_partition \
+                 WHERE logicalrelid = to_regclass('sessions'))",
+            )
+            .fetch_one(&self.pool)
+            .await?;
+        let partitions: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_inherits i JOIN pg_partitioned_table p \
+               ON p.partrelid = i.inhparent \
+             WHERE i.inhparent = to_regclass('sessions') AND p.partstrat = 'h'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let sharding = if distributed {
+            Sharding::Citus
+        } else if partitions > 0 {
+            Sharding::Partitions(i32::try_from(partitions).unwrap_or(i32::MAX))
+        } else {
+            Sharding::One
+        };
+        tracing::info!(layout = ?sharding, "store layout");
+        *self.sharding.write().expect("sharding lock") = sharding;
+        Ok(())
+    }
+
+    /// A group commit's transaction (heartbeats, admissions). Its statements have fixed
+    /// texts, find their rows by key, and run thousands of times a second: planning them
+    /// anew each time (the connections' `force_custom_plan`) cost more than running them
+    /// (pg_stat_statements: 0.24 ms to plan the ingest write, 0.13 ms to run it), so on
+    /// one PostgreSQL they use the plan each connection caches. A cached plan is replanned
+    /// when its tables' statistics change (ANALYZE, `gather_statistics`), so one made
+    /// while a table was empty does not outlive its first statistics. Partitioned and
+    /// distributed layouts keep custom plans: there the plan prunes shards by the values.
+    async fn begin_hot(&self) -> StoreResult<Tx> {
+        let sharding = *self.sharding.read().expect("sharding lock");
+        let begin = match sharding {
+            Sharding::One => "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan",
+            _ => BEGIN_WRITE,
+        };
+        Ok(self.write().begin_with(begin).await?)
+    }
+
+    /// The shard of each of `orgs` (in order): 0 for all on one PostgreSQL.
+    async fn shard_ids(&self, tx: &mut Tx, orgs: &[&str]) -> StoreResult<Vec<i64>> {
+        let sharding = *self.sharding.read().expect("sharding lock");
+        let lookup = match sharding {
+            Sharding::One => return Ok(vec![0; orgs.len()]),
+            Sharding::Partitions(_) => {
+                "SELECT o, CAST(r AS BIGINT) FROM UNNEST($1::text[]) AS o, \
+                   generate_series(0, $2 - 1) AS r \
+                 WHERE satisfies_hash_partition('sessions'::regclass, $2, r, o)"
+            }
+            Sharding::Citus => {
+                "SELECT o, get_shard_id_for_distribution_column('sessions', o) \
+                 FROM UNNEST($1::text[]) AS o"
+            }
+        };
+        let missing: Vec<&str> = {
+            let known = self.shards.lock().expect("shard cache lock");
+            orgs.iter()
+                .copied()
+                .filter(|o| !known.contains_key(*o))
+                .collect()
+        };
+        if !missing.is_empty() {
+            let modulus = match sharding {
+                Sharding::Partitions(n) => n,
+                _ => 0,
+            };
+            let found: Vec<(String, i64)> = sqlx::query_as(lookup)
+                .bind(&missing)
+                .bind(modulus)
+                .fetch_all(&mut **tx)
+                .await?;
+            self.shards.lock().expect("shard cache lock").extend(found);
+        }
+        let known = self.shards.lock().expect("shard cache lock");
+        Ok(orgs
+            .iter()
+            .map(|o| known.get(*o).copied().unwrap_or(0))
+            .collect())
+    }
+
+    fn read(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The pool for the console's reads of one org (its row and funding, window sums,
+    /// session counts, breakdown pieces): fixed texts, each an index range of one org
+    /// bounded by a window or a breakdown's longest range, asked on every page view.
+    /// Planning them anew cost more than running them (pg_stat_statements over `cargo
+    /// bench --bench usage -- postgres console`: the org's funding row 0.36 ms to plan,
+    /// 0.08 ms to run; the window sums 0.36 ms to plan), so on one PostgreSQL they keep
+    /// the generic plan each connection caches, as the group commits do (`begin_hot`).
+    /// Partitioned and distributed layouts plan per call, to prune shards by the org.
+    fn keyed(&self) -> &PgPool {
+        match *self.sharding.read().expect("sharding lock") {
+            Sharding::One => &self.keyed,
+            _ => &self.pool,
+        }
+    }
+
+    fn write(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl super::Admin for Pg {
+    fn backend(&self) -> super::Backend {
+        super::Backend::Postgres
+    }
+
+    async fn gather_statistics(&self) -> StoreResult<bool> {
+        if *self.sharding.read().expect("sharding lock") == Sharding::Citus {
+            // The coordinator holds no rows; each worker's autovacuum analyzes its shards.
+            return Ok(true);
+        }
+        // Never analyzed and holding rows, or changed by more rows than it held when last
+        // analyzed: a table filling from empty (a new deployment, a restored dump) doubles
+        // many times before autovacuum's first look (a minute or more away), and a generic
+        // plan made on its old statistics (a scan of what was a page) would be kept.
+        let stale: Vec<String> = sqlx::query_scalar(
+            "SELECT s.relname::text FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
+             WHERE s.relname = ANY($1) AND s.n_live_tup >= $2 \
+               AND ((s.last_analyze IS NULL AND s.last_autoanalyze IS NULL) \
+                 OR s.n_mod_since_analyze > GREATEST(c.reltuples, $2))",
+        )
+        .bind(&HOT_TABLES[..])
+        .bind(STATISTICS_FROM_ROWS)
+        .fetch_all(&self.pool)
+        .await?;
+        for table in &stale {
+            // The names come from HOT_TABLES, never from input.
+            sqlx::query(&format!("ANALYZE {table}"))
+                .execute(&self.pool)
+                .await?;
+            tracing::info!(table, "gathered planner statistics");
+        }
+        // Tables keep growing: keep watching.
+        Ok(false)
+    }
+
+    async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        sqlx::migrate!("migrations/postgres")
+            .run(&self.pool)
+            .await?;
+        self.detect_sharding()
+            .await
+            .map_err(|e| sqlx::migrate::MigrateError::Execute(sqlx::Error::Protocol(e.to_string())))
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        ping(&self.pool).await
+    }
+
+    async fn connect_fresh(&self) -> StoreResult<()> {
+        use sqlx::{ConnectOptions, Connection};
+        self.pool.connect_options().connect().await?.close().await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        tokio::join!(self.pool.close(), self.keyed.close());
+    }
+
+    fn pools(&self) -> super::Pools<'_> {
+        super::Pools::Postgres(&self.pool)
+    }
+
+    async fn digest(&self) -> StoreResult<Vec<(String, i64, i64)>> {
+        digest(&self.pool).await
+    }
+}

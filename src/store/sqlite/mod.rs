@@ -1,0 +1,198 @@
+//! SQLite: the dialect's words, the pools (one writer, several readers), and the query
+//! builders of its set-based statements (`sessions`, `gate`): multi-row VALUES. SQLite
+//! prepares in-process, so a text that varies with the row count costs little.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{QueryBuilder, SqlitePool};
+
+use super::PoolSettings;
+
+mod gate;
+mod sessions;
+
+use gate::{lock_keys, slot_counts, write_admissions};
+use sessions::{
+    claim_owners, insert_new_session_rows, lock_sessions_where, release_owners, select_org_ids,
+    select_orgs_in, select_owners, select_sessions_for_update, write_booking,
+};
+
+pub type DB = sqlx::Sqlite;
+type Row = sqlx::sqlite::SqliteRow;
+/// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
+const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+/// The single writer connection and BEGIN IMMEDIATE already serialise writers.
+const FOR_UPDATE: &str = "";
+const SKIP_LOCKED: &str = "";
+/// SQLite's multi-argument scalar MIN and MAX.
+const LEAST: &str = "MIN";
+const GREATEST: &str = "MAX";
+/// SQLite compares text byte by byte (BINARY) already.
+const BYTE_ORDER: &str = "";
+/// `BEGIN IMMEDIATE` holds the write lock already.
+const LOCK_ORGS: &str = "";
+const JSON_AGG: &str = "json_group_array";
+const JSON_ARRAY: &str = "json_array";
+
+/// `org_id` among the orgs of parameter `$n` (a JSON array, bound with `org_list`).
+fn org_in(n: usize) -> String {
+    in_list("org_id", n)
+}
+
+/// `column` among the ids of parameter `$n` (bound with `org_list`).
+fn in_list(column: &str, n: usize) -> String {
+    format!("{column} IN (SELECT value FROM json_each(${n}))")
+}
+
+fn org_list(orgs: &[&str]) -> String {
+    serde_json::to_string(orgs).expect("ids serialise")
+}
+
+include!("../sql/common.rs");
+include!("../sql/rows.rs");
+include!("../sql/orgs.rs");
+include!("../sql/funding.rs");
+include!("../sql/overage.rs");
+include!("../sql/members.rs");
+include!("../sql/ledger.rs");
+include!("../sql/window_sums.rs");
+include!("../sql/gate.rs");
+include!("../sql/stripe.rs");
+include!("../sql/periods.rs");
+include!("../sql/notifications.rs");
+include!("../sql/audit.rs");
+
+/// Writes go through one connection; reads through a pool of read-only ones.
+pub struct Lite {
+    read: SqlitePool,
+    write: SqlitePool,
+}
+
+type Backend = Lite;
+
+impl Lite {
+    pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Lite> {
+        let opts = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(settings.acquire_timeout.max(Duration::from_secs(30)))
+            .connect_with(opts.clone())
+            .await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(settings.max_connections.min(8))
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_with(opts.read_only(true))
+            .await?;
+        Ok(Lite { read, write })
+    }
+
+    fn read(&self) -> &SqlitePool {
+        &self.read
+    }
+
+    /// One org's reads by key: the read pool (SQLite prepares once per connection).
+    fn keyed(&self) -> &SqlitePool {
+        &self.read
+    }
+
+    /// A group commit's transaction: as any write (SQLite prepares once per connection).
+    async fn begin_hot(&self) -> StoreResult<Tx> {
+        begin_write(self.write()).await
+    }
+
+    /// One instance, one file: every org on shard 0.
+    async fn shard_ids(&self, _tx: &mut Tx, orgs: &[&str]) -> StoreResult<Vec<i64>> {
+        Ok(vec![0; orgs.len()])
+    }
+
+    fn write(&self) -> &SqlitePool {
+        &self.write
+    }
+
+    /// Claim session ids (`claim_owners`); the slots are counted after it (statements cost
+    /// no round trip here, so there is nothing to save by merging them).
+    async fn claim_owners_counting_slots(
+        &self,
+        tx: &mut Tx,
+        wanted: &[(&str, &str)],
+        _shards: &BTreeMap<i64, Vec<&str>>,
+        _keys: &[(&str, &str)],
+        _since: Secs,
+    ) -> StoreResult<(Vec<String>, Option<Vec<SlotCount>>)> {
+        Ok((claim_owners(tx, wanted).await?, None))
+    }
+}
+
+#[async_trait]
+impl super::Admin for Lite {
+    fn backend(&self) -> super::Backend {
+        super::Backend::Sqlite
+    }
+
+    async fn gather_statistics(&self) -> StoreResult<bool> {
+        // The hot statements here do not depend on statistics (see
+        // `select_sessions_for_update`).
+        Ok(true)
+    }
+
+    async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        sqlx::migrate!("migrations/sqlite").run(&self.write).await
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        ping(&self.read).await
+    }
+
+    /// A file: reachable while the process runs.
+    async fn connect_fresh(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.read.close().await;
+        self.write.close().await;
+    }
+
+    fn pools(&self) -> super::Pools<'_> {
+        super::Pools::Sqlite {
+            read: &self.read,
+            write: &self.write,
+        }
+    }
+
+    async fn digest(&self) -> StoreResult<Vec<(String, i64, i64)>> {
+        digest(&self.read).await
+    }
+}
+
+/// Query text built at run time varies with its row count: prepare it once, uncached.
+fn once<'q, 'a>(
+    q: &'q mut QueryBuilder<'a, DB>,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'a>> {
+    q.build().persistent(false)
+}
+
+/// `SELECT * FROM <table> WHERE <column> IN (ids…)`, plus `tail`.
+fn select_in<'a>(head: &str, ids: &'a [&str], tail: &str) -> QueryBuilder<'a, DB> {
+    let mut q = QueryBuilder::<DB>::new(head);
+    push_in(&mut q, ids);
+    q.push(tail);
+    q
+}
+
+/// ` IN (ids…)`.
+fn push_in<'a>(q: &mut QueryBuilder<'a, DB>, ids: &'a [&str]) {
+    q.push(" IN (");
+    let mut sep = q.separated(", ");
+    for id in ids {
+        sep.push_bind(*id);
+    }
+    q.push(")");
+}

@@ -1,0 +1,180 @@
+//! The group commits' reads as a generic plan makes them (`begin_hot` in src/store/pg/), on
+//! tables that hold what piles up with history: a key's parked sessions (a session parks
+//! between turns for days) and an org's closed spans. Each must read an index range; a scan
+//! of the table makes every admission cost more as history grows. PostgreSQL only: SQLite
+//! keeps no generic plans.
+
+mod common;
+
+use common::{fresh_database, Backend};
+use rush_meter::store::{pg_hot_reads as hot, Db, PoolSettings, Pools};
+
+/// A migrated database of its own on the test PostgreSQL (`common::fresh_database`); none
+/// outside CI when there is no PostgreSQL, a failure on CI. None either on tables
+/// partitioned by org (`RUSH_METER_TEST_PG_PARTITIONS`): there the store plans each read
+/// anew, for the values, and keeps no generic plan.
+async fn database() -> Option<Db> {
+    if common::shards::partitions().is_some() {
+        eprintln!("NOTE: generic plans are one PostgreSQL's; this test did not run on partitions");
+        return None;
+    }
+    let (url, _) = fresh_database(Backend::Postgres).await?;
+    let db = Db::connect(&url, PoolSettings::default())
+        .await
+        .expect("connect");
+    db.migrate().await.expect("migrate");
+    Some(db)
+}
+
+/// The PostgreSQL pool under `db`.
+fn pool(db: &Db) -> &sqlx::PgPool {
+    match db.pools() {
+        Pools::Postgres(pool) => pool,
+        Pools::Sqlite { .. } => unreachable!("a PostgreSQL database"),
+    }
+}
+
+/// `EXPLAIN ANALYZE` of `sql`'s generic plan, its parameters of `types`, run with `args`.
+async fn generic_plan(db: &Db, types: &str, sql: &str, args: &str) -> String {
+    let mut conn = pool(db).acquire().await.expect("connection");
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .expect("set");
+    sqlx::query(&format!("PREPARE s({types}) AS {sql}"))
+        .execute(&mut *conn)
+        .await
+        .expect("prepare");
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN ANALYZE EXECUTE s({args})"))
+        .fetch_all(&mut *conn)
+        .await
+        .expect("explain");
+    sqlx::query("DEALLOCATE s")
+        .execute(&mut *conn)
+        .await
+        .expect("deallocate");
+    plan.join("\n")
+}
+
+#[tokio::test]
+async fn the_slot_count_and_window_sums_read_index_ranges_of_a_long_history() {
+    let Some(db) = database().await else { return };
+    // One key's 5,000 parked sessions, each with a closed running span; a few running.
+    for sql in [
+        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
+         VALUES ('o', 'o', 'team', 0, 0)",
+        "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
+           created_at, slot_at) \
+         SELECT 'o', 's' || i, 'k', CASE WHEN i % 1000 = 0 THEN 'running' ELSE 'parked' END, \
+           i * 10 + 5, i * 10, i * 10, i * 10 FROM generate_series(1, 5000) AS i",
+        "INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
+         SELECT 'o', 's' || i, i * 10, i * 10 + 5, 'running' FROM generate_series(1, 5000) AS i",
+        "ANALYZE sessions",
+        "ANALYZE spans",
+    ] {
+        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
+    }
+    let slots = generic_plan(
+        &db,
+        "bigint, text[], text[], text[]",
+        &hot::slot_counts(),
+        "49000, '{o}', '{k}', '{o}'",
+    )
+    .await;
+    assert!(
+        !slots.contains("Seq Scan"),
+        "the slot count scans:\n{slots}"
+    );
+    let types = format!("{}, text", vec!["bigint"; 21].join(", "));
+    let args = format!("{}, 'o'", vec!["0"; 21].join(", "));
+    let edge = [[(3_600, 3_700), hot::NO_EDGE], [hot::NO_EDGE, hot::NO_EDGE]];
+    let sums = generic_plan(&db, &types, &hot::window_sums(1, &edge), &args).await;
+    for table in ["sessions", "spans"] {
+        let scan = format!("Seq Scan on {table}");
+        assert!(
+            !sums.contains(&scan),
+            "the window sums scan {table}:\n{sums}"
+        );
+    }
+    assert!(sums.contains("spans_org_running_end"), "{sums}");
+    // Windows on the hour (every calendar month and ISO week) read no span at all.
+    let on_the_hour = [[hot::NO_EDGE; 2]; 2];
+    let sums = generic_plan(&db, &types, &hot::window_sums(1, &on_the_hour), &args).await;
+    assert!(!sums.contains("spans"), "{sums}");
+    db.close().await;
+}
+
+/// The most rows one node of `plan` read and threw away (`Rows Removed by Filter`).
+fn most_filtered(plan: &str) -> u64 {
+    plan.lines()
+        .filter_map(|l| l.trim().strip_prefix("Rows Removed by Filter: "))
+        .filter_map(|n| n.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// A large org among many small ones (reports/growth.md): a generic plan judges an org
+/// by the average one, and once read a large org's 5,000 sessions through its primary
+/// key to find its 5 running ones. Its sessions also churned through running and then
+/// ended, as a fleet's do, which leaves a partial index over those phases many pages
+/// for its few rows. Each read by phase, key or slot must read about what it finds.
+#[tokio::test]
+async fn a_large_org_among_many_small_ones_reads_only_the_sessions_it_counts() {
+    let Some(db) = database().await else { return };
+    for sql in [
+        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
+         SELECT o, o, 'team', 0, 0 FROM (SELECT 'o' AS o UNION ALL \
+           SELECT 'g' || i FROM generate_series(1, 20000) AS i) AS x",
+        "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
+           created_at, slot_at) \
+         SELECT 'o', 's' || i, 'k' || (i % 100), 'running', i * 10 + 5, i * 10, i * 10, \
+           i * 10 FROM generate_series(1, 5000) AS i \
+         UNION ALL SELECT 'g' || i, 'b' || i, 'k1', 'parked', i * 10 + 5, i * 10, i * 10, \
+           i * 10 FROM generate_series(1, 20000) AS i",
+        "UPDATE sessions SET phase = 'parked' WHERE org_id = 'o' AND session_id NOT LIKE '%000'",
+        // Most of them then end, as the expiry job ends sessions parked for a week.
+        "UPDATE sessions SET phase = 'ended' \
+         WHERE phase = 'parked' AND session_id NOT LIKE 's%00'",
+        "VACUUM ANALYZE sessions",
+    ] {
+        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
+    }
+    let sums_types = format!("{}, text", vec!["bigint"; 21].join(", "));
+    let sums_args = format!("{}, 'o'", vec!["0"; 21].join(", "));
+    let on_the_hour = [[hot::NO_EDGE; 2]; 2];
+    let reads = [
+        (
+            "the slot count",
+            "bigint, text[], text[], text[]".to_owned(),
+            hot::slot_counts(),
+            "49000, '{o}', '{k0}', '{o}'".to_owned(),
+        ),
+        (
+            "the session counts",
+            "text, bigint".into(),
+            hot::SESSION_COUNTS.into(),
+            "'o', 0".into(),
+        ),
+        (
+            "the running sessions",
+            "text".into(),
+            hot::RUNNING_SESSIONS.into(),
+            "'o'".into(),
+        ),
+        (
+            "the window sums",
+            sums_types,
+            hot::window_sums(1, &on_the_hour),
+            sums_args,
+        ),
+    ];
+    for (what, types, sql, args) in reads {
+        let plan = generic_plan(&db, &types, &sql, &args).await;
+        assert!(!plan.contains("Seq Scan"), "{what} scans:\n{plan}");
+        assert!(
+            most_filtered(&plan) <= 100,
+            "{what} reads the large org's sessions to throw them away:\n{plan}"
+        );
+    }
+    db.close().await;
+}
