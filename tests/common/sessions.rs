@@ -1,0 +1,114 @@
+//! Sessions as a supervisor runs them: its heartbeats, and runs that beat until an answer
+//! says park.
+
+use rush_meter_core::time::Secs;
+use serde_json::{json, Value};
+
+use super::{TestServer, T0};
+
+/// A heartbeat as a supervisor sends it, `sent_at` as RFC 3339.
+pub fn hb(org: &str, session: &str, seq: i64, state: &str, at: Secs) -> Value {
+    json!({"org_id": org, "session_id": session, "vm_id": format!("vm_{session}"),
+           "seq": seq, "state": state, "sent_at": rush_meter_core::time::format_rfc3339(at)})
+}
+
+/// Beat `session` of `org` every 15 s from `from`, moving the server's clock along, until
+/// an answer says `park`; then park it there, at the time returned. Panics if no answer
+/// says `park` within an hour.
+pub async fn beat_until_told_to_park(
+    srv: &TestServer,
+    org: &str,
+    session: &str,
+    from: Secs,
+) -> Secs {
+    let (mut t, mut seq) = (from, 0);
+    loop {
+        srv.clock.set(t);
+        seq += 1;
+        let (status, v) = srv
+            .heartbeats(vec![hb(org, session, seq, "running", t)])
+            .await;
+        assert_eq!(status, 200, "{v}");
+        if v["results"][0]["action"] == "park" {
+            let (status, v) = srv
+                .heartbeats(vec![hb(org, session, seq + 1, "parked", t)])
+                .await;
+            assert_eq!(status, 200, "{v}");
+            return t;
+        }
+        t += 15;
+        assert!(t < from + 3600, "never told to park");
+    }
+}
+
+/// Turn on `org`'s pay-as-you-go under a 0.10 cap, admit session `s1` on key `k1`, and
+/// run it until it is told to park (on `mini`: past the week's 180 s and the cap's 100 s
+/// of pay-as-you-go), from `from`.
+pub async fn run_past_the_plan_to_the_cap(srv: &TestServer, org: &str, from: Secs) -> Secs {
+    srv.admin(
+        "PUT",
+        &format!("/v1/orgs/{org}/overage"),
+        Some(json!({"enabled": true, "monthly_cap": "0.10"})),
+    )
+    .await;
+    let d = srv.admit(org, "k1", "s1").await;
+    assert_eq!(d["decision"], "allow", "{d}");
+    beat_until_told_to_park(srv, org, "s1", from).await
+}
+
+/// What `run_staggered_until_parked` saw: how many sessions were told to park, and the least
+/// `remaining_seconds` an answer gave.
+pub struct Parked {
+    pub told: usize,
+    pub least_remaining: i64,
+}
+
+/// `sessions` of `org` (admitted already), each beating every 15 s from `T0` at its own
+/// offset and parking as soon as an answer says so, through `servers` in turn, all on one
+/// meter time. A session never told to park within an hour fails the test.
+pub async fn run_staggered_until_parked(
+    servers: &[&TestServer],
+    org: &str,
+    sessions: &[String],
+) -> Parked {
+    let n = sessions.len();
+    let mut seq = vec![0i64; n];
+    let mut parked = vec![false; n];
+    let mut out = Parked {
+        told: 0,
+        least_remaining: i64::MAX,
+    };
+    let mut t = T0;
+    while parked.iter().any(|p| !p) {
+        assert!(t < T0 + 3600, "sessions never told to park");
+        for s in servers {
+            s.clock.set(t);
+        }
+        let due: Vec<usize> = (0..n)
+            .filter(|i| !parked[*i] && (t - T0) % 15 == (*i as i64 * 2) % 15)
+            .collect();
+        for i in due {
+            let server = servers[(t as usize + i) % servers.len()];
+            seq[i] += 1;
+            let (status, v) = server
+                .heartbeats(vec![hb(org, &sessions[i], seq[i], "running", t)])
+                .await;
+            assert_eq!(status, 200, "{v}");
+            let answer = &v["results"][0];
+            out.least_remaining = out
+                .least_remaining
+                .min(answer["remaining_seconds"].as_i64().unwrap());
+            if answer["action"] == "park" {
+                out.told += 1;
+                seq[i] += 1;
+                let (status, _) = server
+                    .heartbeats(vec![hb(org, &sessions[i], seq[i], "parked", t)])
+                    .await;
+                assert_eq!(status, 200);
+                parked[i] = true;
+            }
+        }
+        t += 1;
+    }
+    out
+}
