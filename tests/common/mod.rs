@@ -39,7 +39,8 @@ pub use plans::{mini_plans, plans, repo_plans};
 pub use server::{assert_statements_audited, start_with_plans, two_instances, Options, TestServer};
 #[allow(unused_imports)]
 pub use sessions::{
-    beat_until_told_to_park, hb, run_past_the_plan_to_the_cap, run_staggered_until_parked, Parked,
+    beat_until_told_to_park, hb, run_past_the_plan_to_the_cap, run_staggered_until_parked,
+    run_together_until_parked, Parked,
 };
 #[allow(unused_imports)]
 pub use spawn::{spawn_service, spawn_service_logging, spawn_service_with, Logs};

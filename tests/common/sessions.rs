@@ -56,11 +56,120 @@ pub async fn run_past_the_plan_to_the_cap(srv: &TestServer, org: &str, from: Sec
     beat_until_told_to_park(srv, org, "s1", from).await
 }
 
-/// What `run_staggered_until_parked` saw: how many sessions were told to park, and the least
-/// `remaining_seconds` an answer gave.
+/// What a run until parked saw: how many sessions were told to park, the least
+/// `remaining_seconds` an answer gave, and the meter time it ended at (a round past the
+/// one in which the last session parked).
 pub struct Parked {
     pub told: usize,
     pub least_remaining: i64,
+    pub end: Secs,
+}
+
+/// When the sessions of a run until parked beat: each every 15 s, all in the same second
+/// or each at its own offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pace {
+    /// All at once, in one batch, every 15 s.
+    Together,
+    /// Session `i` at `2 i` s past each 15 s (mod 15), so that up to 15 sessions never
+    /// beat in the same second.
+    Staggered,
+}
+
+impl Pace {
+    /// Whether session `i` beats `since` seconds into the run.
+    fn due(self, i: usize, since: Secs) -> bool {
+        match self {
+            Pace::Together => since % 15 == 0,
+            Pace::Staggered => since % 15 == (i as i64 * 2) % 15,
+        }
+    }
+
+    /// How far meter time moves from one round to the next.
+    fn tick(self) -> Secs {
+        match self {
+            Pace::Together => 15,
+            Pace::Staggered => 1,
+        }
+    }
+}
+
+/// `sessions` of `org` (admitted already), beating from `from` at `pace` and parking as
+/// soon as an answer says so, through `servers` in turn (the sessions due at one time on
+/// one server in one batch), all on one meter time. A session never told to park within
+/// an hour fails the test.
+async fn run_until_parked<S: AsRef<str>>(
+    servers: &[&TestServer],
+    org: &str,
+    sessions: &[S],
+    from: Secs,
+    pace: Pace,
+) -> Parked {
+    let n = sessions.len();
+    let mut seq = vec![0i64; n];
+    let mut parked = vec![false; n];
+    let mut out = Parked {
+        told: 0,
+        least_remaining: i64::MAX,
+        end: from,
+    };
+    let mut t = from;
+    while parked.iter().any(|p| !p) {
+        assert!(t < from + 3600, "sessions never told to park");
+        for s in servers {
+            s.clock.set(t);
+        }
+        for (k, server) in servers.iter().enumerate() {
+            let due: Vec<usize> = (0..n)
+                .filter(|&i| !parked[i] && pace.due(i, t - from))
+                .filter(|&i| (t as usize + i) % servers.len() == k)
+                .collect();
+            if due.is_empty() {
+                continue;
+            }
+            let beats = due
+                .iter()
+                .map(|&i| {
+                    seq[i] += 1;
+                    hb(org, sessions[i].as_ref(), seq[i], "running", t)
+                })
+                .collect();
+            let (status, v) = server.heartbeats(beats).await;
+            assert_eq!(status, 200, "{v}");
+            // One result a heartbeat, in order.
+            for (&i, answer) in due.iter().zip(v["results"].as_array().unwrap()) {
+                out.least_remaining = out
+                    .least_remaining
+                    .min(answer["remaining_seconds"].as_i64().unwrap());
+                if answer["action"] == "park" {
+                    out.told += 1;
+                    seq[i] += 1;
+                    let (status, v) = server
+                        .heartbeats(vec![hb(org, sessions[i].as_ref(), seq[i], "parked", t)])
+                        .await;
+                    assert_eq!(status, 200, "{v}");
+                    parked[i] = true;
+                }
+            }
+        }
+        t += pace.tick();
+    }
+    out.end = t;
+    out
+}
+
+/// `sessions` of `org` (admitted already) on `srv`, all beating every 15 s from `from` in
+/// one batch, each parking as soon as an answer says so; returns the meter time 15 s past
+/// the last park. A session never told to park within an hour fails the test.
+pub async fn run_together_until_parked(
+    srv: &TestServer,
+    org: &str,
+    sessions: &[&str],
+    from: Secs,
+) -> Secs {
+    run_until_parked(&[srv], org, sessions, from, Pace::Together)
+        .await
+        .end
 }
 
 /// `sessions` of `org` (admitted already), each beating every 15 s from `T0` at its own
@@ -71,44 +180,5 @@ pub async fn run_staggered_until_parked(
     org: &str,
     sessions: &[String],
 ) -> Parked {
-    let n = sessions.len();
-    let mut seq = vec![0i64; n];
-    let mut parked = vec![false; n];
-    let mut out = Parked {
-        told: 0,
-        least_remaining: i64::MAX,
-    };
-    let mut t = T0;
-    while parked.iter().any(|p| !p) {
-        assert!(t < T0 + 3600, "sessions never told to park");
-        for s in servers {
-            s.clock.set(t);
-        }
-        let due: Vec<usize> = (0..n)
-            .filter(|i| !parked[*i] && (t - T0) % 15 == (*i as i64 * 2) % 15)
-            .collect();
-        for i in due {
-            let server = servers[(t as usize + i) % servers.len()];
-            seq[i] += 1;
-            let (status, v) = server
-                .heartbeats(vec![hb(org, &sessions[i], seq[i], "running", t)])
-                .await;
-            assert_eq!(status, 200, "{v}");
-            let answer = &v["results"][0];
-            out.least_remaining = out
-                .least_remaining
-                .min(answer["remaining_seconds"].as_i64().unwrap());
-            if answer["action"] == "park" {
-                out.told += 1;
-                seq[i] += 1;
-                let (status, _) = server
-                    .heartbeats(vec![hb(org, &sessions[i], seq[i], "parked", t)])
-                    .await;
-                assert_eq!(status, 200);
-                parked[i] = true;
-            }
-        }
-        t += 1;
-    }
-    out
+    run_until_parked(servers, org, sessions, T0, Pace::Staggered).await
 }
