@@ -6,7 +6,11 @@
 //! - `server`: the service in process (`TestServer`), its options and HTTP helpers;
 //! - `spawn`: the real `rush-meter` binary, spawned, and its logs;
 //! - `sessions`: heartbeats as a supervisor sends them, and sessions run until parked;
-//! - `plans`: the repository's plans and the small ones the tests of funding spend.
+//! - `plans`: the repository's plans and the small ones the tests of funding spend;
+//!
+//! and, each read by its own name (`common::localstripe::…`): `audit` (the statement
+//! audit), `shards` (partitioned PostgreSQL), `localstripe` and `fake_stripe` (a Stripe to
+//! call), `webhooks` (Stripe's webhooks delivered by hand), `node` and `venv` (the Node and Python tools tests drive).
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -26,6 +30,7 @@ pub mod localstripe;
 pub mod node;
 pub mod shards;
 pub mod venv;
+pub mod webhooks;
 
 // The names the tests use, here as before the harness was split; each test binary uses
 // some of them (as with `dead_code` above).
