@@ -21,24 +21,9 @@ pub async fn beat_until_told_to_park(
     session: &str,
     from: Secs,
 ) -> Secs {
-    let (mut t, mut seq) = (from, 0);
-    loop {
-        srv.clock.set(t);
-        seq += 1;
-        let (status, v) = srv
-            .heartbeats(vec![hb(org, session, seq, "running", t)])
-            .await;
-        assert_eq!(status, 200, "{v}");
-        if v["results"][0]["action"] == "park" {
-            let (status, v) = srv
-                .heartbeats(vec![hb(org, session, seq + 1, "parked", t)])
-                .await;
-            assert_eq!(status, 200, "{v}");
-            return t;
-        }
-        t += 15;
-        assert!(t < from + 3600, "never told to park");
-    }
+    let run = run_until_parked(&[srv], org, &[session], from, Pace::Together).await;
+    // The round it parked in.
+    run.end - Pace::Together.tick()
 }
 
 /// Turn on `org`'s pay-as-you-go under a 0.10 cap, admit session `s1` on key `k1`, and
