@@ -92,10 +92,10 @@ fn bad_settings_stop_start_up_naming_what_to_fix() {
     }
 }
 
-#[tokio::test]
-async fn token_create_prints_a_secret_once_and_stores_only_its_hash() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+async fn token_create_prints_a_secret_once_and_stores_only_its_hash(backend: Backend) {
+    let Some((url, _dir)) = fresh_database(backend).await else {
+        return;
+    };
     let (code, _, err) = run(rush_meter().args([
         "--database-url",
         &url,
@@ -131,6 +131,8 @@ async fn token_create_prints_a_secret_once_and_stores_only_its_hash() {
     assert_eq!(row.scopes, "ingest,admission");
     assert!(!row.secret_hash.contains(&secret[3..]));
 }
+
+every_backend!(token_create_prints_a_secret_once_and_stores_only_its_hash);
 
 /// The same tables with the same columns on both backends.
 #[tokio::test]
@@ -177,10 +179,10 @@ async fn migrations_are_in_step() {
 /// The real binary on SIGTERM: it finishes what is in flight and exits 0, and what it
 /// acknowledged is in the database.
 #[cfg(unix)]
-#[tokio::test]
-async fn sigterm_drains_and_exits_cleanly() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("s.db").display());
+async fn sigterm_drains_and_exits_cleanly(backend: Backend) {
+    let Some((url, _dir)) = fresh_database(backend).await else {
+        return;
+    };
     let token = "sigterm-test-token-0123456789";
     let (mut child, base) = common::spawn_service(&url, token).await;
     let client = reqwest::Client::new();
@@ -230,14 +232,19 @@ async fn sigterm_drains_and_exits_cleanly() {
     }
 }
 
+#[cfg(unix)]
+every_backend!(sigterm_drains_and_exits_cleanly);
+
 /// `rush-meter export` and `period close|list` on a database filled through the store:
 /// the file appears whole under its name (no `.partial` left), a closed month's file is
 /// the same bytes as the open one's when nothing changed, and bad input exits 2 saying
 /// which flag to fix.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn export_and_period_commands() {
+async fn export_and_period_commands(backend: Backend) {
+    let Some((url, _db_dir)) = fresh_database(backend).await else {
+        return;
+    };
+    // Where the exports are written.
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("e.db").display());
     let db = Db::connect(&url, Default::default()).await.unwrap();
     db.migrate().await.unwrap();
     let nov = rush_meter_core::export::parse_month("2026-11").unwrap();
@@ -341,12 +348,14 @@ async fn export_and_period_commands() {
     }
 }
 
+every_backend!(export_and_period_commands);
+
 /// `simulate` against a served meter: the bill matches the ledger's rules, crash tails and
 /// all; told the wrong interval, it finds the bill departs from them and fails.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn simulate_reconciles_a_fleet_and_fails_on_a_wrong_interval() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("m.db").display());
+async fn simulate_reconciles_a_fleet_and_fails_on_a_wrong_interval(backend: Backend) {
+    let Some((db, _dir)) = fresh_database(backend).await else {
+        return;
+    };
     let token = "simulate-admin-token-0123456789";
     let (_server, url) = common::spawn_service_with(
         &db,
@@ -415,6 +424,8 @@ async fn simulate_reconciles_a_fleet_and_fails_on_a_wrong_interval() {
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("departs from the ledger's rules"), "{err}");
 }
+
+every_backend!(simulate_reconciles_a_fleet_and_fails_on_a_wrong_interval);
 
 /// `RUSH_METER_LOG_FORMAT=json`: every line on stderr is one JSON object, and each request
 /// is one `rush_meter::access` line with its status and latency, under the request's span

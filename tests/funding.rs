@@ -30,39 +30,6 @@ async fn grant(srv: &TestServer, body: Value) -> Value {
     v
 }
 
-/// Run `sessions` from `t` with a heartbeat each 15 s until every one is told to park
-/// (each parks at once when told); returns when the last parked.
-async fn run_until_parked(srv: &TestServer, sessions: &[&str], mut t: i64) -> i64 {
-    let mut seq = vec![0i64; sessions.len()];
-    let mut parked = vec![false; sessions.len()];
-    while parked.iter().any(|p| !p) {
-        assert!(t < T0 + 3 * 3600, "sessions never told to park");
-        srv.clock.set(t);
-        let beats: Vec<Value> = (0..sessions.len())
-            .filter(|i| !parked[*i])
-            .map(|i| {
-                seq[i] += 1;
-                hb("acme", sessions[i], seq[i], "running", t)
-            })
-            .collect();
-        let (status, v) = srv.heartbeats(beats).await;
-        assert_eq!(status, 200, "{v}");
-        for r in v["results"].as_array().unwrap() {
-            if r["action"] == "park" {
-                let i = sessions.iter().position(|s| *s == r["session_id"]).unwrap();
-                seq[i] += 1;
-                let (status, _) = srv
-                    .heartbeats(vec![hb("acme", sessions[i], seq[i], "parked", t)])
-                    .await;
-                assert_eq!(status, 200);
-                parked[i] = true;
-            }
-        }
-        t += 15;
-    }
-    t
-}
-
 async fn sources_in_order(backend: Backend) {
     let dir = plans_dir();
     let Some(srv) = start_with_plans(backend, dir.path()).await else {
@@ -108,7 +75,7 @@ async fn sources_in_order(backend: Backend) {
 
     // 180 s of plan (the week), 105 s of grants, 100 s of overage (0.10 at 0.001 a second),
     // then grace: told to park once the 30 s of grace have run.
-    let end = run_until_parked(&srv, &["s1"], T0).await;
+    let end = run_together_until_parked(&srv, "acme", &["s1"], T0).await;
     let u = srv.usage("acme").await;
     let week = &u["week"];
     assert_eq!(
@@ -303,7 +270,7 @@ async fn a_ceiling_without_grants_or_overage_says_which(backend: Backend) {
     setup(&srv).await;
     srv.clock.set(T0);
     admit(&srv, "s1").await;
-    run_until_parked(&srv, &["s1"], T0).await;
+    run_together_until_parked(&srv, "acme", &["s1"], T0).await;
     let u = srv.usage("acme").await;
     assert_eq!(u["week"]["plan_seconds"], 180, "{u}");
     assert_eq!(u["week"]["grant_seconds"], 0);
@@ -334,7 +301,7 @@ async fn a_grant_funds_only_from_its_start_to_its_expiry_and_voiding_lapses_it(b
     .await;
     assert_eq!(g["status"], "scheduled");
     admit(&srv, "s1").await;
-    let end = run_until_parked(&srv, &["s1"], T0).await;
+    let end = run_together_until_parked(&srv, "acme", &["s1"], T0).await;
     assert!(end < T0 + 600, "parked before the grant started");
     let u = srv.usage("acme").await;
     assert_eq!(u["week"]["grant_seconds"], 0, "{u}");
@@ -342,7 +309,7 @@ async fn a_grant_funds_only_from_its_start_to_its_expiry_and_voiding_lapses_it(b
     srv.clock.set(T0 + 600);
     let d = admit(&srv, "s2").await;
     assert_eq!(d["funded_by"], "grant", "{d}");
-    let end = run_until_parked(&srv, &["s2"], T0 + 600).await;
+    let end = run_together_until_parked(&srv, "acme", &["s2"], T0 + 600).await;
     assert!(end >= T0 + 1800, "ran on the grant until it expired");
     let g = srv.admin("GET", "/v1/orgs/acme/grants", None).await["grants"][0].clone();
     let used = g["used_seconds"].as_i64().unwrap();
@@ -672,7 +639,7 @@ async fn the_cap_and_grants_are_notified_once_each(backend: Backend) {
     )
     .await;
     admit(&srv, "s1").await;
-    run_until_parked(&srv, &["s1"], T0).await;
+    run_together_until_parked(&srv, "acme", &["s1"], T0).await;
     let want: Vec<(String, i64)> = vec![
         ("cap".into(), 50),
         ("cap".into(), 80),

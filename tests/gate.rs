@@ -224,31 +224,7 @@ every_backend! {
         for s in sessions {
             assert_eq!(admit(&srv, "acme", "k1", s).await.1["decision"], "allow");
         }
-        let mut seq = [0i64; 4];
-        let mut parked = [false; 4];
-        let mut t = T0;
-        while parked.iter().any(|p| !p) {
-            assert!(t < T0 + 4 * 3600, "sessions never told to park");
-            srv.clock.set(t);
-            let beats: Vec<Value> = (0..4)
-                .filter(|i| !parked[*i])
-                .map(|i| {
-                    seq[i] += 1;
-                    hb("acme", sessions[i], seq[i], "running", t)
-                })
-                .collect();
-            let (status, v) = srv.heartbeats(beats).await;
-            assert_eq!(status, 200, "{v}");
-            for r in v["results"].as_array().unwrap() {
-                if r["action"] == "park" {
-                    let i = sessions.iter().position(|s| *s == r["session_id"]).unwrap();
-                    seq[i] += 1;
-                    srv.heartbeats(vec![hb("acme", sessions[i], seq[i], "parked", t)]).await;
-                    parked[i] = true;
-                }
-            }
-            t += 15;
-        }
+        run_together_until_parked(&srv, "acme", &sessions, T0).await;
         let used = srv.usage("acme").await["week"]["used_seconds"].as_i64().unwrap();
         assert!(used >= 7200, "the ceiling was reached: {used}");
         assert!(used <= 7200 + 4 * 15, "overshoot {} s is past the bound of 60 s", used - 7200);

@@ -1,0 +1,53 @@
+//! Plans for a server: the repository's `plans/`, and `free` and `mini`, small enough to
+//! spend in a test of funding.
+
+use std::path::PathBuf;
+
+pub fn repo_plans() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plans")
+}
+
+/// The plans of `plans/`, as a server loads them.
+pub fn plans() -> rush_meter_core::plans::Plans {
+    rush_meter::config::load_plans(&repo_plans()).expect("plans/ loads")
+}
+
+/// A plan small enough to spend in a test, `mini`: 180 s a week, 360 s a month, 30 s of
+/// grace; pay-as-you-go at 3.60 an hour (a tenth of a cent a second) capped at up to
+/// 1.00; top-ups of 1 or 2 hours at 1.00 each; Stripe's `pro_monthly` (20.00) pays for it.
+const MINI: &str = r#"
+id = "mini"
+name = "Mini"
+price = "20.00"
+currency = "usd"
+monthly_agent_hours = 0.1
+weekly_agent_hours = 0.05
+concurrency_default = 10
+concurrency_max = 20
+ceiling_grace_seconds = 30
+overage_unit_price = "3.60"
+overage_cap_max = "1.00"
+topup_hours = [1, 2]
+topup_hour_price = "1.00"
+stripe_prices = ["pro_monthly"]
+"#;
+
+const FREE: &str = r#"
+id = "free"
+name = "Free"
+price = "0.00"
+currency = "usd"
+monthly_agent_hours = 5
+weekly_agent_hours = 2
+concurrency_default = 4
+concurrency_max = 4
+upgrade_to = "mini"
+"#;
+
+/// A plans directory of `free` and `mini` (above), for the tests of funding.
+pub fn mini_plans() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("free.toml"), FREE).unwrap();
+    std::fs::write(dir.path().join("mini.toml"), MINI).unwrap();
+    dir
+}
