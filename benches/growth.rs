@@ -714,7 +714,7 @@ const ANALYSIS: &str = r#"## Reading the figures
   sessions moved out of `sessions`; left for now.
 - **One round trip fewer a group**: on one PostgreSQL the slot counts now come in the
   statement that claims the group's new session ids (`claim_owners_counting_slots`,
-  src/store/pg.rs; both need only the keys' locks); a group with sessions already known
+  src/store/pg/gate.rs; both need only the keys' locks); a group with sessions already known
   counts again after locking them, as before.
 - **What was fixed on the way** (migration 0010). The first run of this benchmark showed
   PostgreSQL's decision 4.4x, usage page 6.0x and breakdown 5.5x at 10⁷ (20, 12 and
@@ -722,7 +722,7 @@ const ANALYSIS: &str = r#"## Reading the figures
   named one cause in all three: the reads of an org's sessions by phase (the gate's slot
   count, the window sums' running sessions, the page's session counts, the running
   sessions a page and a breakdown add up to now) run on a *generic* plan (`begin_hot`
-  and the keyed pool, src/store/pg.rs), which estimates `org_id = $1` from the average
+  and the keyed pool, src/store/pg/mod.rs), which estimates `org_id = $1` from the average
   org. With 100,000 orgs and 41,496 sessions that is one row, so every index that starts
   with `org_id` looked alike and PostgreSQL took the primary key and filtered by phase:
   5,250 rows of the measured org read to find its 5 running sessions, 4-9 ms a
@@ -733,7 +733,7 @@ const ANALYSIS: &str = r#"## Reading the figures
   declares `sessions.org_id` to hold about 100 sessions an org (`n_distinct = -0.01`), so
   that reading a whole org costs what it may and the indexes that name the phase, key or
   slot win, and drops `sessions_key_open` (unread since 0009, a tie beside
-  `sessions_key_slot`). The lib test `store::pg::generic_plans::
+  `sessions_key_slot`). The test `generic_plans::
   a_large_org_among_many_small_ones_reads_only_the_sessions_it_counts` (20,000 small
   orgs, one of 5,000 sessions that ran, parked and mostly ended) fails without 0010
   (4,999 rows thrown away by the slot count) and passes with it.

@@ -560,7 +560,7 @@ const ANALYSIS: &str = r#"## Reading the figures
   The console's reads of one org were also planned anew on every call (the org's funding
   row 0.36 ms to plan against 0.08 ms to run, the window sums 0.36 ms to plan); they now
   run on a pool of connections that keep generic plans, as the group commits do
-  (`Pg::keyed`, src/store/pg.rs).
+  (`Pg::keyed`, src/store/pg/mod.rs).
 - **Breakdowns on PostgreSQL are about 2x of reading their rollup or less**: by project,
   user and agent 0.9-1.2x (they read the member rollup, `member_hourly`, written with the
   spans; before it they summed every session-hour and took 10-27 ms), by session 1.8x
