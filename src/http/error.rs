@@ -5,6 +5,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use rush_meter_core::funding::Invalid;
 use rush_meter_core::gate::{AdmissionRequest, AdmitReject};
 use rush_meter_core::heartbeats::{BatchError, IngestReject};
 use rush_meter_core::wire::DecodeError;
@@ -245,6 +246,12 @@ impl From<DecodeError> for ApiError {
             Some(f) => err.with_field(f),
             None => err,
         }
+    }
+}
+
+impl From<Invalid> for ApiError {
+    fn from(e: Invalid) -> Self {
+        ApiError::invalid(e.field, e.message)
     }
 }
 
