@@ -152,15 +152,7 @@ pub async fn post_grant(
         .await?
         .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
     if !created && !ask.matches(&made) {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "idempotency_key_reused",
-            format!(
-                "idempotency_key was used for grant `{}` with other values; use a new key for a new grant",
-                made.grant_id
-            ),
-        )
-        .with_field("idempotency_key"));
+        return Err(ApiError::grant_key_reused(&made.grant_id));
     }
     let status = if created {
         StatusCode::CREATED
