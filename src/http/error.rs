@@ -5,8 +5,10 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use rush_meter_core::funding::Invalid;
 use rush_meter_core::gate::{AdmissionRequest, AdmitReject};
 use rush_meter_core::heartbeats::{BatchError, IngestReject};
+use rush_meter_core::signature::SignatureError;
 use rush_meter_core::wire::DecodeError;
 use serde::Serialize;
 
@@ -102,6 +104,36 @@ impl ApiError {
             StatusCode::NOT_FOUND,
             "session_not_found",
             format!("no session `{session_id}`"),
+        )
+    }
+
+    /// A token for one org asked for the service's own audit log.
+    pub fn service_log_forbidden() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a token for one org reads that org's log (GET /v1/orgs/{org_id}/audit), not the service's",
+        )
+    }
+
+    /// A grant's idempotency key sent again with other values than grant `grant_id`'s.
+    pub fn grant_key_reused(grant_id: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_reused",
+            format!(
+                "idempotency_key was used for grant `{grant_id}` with other values; use a new key for a new grant"
+            ),
+        )
+        .with_field("idempotency_key")
+    }
+
+    /// The webhook was called on an instance with no webhook secret.
+    pub fn webhooks_off() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stripe_off",
+            "Stripe webhooks are off on this instance: set RUSH_METER_STRIPE_WEBHOOK_SECRET",
         )
     }
 
@@ -245,6 +277,19 @@ impl From<DecodeError> for ApiError {
             Some(f) => err.with_field(f),
             None => err,
         }
+    }
+}
+
+impl From<Invalid> for ApiError {
+    fn from(e: Invalid) -> Self {
+        ApiError::invalid(e.field, e.message)
+    }
+}
+
+/// A webhook whose `Stripe-Signature` does not verify: 400, nothing stored.
+impl From<SignatureError> for ApiError {
+    fn from(e: SignatureError) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_signature", e.to_string())
     }
 }
 

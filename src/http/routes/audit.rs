@@ -140,11 +140,7 @@ pub async fn service_audit(
     principal.require_any(&[Scope::Finance])?;
     if principal.org_id.is_some() && !principal.has(Scope::Admin) {
         // A token for one org reads that org's log, not the service's.
-        return Err(ApiError::new(
-            axum::http::StatusCode::FORBIDDEN,
-            "forbidden",
-            "a token for one org reads that org's log (GET /v1/orgs/{org_id}/audit), not the service's",
-        ));
+        return Err(ApiError::service_log_forbidden());
     }
     let q = query.read()?;
     Ok(Json(page(&state, "", q).await?))

@@ -2,7 +2,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::Json;
 use rush_meter_core::signature;
 use rush_meter_core::time::{format_rfc3339, rfc3339, Secs};
@@ -45,11 +45,7 @@ pub async fn webhook(
 ) -> ApiResult<Json<Received>> {
     let cfg = &state.billing.config;
     if cfg.webhook_secrets.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "stripe_off",
-            "Stripe webhooks are off on this instance: set RUSH_METER_STRIPE_WEBHOOK_SECRET",
-        ));
+        return Err(ApiError::webhooks_off());
     }
     let secrets: Vec<String> = cfg
         .webhook_secrets
@@ -62,7 +58,7 @@ pub async fn webhook(
     let now = state.clock.now();
     signature::verify(header, &body, &secrets, now, cfg.webhook_tolerance_secs).map_err(|e| {
         state.metrics.stripe_webhooks_refused.inc();
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_signature", e.to_string())
+        ApiError::from(e)
     })?;
     let text =
         std::str::from_utf8(&body).map_err(|_| ApiError::malformed("the event is not UTF-8"))?;

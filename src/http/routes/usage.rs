@@ -13,7 +13,7 @@ use rush_meter_core::time::{format_rfc3339, hours, month_window, rfc3339, Interv
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::funding::FundingView;
+use super::grants::FundingView;
 use crate::http::extract::{named_param, time_param, OrgPath, OrgReader, Query};
 use crate::http::openapi::{BadId, BadQuery, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};

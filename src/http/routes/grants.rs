@@ -1,32 +1,24 @@
-//! Past the plan: an org's hour grants (admin makes and voids them; finance and the
-//! org's console read them) and its pay-as-you-go (the org's console or admin sets it).
-//! The rules are the core's (`core::funding`); docs/funding.md says how they play out.
+//! An org's hour grants: admin makes and voids them; finance and the org's console read
+//! them. Used after the plan, before pay-as-you-go; the rules are the core's
+//! (`core::funding`), docs/funding.md says how they play out. Also `FundingView`, the
+//! usage page's summary of what funds the org past its plan (grants and pay-as-you-go).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use rush_meter_core::funding::{
-    check_overage, Grant, GrantAsk, GrantKind, GrantStatus, Invalid, WindowKind,
-};
-use rush_meter_core::org::Org;
-use rush_meter_core::plans::Plan;
+use rush_meter_core::funding::{Grant, GrantAsk, GrantKind, GrantStatus};
 use rush_meter_core::standing::Standing;
 use rush_meter_core::time::{hours, rfc3339, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::overage::OverageView;
 use crate::http::auth::Principal;
 use crate::http::error::{parse_id, parse_named};
 use crate::http::extract::{JsonBody, OrgGrantPath, OrgPath, OrgReader};
-use crate::http::openapi::{BadBody, BadId, Conflicting, Guarded, StripeCalls};
+use crate::http::openapi::{BadBody, BadId, Conflicting, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::tokens::Scope;
-
-impl From<Invalid> for ApiError {
-    fn from(e: Invalid) -> Self {
-        ApiError::invalid(e.field, e.message)
-    }
-}
 
 /// A grant of hours, as every reader sees it.
 #[derive(Serialize, ToSchema)]
@@ -160,15 +152,7 @@ pub async fn post_grant(
         .await?
         .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
     if !created && !ask.matches(&made) {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "idempotency_key_reused",
-            format!(
-                "idempotency_key was used for grant `{}` with other values; use a new key for a new grant",
-                made.grant_id
-            ),
-        )
-        .with_field("idempotency_key"));
+        return Err(ApiError::grant_key_reused(&made.grant_id));
     }
     let status = if created {
         StatusCode::CREATED
@@ -225,205 +209,6 @@ pub async fn void_grant(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no grant `{grant_id}` in org `{org_id}`")))?;
     Ok(Json(GrantView::of(g, now)))
-}
-
-/// Pay-as-you-go: as the org set it, and this month's spend against its cap.
-#[derive(Serialize, ToSchema)]
-pub struct OverageView {
-    org_id: String,
-    /// The org's plan offers pay-as-you-go.
-    offered: bool,
-    enabled: bool,
-    /// Decimal, in `currency`.
-    #[schema(example = "50.00")]
-    monthly_cap: String,
-    /// The highest cap the plan allows.
-    #[schema(example = "200.00")]
-    cap_max: String,
-    /// Price of an agent-hour past the plan and grants.
-    #[schema(example = "0.60")]
-    unit_price: String,
-    currency: String,
-    #[serde(with = "rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    month_start: Secs,
-    #[serde(with = "rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    month_end: Secs,
-    /// Paid as it went this month, running sessions counted up to now.
-    overage_seconds: i64,
-    /// What that costs: never more than the cap.
-    #[schema(example = "12.34")]
-    spent: String,
-    /// Left under the cap (0 while off).
-    #[schema(example = "37.66")]
-    remaining: String,
-}
-
-impl OverageView {
-    pub fn of(s: &Standing) -> OverageView {
-        let plan: &Plan = &s.plan;
-        let org: &Org = &s.org;
-        let w = s.funding.windows_at(s.at);
-        let funds = s.funding.funds(WindowKind::Month, w.month);
-        let spent = funds.overage_amount();
-        let cap = org.overage.monthly_cap;
-        let remaining = if s.funding.terms.pay_as_you_go() {
-            (cap - spent).max(rust_decimal::Decimal::ZERO)
-        } else {
-            rust_decimal::Decimal::ZERO
-        };
-        OverageView {
-            org_id: org.org_id.clone(),
-            offered: plan.offers_overage(),
-            enabled: org.overage.enabled,
-            monthly_cap: format!("{cap:.2}"),
-            cap_max: format!("{:.2}", plan.overage_cap_max),
-            unit_price: format!("{:.2}", plan.overage_unit_price),
-            currency: plan.currency.clone(),
-            month_start: w.month.start,
-            month_end: w.month.end,
-            overage_seconds: funds.overage,
-            spent: format!("{spent:.2}"),
-            remaining: format!("{remaining:.2}"),
-        }
-    }
-}
-
-async fn overage_view(state: &AppState, org_id: &str) -> ApiResult<OverageView> {
-    let now = state.clock.now();
-    let s = state.standing(org_id, now).await?;
-    Ok(OverageView::of(&s))
-}
-
-/// An org's pay-as-you-go and this month's spend (admin, finance, the org's console).
-#[utoipa::path(get, path = "/v1/orgs/{org_id}/overage", tag = "funding", params(OrgPath),
-    security(("bearer" = ["console", "finance", "admin"])),
-    responses((status = 200, description = "The setting and this month's spend", body = OverageView),
-        Guarded, BadId))]
-pub async fn get_overage(
-    State(state): State<AppState>,
-    OrgReader { org_id, .. }: OrgReader,
-) -> ApiResult<Json<OverageView>> {
-    Ok(Json(overage_view(&state, org_id.as_str()).await?))
-}
-
-#[derive(Deserialize, ToSchema)]
-pub struct OverageBody {
-    enabled: bool,
-    /// Required to turn it on: a decimal string in the plan's currency, at most the plan's
-    /// `overage_cap_max`. Time past the plan and grants stops (sessions park) once this
-    /// month's overage reaches it; it is never charged past it.
-    #[schema(example = "50.00")]
-    monthly_cap: Option<String>,
-}
-
-/// Turn pay-as-you-go on or off and set its monthly cap (the org's console, admin). It
-/// applies to the very next decision and heartbeat.
-#[utoipa::path(put, path = "/v1/orgs/{org_id}/overage", tag = "funding", params(OrgPath),
-    security(("bearer" = ["console", "admin"])), request_body = OverageBody,
-    responses((status = 200, description = "The setting as stored, and this month's spend", body = OverageView),
-        Guarded, BadBody, BadId))]
-pub async fn put_overage(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(OrgPath { org_id }): Path<OrgPath>,
-    JsonBody(body): JsonBody<OverageBody>,
-) -> ApiResult<Json<OverageView>> {
-    principal.require_any(&[Scope::Console])?;
-    let org_id = parse_id("org_id", &org_id)?;
-    principal.check_org(org_id.as_str())?;
-    let cap = body
-        .monthly_cap
-        .as_deref()
-        .map(|c| {
-            c.trim().parse::<rust_decimal::Decimal>().map_err(|_| {
-                ApiError::invalid(
-                    "monthly_cap",
-                    format!("monthly_cap `{c}` is not a decimal amount such as \"50.00\""),
-                )
-            })
-        })
-        .transpose()?;
-    let org = state.org(org_id.as_str()).await?;
-    let plan = org.effective_plan(&state.plans, state.clock.now());
-    let overage = check_overage(plan, body.enabled, cap)?;
-    state
-        .db
-        .set_overage(
-            org_id.as_str(),
-            &overage,
-            state.clock.now(),
-            &principal.actor(),
-        )
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
-    Ok(Json(overage_view(&state, org_id.as_str()).await?))
-}
-
-#[derive(Deserialize, ToSchema)]
-pub struct TopupBody {
-    /// One of the plan's `topup_hours` packs.
-    #[schema(minimum = 1)]
-    hours: i64,
-}
-
-/// A top-up to pay for in Stripe Checkout; paid, it becomes a `purchased` grant.
-#[derive(Serialize, ToSchema)]
-pub struct TopupView {
-    hours: i64,
-    /// Decimal, in `currency`: hours × the plan's `topup_hour_price`.
-    #[schema(example = "5.50")]
-    amount: String,
-    currency: String,
-    /// Stripe Checkout: where to pay.
-    url: String,
-    session_id: String,
-    /// Days the hours last once paid.
-    expires_after_days: i64,
-}
-
-/// Buy a pack of hours (the org's console, admin): a Stripe Checkout Session in payment
-/// mode for one of the plan's `topup_hours`. The paid session grants the hours once, as a
-/// `purchased` grant that lasts the plan's `topup_expiry_days`.
-#[utoipa::path(post, path = "/v1/orgs/{org_id}/topups", tag = "funding", params(OrgPath),
-    security(("bearer" = ["console", "admin"])), request_body = TopupBody,
-    responses((status = 200, description = "Where to pay", body = TopupView),
-        Guarded, BadBody, BadId, StripeCalls))]
-pub async fn post_topup(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(OrgPath { org_id }): Path<OrgPath>,
-    JsonBody(body): JsonBody<TopupBody>,
-) -> ApiResult<Json<TopupView>> {
-    principal.require_any(&[Scope::Console])?;
-    let org_id = parse_id("org_id", &org_id)?;
-    principal.check_org(org_id.as_str())?;
-    let org = state.org(org_id.as_str()).await?;
-    let (plan, _) = org.subscribed_plan(&state.plans);
-    if !plan.topup_hours.contains(&body.hours) {
-        let sold = if plan.topup_hours.is_empty() {
-            format!("the {} plan sells no top-ups", plan.name)
-        } else {
-            let packs: Vec<String> = plan.topup_hours.iter().map(|h| h.to_string()).collect();
-            format!(
-                "the {} plan sells packs of {} hours (got {})",
-                plan.name,
-                packs.join(", "),
-                body.hours
-            )
-        };
-        return Err(ApiError::invalid("hours", sold));
-    }
-    let t = crate::billing::funding::open_topup(&state.billing, &org, body.hours).await?;
-    Ok(Json(TopupView {
-        hours: t.hours,
-        amount: format!("{:.2}", t.amount),
-        currency: t.currency,
-        url: t.url,
-        session_id: t.session_id,
-        expires_after_days: plan.topup_expiry_days,
-    }))
 }
 
 /// What funds the org past its plan, as the usage page shows it.
