@@ -141,6 +141,14 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this route does not take that method; GET /openapi.json lists the methods of each route",
+        )
+    }
+
     pub fn too_large() -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -223,11 +231,7 @@ pub async fn errors_as_json(req: axum::extract::Request, next: axum::middleware:
             tracing::error!(status = %s, body = %text, "the framework failed a request");
             ApiError::internal()
         }
-        StatusCode::METHOD_NOT_ALLOWED => ApiError::new(
-            status,
-            "method_not_allowed",
-            "the path does not take this method; /openapi.json lists what it takes",
-        ),
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::method_not_allowed(),
         s => ApiError::new(s, "refused", text),
     }
     .into_response()

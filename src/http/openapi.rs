@@ -119,10 +119,6 @@ pub mod strings {
     pub fn rule() -> Object {
         one_of(&rush_meter_core::gate::Rule::names())
     }
-
-    pub fn grant_kind() -> Object {
-        one_of(rush_meter_core::funding::GrantKind::NAMES)
-    }
 }
 
 /// What each error status means, wherever it is answered.

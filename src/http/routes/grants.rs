@@ -6,7 +6,7 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use rush_meter_core::funding::{Grant, GrantAsk, GrantKind, GrantStatus};
+use rush_meter_core::funding::{Grant, GrantAsk, GrantKind, GrantStatus, Source};
 use rush_meter_core::standing::Standing;
 use rush_meter_core::time::{hours, rfc3339, Secs};
 use serde::{Deserialize, Serialize};
@@ -95,7 +95,7 @@ pub struct GrantBody {
     /// Agent seconds granted: 1 to 360,000,000 (100,000 hours).
     #[schema(minimum = 1, maximum = 360_000_000)]
     seconds: i64,
-    #[schema(schema_with = crate::http::openapi::strings::grant_kind)]
+    #[schema(value_type = GrantKind)]
     kind: String,
     /// 0 (used first) to 100 (used last); default 50.
     #[schema(minimum = 0, maximum = 100)]
@@ -219,7 +219,7 @@ pub struct FundingView {
     remaining_seconds: i64,
     remaining_hours: String,
     /// What pays for the next second; `null` once everything is spent.
-    funded_by: Option<String>,
+    funded_by: Option<Source>,
     /// Grants in force or starting later.
     grants: Vec<GrantView>,
     overage: OverageView,
@@ -239,10 +239,7 @@ impl FundingView {
         FundingView {
             remaining_seconds: remaining,
             remaining_hours: hours(remaining),
-            funded_by: s
-                .funding
-                .next_source(s.at)
-                .map(|(src, _)| src.as_str().to_owned()),
+            funded_by: s.funding.next_source(s.at).map(|(src, _)| src),
             grants,
             overage: OverageView::of(s),
         }

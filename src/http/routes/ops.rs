@@ -101,9 +101,5 @@ pub async fn not_found() -> ApiError {
 }
 
 pub async fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "this route does not take that method; GET /openapi.json lists the methods of each route",
-    )
+    ApiError::method_not_allowed()
 }
