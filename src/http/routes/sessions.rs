@@ -61,8 +61,7 @@ pub struct SessionView {
     billed_seconds: i64,
     billed_hours: String,
     heartbeats: i64,
-    /// `unadmitted`: billed without the gate's admission; `silent_gap`: spoke again after
-    /// a silence past the lease (the gap is unbilled).
+    /// What a reader should know beyond `state` (`SessionFlag` says what each means).
     flags: Vec<SessionFlag>,
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
