@@ -178,3 +178,43 @@ async fn a_large_org_among_many_small_ones_reads_only_the_sessions_it_counts() {
     }
     db.close().await;
 }
+
+/// A heartbeat group's lock of its sessions (about 300 over 50 orgs in the ingest
+/// benchmark): found through `sessions_by_id`, each row checked against a hash of the
+/// group's orgs. `org_id = ANY($1)` in a generic plan compares every row with each org
+/// of the array in turn (reports/citus.md: 0.27 ms more a lock of that size).
+#[tokio::test]
+async fn the_session_lock_finds_sessions_by_id_and_hashes_the_orgs() {
+    let Some(db) = database().await else { return };
+    for sql in [
+        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
+         SELECT 'o' || i, 'o', 'team', 0, 0 FROM generate_series(0, 49) AS i",
+        "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
+           created_at) \
+         SELECT 'o' || (i % 50), 's' || i, 'k', 'running', 5, 0, 0 \
+         FROM generate_series(1, 10000) AS i",
+        "ANALYZE sessions",
+    ] {
+        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
+    }
+    let orgs = (0..50)
+        .map(|i| format!("o{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let ids = (1..=300)
+        .map(|i| format!("s{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let plan = generic_plan(
+        &db,
+        "text[], text[]",
+        hot::SESSION_LOCK,
+        &format!("'{{{orgs}}}', '{{{ids}}}'"),
+    )
+    .await;
+    assert!(plan.contains("sessions_by_id"), "{plan}");
+    assert!(plan.contains("Hash Semi Join"), "{plan}");
+    assert!(plan.contains("rows=300 loops=1"), "{plan}");
+    assert_eq!(most_filtered(&plan), 0, "{plan}");
+    db.close().await;
+}

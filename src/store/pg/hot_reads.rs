@@ -11,6 +11,9 @@ pub const RUNNING_SESSIONS: &str = super::RUNNING_SESSIONS;
 /// An org's (`$1`) running sessions heard since `$2` and its parked ones.
 pub const SESSION_COUNTS: &str = super::SESSION_COUNTS;
 
+/// The heartbeat group's lock of its sessions: orgs `$1`, session ids `$2`.
+pub const SESSION_LOCK: &str = super::sessions::SESSION_LOCK;
+
 /// The slot counts' statement: `$1` the lease's start, `$2 $3` the keys' orgs and ids, `$4`
 /// the shard's orgs.
 pub fn slot_counts() -> String {

@@ -196,6 +196,18 @@ impl Pg {
         Ok(self.write().begin_with(begin).await?)
     }
 
+    /// Lock and read the sessions these `(session, org)` pairs name, of `orgs` (one
+    /// shard's), as `select_sessions_for_update` does on this layout.
+    async fn lock_session_rows(
+        &self,
+        tx: &mut Tx,
+        orgs: &[&str],
+        pairs: &[(&str, &str)],
+    ) -> StoreResult<Vec<Rec<Session>>> {
+        let one = *self.sharding.read().expect("sharding lock") == Sharding::One;
+        select_sessions_for_update(tx, one, orgs, pairs).await
+    }
+
     /// The shard of each of `orgs` (in order): 0 for all on one PostgreSQL.
     async fn shard_ids(&self, tx: &mut Tx, orgs: &[&str]) -> StoreResult<Vec<i64>> {
         let sharding = *self.sharding.read().expect("sharding lock");

@@ -192,26 +192,42 @@ pub(super) async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<
     )
 }
 
+/// The sessions of orgs `$1` with ids `$2`, locked, on one PostgreSQL.
+pub(super) const SESSION_LOCK: &str =
+    "SELECT * FROM sessions WHERE org_id IN (SELECT UNNEST($1::text[])) \
+     AND session_id = ANY($2) ORDER BY session_id COLLATE \"C\" FOR UPDATE";
+
+/// The same on a spread layout.
+const SHARD_SESSION_LOCK: &str = "SELECT * FROM sessions WHERE org_id = ANY($1) \
+     AND session_id = ANY($2) ORDER BY session_id COLLATE \"C\" FOR UPDATE";
+
 /// Lock and read the sessions with these ids of these orgs (one shard's). Locks are taken
 /// in `session_id` byte order (the order the caller's chunks follow, whatever the
 /// database's collation), shard after shard, so writers on several instances never
-/// deadlock.
+/// deadlock. Found by id (`sessions_by_id`), the orgs a filter.
+///
+/// `one` (every org's rows in one place): the orgs are a hashed semi-join. A generic plan
+/// (`begin_hot`) cannot hash `org_id = ANY($1)`, whose array is a parameter, so it tests
+/// each row against every org of the group in turn. Spread layouts keep `= ANY($1)`: it
+/// is what routes the statement to the orgs' shard (Citus, partition pruning).
 pub(super) async fn select_sessions_for_update(
     tx: &mut Tx,
+    one: bool,
     orgs: &[&str],
     pairs: &[(&str, &str)],
 ) -> StoreResult<Vec<Rec<Session>>> {
     let ids: Vec<&str> = pairs.iter().map(|(id, _)| *id).collect();
-    // Planned on statistics (`sessions_by_id` for the ids, the orgs a filter): a table
-    // not yet analyzed gets them within seconds (`gather_statistics`).
-    Ok(sqlx::query_as::<_, Rec<Session>>(
-        "SELECT * FROM sessions WHERE org_id = ANY($1) AND session_id = ANY($2) \
-         ORDER BY session_id COLLATE \"C\" FOR UPDATE",
-    )
-    .bind(orgs)
-    .bind(ids)
-    .fetch_all(&mut **tx)
-    .await?)
+    // A table not yet analyzed gets its statistics within seconds (`gather_statistics`).
+    let sql = if one {
+        SESSION_LOCK
+    } else {
+        SHARD_SESSION_LOCK
+    };
+    Ok(sqlx::query_as::<_, Rec<Session>>(sql)
+        .bind(orgs)
+        .bind(ids)
+        .fetch_all(&mut **tx)
+        .await?)
 }
 
 pub(super) async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {

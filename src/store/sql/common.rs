@@ -95,7 +95,7 @@ impl Backend {
                     .map(|(o, s)| (*s, *o)),
             );
             for chunk in pairs.chunks(CHUNK) {
-                for Rec(s) in select_sessions_for_update(tx, orgs, chunk).await? {
+                for Rec(s) in self.lock_session_rows(tx, orgs, chunk).await? {
                     found.insert(s.session_id.clone(), s);
                 }
             }

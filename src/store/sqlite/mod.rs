@@ -112,6 +112,17 @@ impl Lite {
         Ok(vec![0; orgs.len()])
     }
 
+    /// The sessions these `(session, org)` pairs name, of `orgs` (the single writer holds
+    /// the lock already).
+    async fn lock_session_rows(
+        &self,
+        tx: &mut Tx,
+        orgs: &[&str],
+        pairs: &[(&str, &str)],
+    ) -> StoreResult<Vec<Rec<Session>>> {
+        select_sessions_for_update(tx, orgs, pairs).await
+    }
+
     fn write(&self) -> &SqlitePool {
         &self.write
     }
