@@ -8,7 +8,7 @@ use rush_meter_core::breakdown::{
     by_funding, check_range, group, provisional_pieces, windows_touched, GroupBy, Key, Piece, HOUR,
 };
 use rush_meter_core::funding::{Source, WindowKind};
-use rush_meter_core::standing::WindowUsage;
+use rush_meter_core::standing::{Standing, WindowUsage};
 use rush_meter_core::time::{format_rfc3339, hours, month_window, rfc3339, Interval, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -209,7 +209,25 @@ pub async fn get_breakdown(
     // again if its row says otherwise.
     let periods = &state.shared().periods;
     let guess = range_in(month_window(now, periods.period(org_id.as_str()).await)).ok();
-    let (org, guessed, running) = tokio::join!(
+    // By funding, the funding rollup and the standing are read beside them too.
+    let funding_read = async {
+        match (by, guess) {
+            (GroupBy::Funding, Some(r)) => Some(tokio::join!(
+                async {
+                    (
+                        r,
+                        state
+                            .db
+                            .funding_totals(org_id.as_str(), r.start, r.end)
+                            .await,
+                    )
+                },
+                state.standing(org_id.as_str(), now)
+            )),
+            _ => None,
+        }
+    };
+    let (org, guessed, running, funding_read) = tokio::join!(
         state.org(org_id.as_str()),
         async {
             match guess {
@@ -222,7 +240,8 @@ pub async fn get_breakdown(
                 None => None,
             }
         },
-        state.db.running_sessions(org_id.as_str())
+        state.db.running_sessions(org_id.as_str()),
+        funding_read
     );
     let org = org?;
     periods.learn(&org).await;
@@ -256,7 +275,17 @@ pub async fn get_breakdown(
             .filter(|p| !p.session_id.is_empty())
             .map(|p| p.seconds)
             .sum();
-        funding_rows(&state, &org, total, provisional, range, now).await?
+        let (booked, standing) = match funding_read {
+            Some(((r, booked), s)) if r == range => (booked?, s?),
+            _ => {
+                let (booked, s) = tokio::join!(
+                    state.db.funding_totals(&org.org_id, range.start, range.end),
+                    state.standing(&org.org_id, now)
+                );
+                (booked?, s?)
+            }
+        };
+        funding_rows(booked, &standing, total, provisional, now)
     } else {
         group(&pieces, by)
     };
@@ -306,31 +335,26 @@ pub async fn get_breakdown(
     }))
 }
 
-/// The breakdown by who paid: what the funding rollup holds for the range, and running
-/// sessions' time in it (`provisional` seconds of `total`) attributed as it will be.
-async fn funding_rows(
-    state: &AppState,
-    org: &rush_meter_core::org::Org,
+/// The breakdown by who paid: what the funding rollup holds for the range (`booked`), and
+/// running sessions' time in it (`provisional` seconds of `total`) attributed as the
+/// org's standing `s` will book it.
+fn funding_rows(
+    booked: BTreeMap<Source, (i64, i64)>,
+    s: &Standing,
     total: i64,
     provisional: i64,
-    range: Interval,
     now: Secs,
-) -> ApiResult<Vec<(Key, i64)>> {
-    let (booked, s) = tokio::join!(
-        state.db.funding_totals(&org.org_id, range.start, range.end),
-        state.standing(&org.org_id, now)
-    );
-    let mut not_plan: BTreeMap<Source, i64> = booked?
+) -> Vec<(Key, i64)> {
+    let mut not_plan: BTreeMap<Source, i64> = booked
         .into_iter()
         .map(|(source, (seconds, _))| (source, seconds))
         .collect();
-    let s = s?;
     for (source, seconds) in s.booked.clone().project(now, provisional) {
         if source != Source::Plan {
             *not_plan.entry(source).or_default() += seconds;
         }
     }
-    Ok(by_funding(total, &not_plan))
+    by_funding(total, &not_plan)
 }
 
 /// `GET /v1/orgs/{org_id}/upgrade-prompt`: whether to prompt the org to upgrade, why (each
