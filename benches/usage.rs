@@ -633,7 +633,13 @@ fn verdict(pairs: &[Pair]) -> String {
         .partition(|p| ratio(p) <= 2.0);
     let names = |ps: &[&Pair]| {
         ps.iter()
-            .map(|p| format!("{} ({:.2}x)", p.what.trim_start_matches("breakdown "), ratio(p)))
+            .map(|p| {
+                format!(
+                    "{} ({:.2}x)",
+                    p.what.trim_start_matches("breakdown "),
+                    ratio(p)
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
