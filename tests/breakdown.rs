@@ -123,17 +123,32 @@ every_backend! {
     }
 }
 
-/// The usage page's month, and the day breakdown's start and total.
+/// The usage page's month, and the day breakdown's start and total. The breakdown by
+/// funding (whose funding rollup is also read for the period guessed, and again when the
+/// org's row says otherwise) must cover the same range, all of it paid by the plan.
 async fn read(srv: &TestServer) -> (Value, Value, Value) {
     let usage = srv.usage("org_1").await;
     let day = srv
         .admin("GET", "/v1/orgs/org_1/usage/breakdown?group_by=day", None)
         .await;
-    (
-        usage["month"].clone(),
-        day["from"].clone(),
-        day["total"]["seconds"].clone(),
-    )
+    let funding = srv
+        .admin(
+            "GET",
+            "/v1/orgs/org_1/usage/breakdown?group_by=funding",
+            None,
+        )
+        .await;
+    let total = &day["total"]["seconds"];
+    assert_eq!(
+        (
+            &funding["from"],
+            &funding["rows"][0]["key"],
+            &funding["rows"][0]["seconds"]
+        ),
+        (&day["from"], &json!("plan"), total),
+        "{funding}"
+    );
+    (usage["month"].clone(), day["from"].clone(), total.clone())
 }
 
 /// Set an org's billing period as a Stripe subscription event does, behind the service's back.

@@ -212,18 +212,9 @@ pub async fn get_breakdown(
     // By funding, the funding rollup and the standing are read beside them too.
     let funding_read = async {
         match (by, guess) {
-            (GroupBy::Funding, Some(r)) => Some(tokio::join!(
-                async {
-                    (
-                        r,
-                        state
-                            .db
-                            .funding_totals(org_id.as_str(), r.start, r.end)
-                            .await,
-                    )
-                },
-                state.standing(org_id.as_str(), now)
-            )),
+            (GroupBy::Funding, Some(r)) => {
+                Some(funding_reads(&state, org_id.as_str(), r, now).await)
+            }
             _ => None,
         }
     };
@@ -275,17 +266,11 @@ pub async fn get_breakdown(
             .filter(|p| !p.session_id.is_empty())
             .map(|p| p.seconds)
             .sum();
-        let (booked, standing) = match funding_read {
-            Some(((r, booked), s)) if r == range => (booked?, s?),
-            _ => {
-                let (booked, s) = tokio::join!(
-                    state.db.funding_totals(&org.org_id, range.start, range.end),
-                    state.standing(&org.org_id, now)
-                );
-                (booked?, s?)
-            }
+        let (_, booked, standing) = match funding_read {
+            Some(read) if read.0 == range => read,
+            _ => funding_reads(&state, &org.org_id, range, now).await,
         };
-        funding_rows(booked, &standing, total, provisional, now)
+        funding_rows(booked?, &standing?, total, provisional, now)
     } else {
         group(&pieces, by)
     };
@@ -333,6 +318,25 @@ pub async fn get_breakdown(
         ceilings,
         as_of: format_rfc3339(now),
     }))
+}
+
+/// The breakdown by funding's own reads, at once: the funding rollup over `range` and the
+/// org's standing at `now`.
+async fn funding_reads(
+    state: &AppState,
+    org_id: &str,
+    range: Interval,
+    now: Secs,
+) -> (
+    Interval,
+    ApiResult<BTreeMap<Source, (i64, i64)>>,
+    ApiResult<Standing>,
+) {
+    let (booked, standing) = tokio::join!(
+        state.db.funding_totals(org_id, range.start, range.end),
+        state.standing(org_id, now)
+    );
+    (range, booked.map_err(ApiError::from), standing)
 }
 
 /// The breakdown by who paid: what the funding rollup holds for the range (`booked`), and
