@@ -586,8 +586,15 @@ const ANALYSIS: &str = r#"## Reading the figures
   standing are read beside the pieces since 2026-12-04 (after them before): 1.76x to
   1.35x on PostgreSQL, 2.23x to 1.78x on SQLite, run against run. On SQLite the hour
   breakdown was 3.7x while every grouping read constant columns beside its key and
-  seconds (sqlx hands SQLite's every column of a row over one by one); each grouping reads
-  (key, seconds) pairs and fills in the rest of a piece in Rust.
+  seconds; each grouping reads (key, seconds) pairs and fills in the rest of a piece in
+  Rust. Since 2026-12-04 SQLite's pairs come as one row of JSON (`json_group_array`,
+  parsed by serde_json, `Lite::key_seconds`): sqlx hands each SQLite row over from its
+  worker thread as a message of its own (perf over `cargo bench --bench usage -- sqlite
+  console`: 11% of samples in the kernel's task switches and 10% in its spin unlocks,
+  beside flume's channel), which held the hour and session breakdowns at 2.1x and 2.0x of
+  their raw reads; as one row they were 1.04x and 0.78x in the first run. The raw reads
+  still fetch row by row, so on SQLite a ratio under 1 is that handoff saved, not the
+  service beating its rollup.
 - **The usage page** reads more than its rollup: the org and its funding, running
   sessions up to now and the session counts beside the window sums (three reads at once
   on two busy cores; the parked sessions' count alone is an index-only count of 4,320

@@ -208,6 +208,25 @@ impl Pg {
         select_sessions_for_update(tx, one, orgs, pairs).await
     }
 
+    /// A grouping's `(k, s)` rows: `sql` binds the org, `from` and `to`.
+    async fn key_seconds<K>(
+        &self,
+        sql: &str,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+    ) -> StoreResult<Vec<(K, i64)>>
+    where
+        (K, i64): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        Ok(sqlx::query_as(sql)
+            .bind(org_id)
+            .bind(from)
+            .bind(to)
+            .fetch_all(self.keyed())
+            .await?)
+    }
+
     /// The shard of each of `orgs` (in order): 0 for all on one PostgreSQL.
     async fn shard_ids(&self, tx: &mut Tx, orgs: &[&str]) -> StoreResult<Vec<i64>> {
         let sharding = *self.sharding.read().expect("sharding lock");

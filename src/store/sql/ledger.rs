@@ -410,7 +410,7 @@ impl LedgerStore for Backend {
             _ => "",
         };
         let sql = format!(
-            "SELECT {key}, CAST(SUM(seconds) AS BIGINT) FROM {table} \
+            "SELECT {key} AS k, CAST(SUM(seconds) AS BIGINT) AS s FROM {table} \
              WHERE org_id = $1{dimension} AND {column} >= $2 AND {column} < $3 GROUP BY {key}"
         );
         let piece = |hour: Secs, seconds: i64| Piece {
@@ -422,20 +422,10 @@ impl LedgerStore for Backend {
             seconds,
         };
         if matches!(by, GroupBy::Hour | GroupBy::Funding | GroupBy::Day) {
-            let rows: Vec<(Secs, i64)> = sqlx::query_as(&sql)
-                .bind(org_id)
-                .bind(from)
-                .bind(to)
-                .fetch_all(self.keyed())
-                .await?;
+            let rows = self.key_seconds::<Secs>(&sql, org_id, from, to).await?;
             return Ok(rows.into_iter().map(|(h, s)| piece(h, s)).collect());
         }
-        let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
-            .bind(org_id)
-            .bind(from)
-            .bind(to)
-            .fetch_all(self.keyed())
-            .await?;
+        let rows = self.key_seconds::<String>(&sql, org_id, from, to).await?;
         Ok(rows
             .into_iter()
             .map(|(name, seconds)| {

@@ -123,6 +123,27 @@ impl Lite {
         select_sessions_for_update(tx, orgs, pairs).await
     }
 
+    /// A grouping's `(k, s)` rows (`sql` binds the org, `from` and `to`), read as one row
+    /// of JSON: sqlx hands each row of SQLite's over from its worker thread as a message of
+    /// its own, and a month by session or by hour is thousands of rows.
+    async fn key_seconds<K: serde::de::DeserializeOwned>(
+        &self,
+        sql: &str,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+    ) -> StoreResult<Vec<(K, i64)>> {
+        let text: String = sqlx::query_scalar(&format!(
+            "SELECT json_group_array(json_array(k, s)) FROM ({sql})"
+        ))
+        .bind(org_id)
+        .bind(from)
+        .bind(to)
+        .fetch_one(self.keyed())
+        .await?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Other(sqlx::Error::Decode(Box::new(e))))
+    }
+
     fn write(&self) -> &SqlitePool {
         &self.write
     }
