@@ -114,7 +114,7 @@ every_backend! {
         assert_eq!((month["start"].as_str(), month["used_seconds"].as_i64()), (Some("2026-11-01T00:00:00Z"), Some(3600)));
         assert_eq!((from.as_str(), total.as_i64()), (Some("2026-11-01T00:00:00Z"), Some(3600)));
         // Stripe's period from 12:30 that day: half the hour is before it.
-        set_period(&srv, "org_1", T0 + 1800, T0 + 30 * 86_400).await;
+        srv.set_billing_period("org_1", T0 + 1800, T0 + 30 * 86_400).await;
         for _ in 0..2 {
             let (month, from, total) = read(&srv).await;
             assert_eq!((month["start"].as_str(), month["used_seconds"].as_i64()), (Some("2026-11-30T12:30:00Z"), Some(1800)));
@@ -149,29 +149,4 @@ async fn read(srv: &TestServer) -> (Value, Value, Value) {
         "{funding}"
     );
     (usage["month"].clone(), day["from"].clone(), total.clone())
-}
-
-/// Set an org's billing period as a Stripe subscription event does, behind the service's back.
-async fn set_period(srv: &TestServer, org: &str, start: i64, end: i64) {
-    let sql = "UPDATE orgs SET period_start = $1, period_end = $2 WHERE org_id = $3";
-    match srv.db.pools() {
-        rush_meter::store::Pools::Postgres(p) => {
-            sqlx::query(sql)
-                .bind(start)
-                .bind(end)
-                .bind(org)
-                .execute(p)
-                .await
-                .unwrap();
-        }
-        rush_meter::store::Pools::Sqlite { write, .. } => {
-            sqlx::query(sql)
-                .bind(start)
-                .bind(end)
-                .bind(org)
-                .execute(write)
-                .await
-                .unwrap();
-        }
-    }
 }

@@ -247,6 +247,52 @@ async fn sources_in_order(backend: Backend) {
     assert_eq!(before, after, "closing changed the export");
 }
 
+/// The breakdown by funding reads the funding rollup beside the rest for the billing
+/// period it last saw the org with, and again for the org's own when Stripe moved it
+/// meanwhile: what grants paid before the new period is not in it.
+async fn the_breakdown_by_funding_follows_a_new_period(backend: Backend) {
+    let dir = plans_dir();
+    let Some(srv) = start_with_plans(backend, dir.path()).await else {
+        return;
+    };
+    setup(&srv).await;
+    srv.clock.set(T0);
+    grant(&srv, json!({"seconds": 60, "kind": "promo"})).await;
+    admit(&srv, "s1").await;
+    let end = run_together_until_parked(&srv, "acme", &["s1"], T0).await;
+    let by_source = |b: &Value| -> Vec<(String, i64)> {
+        b["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["key"].as_str().unwrap().to_owned(),
+                    r["seconds"].as_i64().unwrap(),
+                )
+            })
+            .filter(|(_, s)| *s != 0)
+            .collect()
+    };
+    let path = "/v1/orgs/acme/usage/breakdown?group_by=funding";
+    // The calendar month: seen (and remembered) as such.
+    let b = srv.admin("GET", path, None).await;
+    assert!(by_source(&b).contains(&("grant".to_owned(), 60)), "{b}");
+    // A period from a whole hour after the run: nothing in it yet.
+    let start = (end / 3600 + 2) * 3600;
+    srv.set_billing_period("acme", start, start + 30 * 86_400)
+        .await;
+    srv.clock.set(start + 600);
+    let b = srv.admin("GET", path, None).await;
+    let from = rush_meter_core::time::format_rfc3339(start);
+    assert_eq!(b["from"].as_str(), Some(from.as_str()), "{b}");
+    assert_eq!(
+        (b["total"]["seconds"].as_i64(), by_source(&b)),
+        (Some(0), vec![]),
+        "{b}"
+    );
+}
+
 /// An org's line of November's export, as JSON.
 async fn org_line(srv: &TestServer, org: &str) -> Value {
     let (status, _, body) = srv
@@ -690,6 +736,7 @@ every_backend!(
     the_cap_and_grants_are_notified_once_each,
     many_sessions_pass_the_cap_in_time_by_the_bound_at_most_and_never_in_money,
     sources_in_order,
+    the_breakdown_by_funding_follows_a_new_period,
     a_ceiling_without_grants_or_overage_says_which,
     a_grant_funds_only_from_its_start_to_its_expiry_and_voiding_lapses_it,
     bad_input_is_refused_in_the_error_format_and_changes_nothing

@@ -271,6 +271,29 @@ impl TestServer {
         self.admin("GET", &format!("/v1/orgs/{org}/usage"), None)
             .await
     }
+
+    /// Set an org's billing period as a Stripe subscription event does, behind the
+    /// service's back.
+    pub async fn set_billing_period(&self, org: &str, start: Secs, end: Secs) {
+        let sql = "UPDATE orgs SET period_start = $1, period_end = $2 WHERE org_id = $3";
+        match self.db.pools() {
+            rush_meter::store::Pools::Postgres(p) => sqlx::query(sql)
+                .bind(start)
+                .bind(end)
+                .bind(org)
+                .execute(p)
+                .await
+                .map(drop),
+            rush_meter::store::Pools::Sqlite { write, .. } => sqlx::query(sql)
+                .bind(start)
+                .bind(end)
+                .bind(org)
+                .execute(write)
+                .await
+                .map(drop),
+        }
+        .expect("set the billing period");
+    }
 }
 
 impl Drop for TestServer {
