@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{hb, Backend, Options, TestServer, T0};
+use common::{breakdown_rows, hb, Backend, Options, TestServer, T0};
 use serde_json::{json, Value};
 
 /// 2026-12-01T00:00:00Z: the month boundary, 12 hours after T0.
@@ -130,17 +130,7 @@ async fn breakdown_by_session(srv: &TestServer, from: &str, to: &str) -> BTreeMa
             None,
         )
         .await;
-    v["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["key"].as_str().unwrap().to_owned(),
-                r["seconds"].as_i64().unwrap(),
-            )
-        })
-        .collect()
+    breakdown_rows(&v).into_iter().collect()
 }
 
 every_backend! {

@@ -108,17 +108,7 @@ async fn sources_in_order(backend: Backend) {
             None,
         )
         .await;
-    let rows: Vec<(String, i64)> = b["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["key"].as_str().unwrap().to_owned(),
-                r["seconds"].as_i64().unwrap(),
-            )
-        })
-        .collect();
+    let rows = breakdown_rows(&b);
     assert_eq!(
         rows,
         [
@@ -261,18 +251,8 @@ async fn the_breakdown_by_funding_follows_a_new_period(backend: Backend) {
     admit(&srv, "s1").await;
     let end = run_together_until_parked(&srv, "acme", &["s1"], T0).await;
     let by_source = |b: &Value| -> Vec<(String, i64)> {
-        b["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                (
-                    r["key"].as_str().unwrap().to_owned(),
-                    r["seconds"].as_i64().unwrap(),
-                )
-            })
-            .filter(|(_, s)| *s != 0)
-            .collect()
+        let rows = breakdown_rows(b).into_iter();
+        rows.filter(|(_, s)| *s != 0).collect()
     };
     let path = "/v1/orgs/acme/usage/breakdown?group_by=funding";
     // The calendar month: seen (and remembered) as such.

@@ -51,6 +51,22 @@ pub use sessions::{
 pub use spawn::{spawn_service, spawn_service_logging, spawn_service_with, Logs};
 
 pub const ADMIN: &str = "test-admin-token-0123456789";
+
+/// A usage breakdown's rows as `(key, seconds)`, in the answer's order (for groupings whose
+/// every row is named).
+pub fn breakdown_rows(b: &serde_json::Value) -> Vec<(String, i64)> {
+    b["rows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a breakdown: {b}"))
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap().to_owned(),
+                r["seconds"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
 /// Monday 2026-11-30 12:00:00 UTC.
 pub const T0: Secs = 1_796_040_000;
 
