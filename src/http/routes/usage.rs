@@ -266,9 +266,11 @@ pub async fn get_breakdown(
             .filter(|p| !p.session_id.is_empty())
             .map(|p| p.seconds)
             .sum();
-        let (_, booked, standing) = match funding_read {
-            Some(read) if read.0 == range => read,
-            _ => funding_reads(&state, &org.org_id, range, now).await,
+        // The standing holds whatever the period; the rollup again for another range.
+        let (booked, standing) = match funding_read {
+            Some(read) if guess == Some(range) => read,
+            Some((_, standing)) => (funding_totals(&state, &org.org_id, range).await, standing),
+            None => funding_reads(&state, &org.org_id, range, now).await,
         };
         funding_rows(booked?, &standing?, total, provisional, now)
     } else {
@@ -320,6 +322,18 @@ pub async fn get_breakdown(
     }))
 }
 
+/// The funding rollup of the org over `range`, by source.
+async fn funding_totals(
+    state: &AppState,
+    org_id: &str,
+    range: Interval,
+) -> ApiResult<BTreeMap<Source, (i64, i64)>> {
+    Ok(state
+        .db
+        .funding_totals(org_id, range.start, range.end)
+        .await?)
+}
+
 /// The breakdown by funding's own reads, at once: the funding rollup over `range` and the
 /// org's standing at `now`.
 async fn funding_reads(
@@ -327,16 +341,11 @@ async fn funding_reads(
     org_id: &str,
     range: Interval,
     now: Secs,
-) -> (
-    Interval,
-    ApiResult<BTreeMap<Source, (i64, i64)>>,
-    ApiResult<Standing>,
-) {
-    let (booked, standing) = tokio::join!(
-        state.db.funding_totals(org_id, range.start, range.end),
+) -> (ApiResult<BTreeMap<Source, (i64, i64)>>, ApiResult<Standing>) {
+    tokio::join!(
+        funding_totals(state, org_id, range),
         state.standing(org_id, now)
-    );
-    (range, booked.map_err(ApiError::from), standing)
+    )
 }
 
 /// The breakdown by who paid: what the funding rollup holds for the range (`booked`), and
