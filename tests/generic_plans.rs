@@ -180,11 +180,11 @@ async fn a_large_org_among_many_small_ones_reads_only_the_sessions_it_counts() {
 }
 
 /// A heartbeat group's lock of its sessions (about 300 over 50 orgs in the ingest
-/// benchmark): found through `sessions_by_id`, each row checked against a hash of the
-/// group's orgs. `org_id = ANY($1)` in a generic plan compares every row with each org
+/// benchmark): found by id through the primary key, led by `session_id` (migration
+/// 0011), each row checked against a hash of the group's orgs. `org_id = ANY($1)` in a generic plan compares every row with each org
 /// of the array in turn (reports/citus.md: 0.27 ms more a lock of that size).
 #[tokio::test]
-async fn the_session_lock_finds_sessions_by_id_and_hashes_the_orgs() {
+async fn the_session_lock_finds_sessions_by_their_key_and_hashes_the_orgs() {
     let Some(db) = database().await else { return };
     for sql in [
         "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
@@ -212,7 +212,8 @@ async fn the_session_lock_finds_sessions_by_id_and_hashes_the_orgs() {
         &format!("'{{{orgs}}}', '{{{ids}}}'"),
     )
     .await;
-    assert!(plan.contains("sessions_by_id"), "{plan}");
+    assert!(plan.contains("using sessions_pkey"), "{plan}");
+    assert!(plan.contains("Index Cond: (session_id = ANY"), "{plan}");
     assert!(plan.contains("Hash Semi Join"), "{plan}");
     assert!(plan.contains("rows=300 loops=1"), "{plan}");
     assert_eq!(most_filtered(&plan), 0, "{plan}");

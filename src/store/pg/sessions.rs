@@ -204,7 +204,7 @@ const SHARD_SESSION_LOCK: &str = "SELECT * FROM sessions WHERE org_id = ANY($1) 
 /// Lock and read the sessions with these ids of these orgs (one shard's). Locks are taken
 /// in `session_id` byte order (the order the caller's chunks follow, whatever the
 /// database's collation), shard after shard, so writers on several instances never
-/// deadlock. Found by id (`sessions_by_id`), the orgs a filter.
+/// deadlock. Found by id (the primary key is led by `session_id`), the orgs a filter.
 ///
 /// `one` (every org's rows in one place): the orgs are a hashed semi-join. A generic plan
 /// (`begin_hot`) cannot hash `org_id = ANY($1)`, whose array is a parameter, so it tests
