@@ -6,6 +6,9 @@
 #
 #   benches/compare.sh <base-commit> [rounds]    (default: 2 rounds)
 #
+# BENCHES (default "ingest admission"), BACKENDS (default "postgres sqlite") and
+# PARTITIONED=0 (skip the partitioned runs) cut the loop to what a change touches.
+#
 # The base is built in a worktree under target/, with a target directory of its own seeded
 # from this tree's (cargo names a workspace crate's artifacts alike in both trees, so they
 # cannot share one; seeded, only the two workspace crates build again).
@@ -59,15 +62,17 @@ measure() {
   grep -E 'rows/s|decisions/s' "$log" >"$out/$side.$bench.$backend.$round"
 }
 for round in $(seq 1 "$rounds"); do
-  for bench in ingest admission; do
-    for backend in postgres sqlite; do
+  for bench in ${BENCHES:-ingest admission}; do
+    for backend in ${BACKENDS:-postgres sqlite}; do
       # A base whose benchmark takes no backend argument measured both in its first run.
       if ! grep -qi "^$backend" "$out/base.$bench.postgres.$round" 2>/dev/null; then
         measure base "$bench" "$backend" "$round" "${exe[base_$bench]}"
       fi
       measure head "$bench" "$backend" "$round" "${exe[head_$bench]}"
     done
-    measure partitioned "$bench" postgres "$round" "${exe[head_$bench]}" RUSH_METER_TEST_PG_PARTITIONS=4
+    if [ "${PARTITIONED:-1}" != 0 ]; then
+      measure partitioned "$bench" postgres "$round" "${exe[head_$bench]}" RUSH_METER_TEST_PG_PARTITIONS=4
+    fi
   done
 done
 
@@ -95,6 +100,10 @@ for path in glob.glob(os.path.join(out, "*[0-9]")):
         load = f"{groups[1]} a request" if bench == "ingest" else f"{groups[1]} callers"
         figures.setdefault((bench, backend, load), {}).setdefault(side, []).append(float(rate))
 cores = os.cpu_count()
+partitioned = ("" if os.environ.get("PARTITIONED") == "0" else
+    ", then head on a PostgreSQL whose org tables are hash-partitioned\nfour ways "
+    "(each partition a shard: statements go out once a shard)")
+env = "".join(f"{k}={v!r} " if " " in v else f"{k}={v} " for k in ("BENCHES", "BACKENDS", "PARTITIONED") if (v := os.environ.get(k)))
 rows = []
 for (bench, backend, load) in sorted(figures, key=lambda k: (k[0] != "ingest", k[1], int(k[2].split()[0]))):
     f = figures[(bench, backend, load)]
@@ -111,14 +120,13 @@ print(f"""# One PostgreSQL and a distributable store, side by side
 
 The ingest and admission benchmarks of commit {base_rev} (before the store was made
 distributable by org_id, issue 19) beside {head_rev}, run interleaved on the same machine
-in one run: base, head, then head on a PostgreSQL whose org tables are hash-partitioned
-four ways (each partition a shard: statements go out once a shard). The loads are the
+in one run: base, head{partitioned}. The loads are the
 base's (100 heartbeats a request at 16 clients, one at 128; 1, 8 and 32 callers), with
 orgs within their plan; the tree's benchmarks measure each three times a run, the base's
 once. Figures are medians of every measurement of {rounds} rounds (each in brackets); the
 ratio is head / base.
 
-- Command: `benches/compare.sh {' '.join(args.split()) if args else base_rev}`
+- Command: `{env}benches/compare.sh {' '.join(args.split()) if args else base_rev}`
 - Machine: {cores} cores, the load generator (wrk), the service and the database on them
 - Date: {datetime.date.today()}
 
