@@ -131,25 +131,41 @@ static INDEXED_LEFT_OUT: std::sync::LazyLock<String> = std::sync::LazyLock::new(
     format!("{head} SET {}", kept.join(", "))
 });
 
+/// The values of `INDEXED_COLUMNS` in a session, in that order.
+fn indexed_values(r: &Session) -> [Option<&str>; 2] {
+    [Some(r.ledger.phase.as_str()), r.key_id.as_deref()]
+}
+
 /// Write the `INDEXED_COLUMNS` of `rows` (all in the table) where the table's differ, and
 /// only there: a heartbeat that parks, resumes or ends its session rewrites its index
 /// entries, the others none.
 async fn write_indexed_columns(tx: &mut Tx, rows: &[Session]) -> StoreResult<()> {
-    let mut q =
-        QueryBuilder::<DB>::new("UPDATE sessions SET phase = v.column3, key_id = v.column4 FROM (");
+    // A VALUES row's columns are column1, column2, …: the org and id, then the values.
+    let value = |i: usize| format!("v.column{}", i + 3);
+    let (sets, differs): (Vec<String>, Vec<String>) = INDEXED_COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            (
+                format!("{c} = {}", value(i)),
+                format!("sessions.{c} IS NOT {}", value(i)),
+            )
+        })
+        .unzip();
+    let mut q = QueryBuilder::<DB>::new(format!("UPDATE sessions SET {} FROM (", sets.join(", ")));
     q.push_values(rows, |mut b, r| {
-        b.push_bind(&r.org_id)
-            .push_bind(&r.session_id)
-            .push_bind(r.ledger.phase.as_str())
-            .push_bind(&r.key_id);
+        b.push_bind(&r.org_id).push_bind(&r.session_id);
+        for v in indexed_values(r) {
+            b.push_bind(v);
+        }
     });
     let orgs: Vec<&str> = rows.iter().map(|r| r.org_id.as_str()).collect();
     q.push(") AS v WHERE sessions.org_id IN (SELECT value FROM json_each(")
         .push_bind(org_list(&orgs))
-        .push(
-            ")) AND sessions.org_id = v.column1 AND sessions.session_id = v.column2 \
-             AND (sessions.phase IS NOT v.column3 OR sessions.key_id IS NOT v.column4)",
-        );
+        .push(format!(
+            ")) AND sessions.org_id = v.column1 AND sessions.session_id = v.column2 AND ({})",
+            differs.join(" OR ")
+        ));
     once(&mut q).execute(&mut **tx).await?;
     Ok(())
 }
