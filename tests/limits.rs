@@ -234,6 +234,62 @@ async fn user_and_key_limits_apply_across_projects(backend: Backend) {
     assert_eq!(used, [("key", "k1", 45), ("user", "ann", 45)]);
 }
 
+/// Running sessions count up to now for each of their members (key, project and user),
+/// in the listing and at the gate: two sessions of one key, of two projects and two users,
+/// heard at T0 and read 10 s later.
+async fn running_sessions_count_for_each_of_their_members(backend: Backend) {
+    let dir = mini_plans();
+    let Some(srv) = start_with_plans(backend, dir.path()).await else {
+        return;
+    };
+    setup(&srv).await;
+    srv.clock.set(T0);
+    put_limit(&srv, "key/k1", json!({"monthly_hours": "1"})).await;
+    put_limit(&srv, "project/web", json!({"monthly_hours": "1"})).await;
+    put_limit(&srv, "user/bob", json!({"monthly_hours": "1"})).await;
+    // 9 s: spent by 10 s of running.
+    put_limit(&srv, "user/ann", json!({"monthly_hours": "0.0025"})).await;
+    admit_as(&srv, "a1", "web", "ann").await;
+    admit_as(&srv, "b1", "api", "bob").await;
+    let (status, _) = srv
+        .heartbeats(vec![
+            hb("acme", "a1", 1, "running", T0),
+            hb("acme", "b1", 1, "running", T0),
+        ])
+        .await;
+    assert_eq!(status, 200);
+    srv.clock.set(T0 + 10);
+    let used: Vec<(String, i64)> = limits(&srv)
+        .await
+        .iter()
+        .map(|l| {
+            (
+                format!(
+                    "{}/{}",
+                    l["kind"].as_str().unwrap(),
+                    l["member_id"].as_str().unwrap()
+                ),
+                l["month"]["used_seconds"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [
+        ("key/k1", 20),
+        ("project/web", 10),
+        ("user/ann", 10),
+        ("user/bob", 10),
+    ];
+    let want: Vec<(String, i64)> = want.iter().map(|(m, s)| (m.to_string(), *s)).collect();
+    assert_eq!(used, want);
+    let d = admit_as(&srv, "a2", "api", "ann").await;
+    assert_eq!(d["reason"], "user_ceiling_reached", "{d}");
+    assert_eq!(d["limit"]["month_used_seconds"], 10, "{d}");
+    assert_eq!(
+        admit_as(&srv, "b2", "web", "bob").await["decision"],
+        "allow"
+    );
+}
+
 /// Set, listed, changed and removed; the windows are the org's.
 async fn limits_round_trip(srv: TestServer) {
     srv.create_org("acme", "team").await;
@@ -454,6 +510,7 @@ async fn bad_limits_are_refused_and_change_nothing(srv: TestServer) {
 every_backend!(
     a_member_past_its_limit_is_refused_and_parked_within_the_bound,
     user_and_key_limits_apply_across_projects,
+    running_sessions_count_for_each_of_their_members,
     limits_round_trip,
     bad_limits_are_refused_and_change_nothing
 );

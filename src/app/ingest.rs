@@ -60,7 +60,7 @@ impl OrgAdvice {
 }
 
 /// A request's answer: its outcome, and the advice for every org of its group.
-pub type Answer = (RequestOutcome, Arc<HashMap<String, OrgAdvice>>);
+pub type Answer = (RequestOutcome, Arc<HashMap<String, Arc<OrgAdvice>>>);
 
 /// The queues in front of the heartbeat writers. A request whose heartbeats are all of one
 /// org goes to the writer of that org (bookings of an org lock its row: docs/funding.md,
@@ -110,7 +110,8 @@ pub struct Ingest {
     pub metrics: Arc<Metrics>,
     /// Sees each org's standing after a commit, for usage-threshold notifications.
     pub watch: Watch,
-    advice: Mutex<HashMap<String, (OrgAdvice, Secs)>>,
+    /// Each org's advice, shared (not copied: it holds every limited member) until it expires.
+    advice: Mutex<HashMap<String, (Arc<OrgAdvice>, Secs)>>,
 }
 
 impl Ingest {
@@ -171,7 +172,10 @@ impl Ingest {
     }
 
     /// Every org of a group once, after its commit.
-    async fn advise(&self, results: &[RequestOutcome]) -> StoreResult<HashMap<String, OrgAdvice>> {
+    async fn advise(
+        &self,
+        results: &[RequestOutcome],
+    ) -> StoreResult<HashMap<String, Arc<OrgAdvice>>> {
         let mut ids: Vec<&str> = results
             .iter()
             .flatten()
@@ -189,7 +193,7 @@ impl Ingest {
             for id in ids {
                 match cache.get(id) {
                     Some((a, until)) if *until > now => {
-                        advice.insert(id.to_owned(), a.clone());
+                        advice.insert(id.to_owned(), Arc::clone(a));
                     }
                     _ => missing.push(id),
                 }
@@ -206,16 +210,16 @@ impl Ingest {
         }
         for s in fresh {
             self.watch.observe(&s);
-            let a = OrgAdvice {
+            let a = Arc::new(OrgAdvice {
                 remaining_seconds: s.remaining_seconds(),
                 park: s.must_park(),
                 members: rooms.remove(&s.org.org_id).unwrap_or_default(),
-            };
+            });
             // Near a notification threshold, read fresh too, so the commit that crosses it
             // is the one that sees it.
             let room = a.least_room().min(self.watch.room(&s));
             if reusable(room, s.running) {
-                cache.insert(s.org.org_id.clone(), (a.clone(), now + ADVICE_TTL));
+                cache.insert(s.org.org_id.clone(), (Arc::clone(&a), now + ADVICE_TTL));
             } else {
                 cache.remove(&s.org.org_id);
             }

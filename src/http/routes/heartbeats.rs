@@ -65,7 +65,7 @@ pub async fn post_heartbeats(
         .map(|o| {
             let (remaining_seconds, park) = advice
                 .get(&o.org_id)
-                .unwrap_or(&OrgAdvice::NONE)
+                .map_or(&OrgAdvice::NONE, |a| a)
                 .for_session(&o.members);
             HeartbeatResult {
                 accepted: true,

@@ -36,9 +36,12 @@ fn limit_subject(l: &Limit) -> String {
 /// `members`, only those of them (any kind) that a group of admissions names.
 ///
 /// The statement is a plain `UNION ALL` of the limits and of the use rows (rollup buckets,
-/// then running sessions by key, project and user), summed per member here: each branch
-/// is an index range of one org, so a generic plan (`begin_hot`) stays right whatever the
-/// org's size, and nothing is joined, sorted or materialised for a handful of rows.
+/// then running sessions), summed per member here: each branch is an index range of one
+/// org, so a generic plan (`begin_hot`) stays right whatever the org's size. The running
+/// sessions are read once, summed by their (key, project, user), and only those few sums
+/// are spread over the three kinds: a branch for each kind read every running session
+/// three times (on SQLite 1.5 ms a read for an org of 200 running sessions against 0.96;
+/// the heartbeat answers of 50 such orgs 65 against 41 ms).
 async fn limits_with_usage_on(
     conn: &mut <DB as sqlx::Database>::Connection,
     orgs: &[&Org],
@@ -68,18 +71,32 @@ fn limits_sql(base: usize, members: bool) -> String {
         false => String::new(),
     };
     let stretch_end = format!("{LEAST}(last_at + ${}, ${})", p(8), p(9));
-    let running = |kind: &str, column: &str| {
-        format!(
-            "SELECT 'used', org_id, '{kind}', {column}, NULL, NULL, 0, 0, \
-               CAST(SUM({month}) AS BIGINT), CAST(SUM({week}) AS BIGINT) \
-             FROM sessions WHERE {orgs} AND phase = 'running' AND {column} IS NOT NULL{only} \
-             GROUP BY org_id, {column}",
-            month = overlap("last_at", &stretch_end, p(2), p(3)),
-            week = overlap("last_at", &stretch_end, p(4), p(5)),
-            orgs = org_in(p(1)),
-            only = only(column),
-        )
+    // Each running session's (key, project, user) once, then each of them as a member.
+    let member = "CASE d.kind WHEN 'key' THEN r.key_id WHEN 'project' THEN r.project_id \
+                  ELSE r.started_by END";
+    let named = match members {
+        true => format!(
+            " AND ({} OR {} OR {})",
+            in_list("key_id", p(10)),
+            in_list("project_id", p(10)),
+            in_list("started_by", p(10))
+        ),
+        false => String::new(),
     };
+    let running = format!(
+        "SELECT 'used', r.org_id, d.kind, {member}, NULL, NULL, 0, 0, \
+           CAST(SUM(r.month_used) AS BIGINT), CAST(SUM(r.week_used) AS BIGINT) \
+         FROM (SELECT org_id, key_id, project_id, started_by, \
+             SUM({month}) AS month_used, SUM({week}) AS week_used \
+           FROM sessions WHERE {orgs} AND phase = 'running'{named} \
+           GROUP BY org_id, key_id, project_id, started_by) AS r \
+         CROSS JOIN (SELECT 'key' AS kind UNION ALL SELECT 'project' UNION ALL SELECT 'user') AS d \
+         WHERE {member} IS NOT NULL \
+         GROUP BY r.org_id, d.kind, {member}",
+        month = overlap("last_at", &stretch_end, p(2), p(3)),
+        week = overlap("last_at", &stretch_end, p(4), p(5)),
+        orgs = org_in(p(1)),
+    );
     format!(
         "SELECT 'limit' AS row_kind, org_id, kind, member_id, monthly_hours, weekly_hours, \
            created_at, updated_at, CAST(0 AS BIGINT) AS month_used, \
@@ -93,7 +110,7 @@ fn limits_sql(base: usize, members: bool) -> String {
            AND h.dimension = l.kind AND h.member_id = l.member_id \
          WHERE {limited_orgs}{only_l} AND h.bucket >= ${h0} AND h.bucket < ${h1} \
          GROUP BY h.org_id, h.dimension, h.member_id \
-         UNION ALL {keys} UNION ALL {projects} UNION ALL {users}",
+         UNION ALL {running}",
         orgs = org_in(p(1)),
         only_limited = only("member_id"),
         limited_orgs = in_list("l.org_id", p(1)),
@@ -104,9 +121,6 @@ fn limits_sql(base: usize, members: bool) -> String {
         w1 = p(5),
         h0 = p(6),
         h1 = p(7),
-        keys = running("key", "key_id"),
-        projects = running("project", "project_id"),
-        users = running("user", "started_by"),
     )
 }
 
