@@ -26,6 +26,16 @@ async fn setup(srv: &TestServer) {
     assert_eq!(status, 201, "{v}");
 }
 
+/// A server on the mini plans with `setup` done and its clock at T0; the plans' directory
+/// is kept beside it. None where PostgreSQL is not here (outside CI).
+async fn acme_at_t0(backend: Backend) -> Option<(tempfile::TempDir, TestServer)> {
+    let plans = mini_plans();
+    let srv = start_with_plans(backend, plans.path()).await?;
+    setup(&srv).await;
+    srv.clock.set(T0);
+    Some((plans, srv))
+}
+
 /// An admission of `session` for `project` and `user`.
 async fn admit_as(srv: &TestServer, session: &str, project: &str, user: &str) -> Value {
     let body = json!({"org_id": "acme", "key_id": "k1", "session_id": session,
@@ -55,6 +65,15 @@ async fn limits(srv: &TestServer) -> Vec<Value> {
         .as_array()
         .unwrap()
         .clone()
+}
+
+/// A listed limit's member as `kind/member_id`.
+fn member_name(l: &Value) -> String {
+    format!(
+        "{}/{}",
+        l["kind"].as_str().unwrap(),
+        l["member_id"].as_str().unwrap()
+    )
 }
 
 /// `n` sessions of project `web`, each beating every 15 s at its own offset and parking as
@@ -95,12 +114,9 @@ fn assert_the_limit_holds(web: &Value, n: i64) {
 /// A spent limit refuses its member's runs, with the figures, and parks its sessions;
 /// other members of the org run on.
 async fn a_member_past_its_limit_is_refused_and_parked_within_the_bound(backend: Backend) {
-    let dir = mini_plans();
-    let Some(srv) = start_with_plans(backend, dir.path()).await else {
+    let Some((_plans, srv)) = acme_at_t0(backend).await else {
         return;
     };
-    setup(&srv).await;
-    srv.clock.set(T0);
     let web = put_limit(&srv, "project/web", json!({"weekly_hours": "0.01"})).await;
     assert_eq!(
         (
@@ -175,12 +191,9 @@ async fn a_member_past_its_limit_is_refused_and_parked_within_the_bound(backend:
 
 /// A user's limit and a key's apply to every project: the first spent one decides.
 async fn user_and_key_limits_apply_across_projects(backend: Backend) {
-    let dir = mini_plans();
-    let Some(srv) = start_with_plans(backend, dir.path()).await else {
+    let Some((_plans, srv)) = acme_at_t0(backend).await else {
         return;
     };
-    setup(&srv).await;
-    srv.clock.set(T0);
     put_limit(&srv, "user/ann", json!({"monthly_hours": "0.005"})).await;
     put_limit(
         &srv,
@@ -238,12 +251,9 @@ async fn user_and_key_limits_apply_across_projects(backend: Backend) {
 /// in the listing and at the gate: two sessions of one key, of two projects and two users,
 /// heard at T0 and read 10 s later.
 async fn running_sessions_count_for_each_of_their_members(backend: Backend) {
-    let dir = mini_plans();
-    let Some(srv) = start_with_plans(backend, dir.path()).await else {
+    let Some((_plans, srv)) = acme_at_t0(backend).await else {
         return;
     };
-    setup(&srv).await;
-    srv.clock.set(T0);
     put_limit(&srv, "key/k1", json!({"monthly_hours": "1"})).await;
     put_limit(&srv, "project/web", json!({"monthly_hours": "1"})).await;
     put_limit(&srv, "user/bob", json!({"monthly_hours": "1"})).await;
@@ -262,16 +272,7 @@ async fn running_sessions_count_for_each_of_their_members(backend: Backend) {
     let used: Vec<(String, i64)> = limits(&srv)
         .await
         .iter()
-        .map(|l| {
-            (
-                format!(
-                    "{}/{}",
-                    l["kind"].as_str().unwrap(),
-                    l["member_id"].as_str().unwrap()
-                ),
-                l["month"]["used_seconds"].as_i64().unwrap(),
-            )
-        })
+        .map(|l| (member_name(l), l["month"]["used_seconds"].as_i64().unwrap()))
         .collect();
     let want = [
         ("key/k1", 20),
@@ -332,17 +333,7 @@ async fn limits_round_trip(srv: TestServer) {
         "{v}"
     );
     put_limit(&srv, "project/web", json!({"monthly_hours": "100"})).await;
-    let names: Vec<String> = limits(&srv)
-        .await
-        .iter()
-        .map(|l| {
-            format!(
-                "{}/{}",
-                l["kind"].as_str().unwrap(),
-                l["member_id"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let names: Vec<String> = limits(&srv).await.iter().map(member_name).collect();
     assert_eq!(names, ["project/web", "user/ann"]);
     // The org's console sets its own; finance reads.
     let console = srv.token(&[Scope::Console], Some("acme")).await;
