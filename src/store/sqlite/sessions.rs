@@ -16,7 +16,6 @@ pub(super) async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> Store
     let spans = &b.spans;
     for chunk in sessions.chunks(CHUNK) {
         write_session_rows(tx, chunk, true).await?;
-        write_indexed_columns(tx, chunk).await?;
     }
     for chunk in org_hours.chunks(CHUNK) {
         add_org_hours(tx, shard, chunk).await?;
@@ -175,9 +174,9 @@ pub(super) async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> St
     write_session_rows(tx, rows, false).await
 }
 
-/// Write whole session rows: overwrite existing ones but for their `INDEXED_COLUMNS`
-/// (`upsert`; `write_indexed_columns` writes those), or insert only new ones. Returns the
-/// rows written.
+/// Write whole session rows: overwrite existing ones (`upsert`: all but their
+/// `INDEXED_COLUMNS`, then those where they differ, by `write_indexed_columns`), or insert
+/// only new ones. Returns the rows written.
 pub(super) async fn write_session_rows(
     tx: &mut Tx,
     rows: &[Session],
@@ -210,7 +209,11 @@ pub(super) async fn write_session_rows(
     } else {
         " ON CONFLICT DO NOTHING"
     });
-    Ok(once(&mut q).execute(&mut **tx).await?.rows_affected())
+    let written = once(&mut q).execute(&mut **tx).await?.rows_affected();
+    if upsert {
+        write_indexed_columns(tx, rows).await?;
+    }
+    Ok(written)
 }
 
 async fn add_org_hours(
