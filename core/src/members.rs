@@ -104,6 +104,18 @@ impl Limit {
             || self.weekly_seconds().is_some_and(|l| used.1 >= l)
     }
 
+    /// Whether the limit may be spent when its org has used `org_used` (month, week) in the
+    /// same windows. A member's seconds are its org's, cut into buckets at the org's window
+    /// edges, so a member never used more than its org; the hour of margin covers a bucket
+    /// cut at an edge the org has since moved (a bucket is at most an hour). A limit out of
+    /// reach needs no read of its member's use: the gate reads that only for the others.
+    pub fn within_reach(&self, org_used: (i64, i64)) -> bool {
+        self.spent((
+            org_used.0.saturating_add(HOUR),
+            org_used.1.saturating_add(HOUR),
+        ))
+    }
+
     /// Seconds left before the first of its windows' limits (`i64::MAX` with none).
     pub fn remaining(&self, used: (i64, i64)) -> i64 {
         let m = self
@@ -250,6 +262,37 @@ mod tests {
         for bad in ["-1", "lots", "100001", "0.00001"] {
             let e = parse_hours("weekly_hours", Some(bad)).unwrap_err();
             assert_eq!(e.field, "weekly_hours", "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The gate skips the use of limits out of reach of their org's use: no member whose
+        /// use is at most its org's (plus the margin) has spent such a limit, and a limit
+        /// its org's use alone has spent is always within reach.
+        #[test]
+        fn a_limit_out_of_reach_of_its_orgs_use_is_not_spent(
+            monthly in proptest::option::of(0i64..20_000),
+            weekly in proptest::option::of(0i64..20_000),
+            org in (0i64..20_000, 0i64..20_000),
+            below in (0i64..20_000, 0i64..20_000),
+        ) {
+            let hours = |s: Option<i64>| s.map(|s| Decimal::new(s, 0) / Decimal::from(3600));
+            let l = Limit {
+                org_id: "o".into(),
+                kind: LimitKind::User,
+                member_id: "ann".into(),
+                monthly_hours: hours(monthly),
+                weekly_hours: hours(weekly),
+                created_at: 0,
+                updated_at: 0,
+            };
+            let member = ((org.0 + HOUR - below.0).max(0), (org.1 + HOUR - below.1).max(0));
+            if !l.within_reach(org) {
+                proptest::prop_assert!(!l.spent(member), "{l:?} spent by {member:?} of {org:?}");
+            }
+            if l.spent(org) {
+                proptest::prop_assert!(l.within_reach(org));
+            }
         }
     }
 }

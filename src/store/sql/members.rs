@@ -98,10 +98,7 @@ fn limits_sql(base: usize, members: bool) -> String {
         orgs = org_in(p(1)),
     );
     format!(
-        "SELECT 'limit' AS row_kind, org_id, kind, member_id, monthly_hours, weekly_hours, \
-           created_at, updated_at, CAST(0 AS BIGINT) AS month_used, \
-           CAST(0 AS BIGINT) AS week_used \
-         FROM member_limits WHERE {orgs}{only_limited} \
+        "{limit_rows} \
          UNION ALL \
          SELECT 'used', h.org_id, h.dimension, h.member_id, NULL, NULL, 0, 0, \
            CAST(SUM(CASE WHEN h.bucket >= ${m0} AND h.bucket < ${m1} THEN h.seconds ELSE 0 END) AS BIGINT), \
@@ -111,8 +108,7 @@ fn limits_sql(base: usize, members: bool) -> String {
          WHERE {limited_orgs}{only_l} AND h.bucket >= ${h0} AND h.bucket < ${h1} \
          GROUP BY h.org_id, h.dimension, h.member_id \
          UNION ALL {running}",
-        orgs = org_in(p(1)),
-        only_limited = only("member_id"),
+        limit_rows = limit_rows_sql(p(1), members.then(|| p(10))),
         limited_orgs = in_list("l.org_id", p(1)),
         only_l = only("l.member_id"),
         m0 = p(2),
@@ -121,6 +117,19 @@ fn limits_sql(base: usize, members: bool) -> String {
         w1 = p(5),
         h0 = p(6),
         h1 = p(7),
+    )
+}
+
+/// The limits of the orgs listed in parameter `orgs`, with `members` the parameter listing
+/// the only members (any kind) wanted; their use columns are zero (`LimitsRead`).
+fn limit_rows_sql(orgs: usize, members: Option<usize>) -> String {
+    format!(
+        "SELECT 'limit' AS row_kind, org_id, kind, member_id, monthly_hours, weekly_hours, \
+           created_at, updated_at, CAST(0 AS BIGINT) AS month_used, \
+           CAST(0 AS BIGINT) AS week_used \
+         FROM member_limits WHERE {}{}",
+        org_in(orgs),
+        members.map_or(String::new(), |m| format!(" AND {}", in_list("member_id", m))),
     )
 }
 
