@@ -11,6 +11,7 @@ use common::{fresh_database, Backend};
 use rush_meter::sim::{self, Delivery, Fleet, Params, Reference};
 use rush_meter::store::{Db, OrgUpsert};
 use rush_meter_core::audit::{Action, Actor};
+use rush_meter_core::breakdown::GroupBy;
 use rush_meter_core::funding::{Grant, GrantKind, Overage, WindowKind};
 use rush_meter_core::heartbeats::Heartbeat;
 use rush_meter_core::ledger::{Interval, Secs};
@@ -491,6 +492,20 @@ async fn check_store(seed: u64, db: &Db, fleet: &Fleet, reference: &Reference) {
             vec![clip(month), clip(week)],
             "{hint}: {org} window totals"
         );
+        // Every second of the member rollup is one of the org's, once in each dimension:
+        // no member uses more than its org, which lets the gate skip the use of limits out
+        // of reach of the org's (`Limit::within_reach`).
+        for by in [GroupBy::Project, GroupBy::User, GroupBy::Agent] {
+            let mut in_windows = Vec::new();
+            for w in [month, week] {
+                let pieces = db
+                    .session_hour_pieces(&org, w.start, w.end, by)
+                    .await
+                    .unwrap();
+                in_windows.push(pieces.iter().map(|p| p.seconds).sum::<i64>());
+            }
+            assert_eq!(in_windows, used, "{hint}: {org} member rollup by {by:?}");
+        }
     }
 }
 

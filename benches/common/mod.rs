@@ -449,8 +449,11 @@ pub async fn sqlite_writer(url: &str) -> sqlx::SqlitePool {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(30));
+    // No ping before each transaction (sqlx's default): a hand-written loop would not
+    // make one, and the service pings only connections idle for a second.
     SqlitePoolOptions::new()
         .max_connections(1)
+        .test_before_acquire(false)
         .acquire_timeout(Duration::from_secs(60))
         .connect_with(opts)
         .await

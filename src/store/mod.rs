@@ -114,6 +114,31 @@ impl Default for PoolSettings {
     }
 }
 
+impl PoolSettings {
+    /// A pool of these settings. sqlx pings each connection it hands out by default: a
+    /// round trip before every transaction and read, one of the seven or so a group commit
+    /// makes on PostgreSQL (and a worker thread's on SQLite). Only a connection idle for a
+    /// second or more is pinged here: that is when a closed one is likely (a server
+    /// restarted, an idle timeout); a busy pool's connections were just used. A dead
+    /// connection that gets through fails its statement as unavailable (503), and the
+    /// pool drops it when it comes back (sqlx pings each one it takes back).
+    fn pool<DB: sqlx::Database>(&self) -> sqlx::pool::PoolOptions<DB> {
+        use sqlx::Connection as _;
+        sqlx::pool::PoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.acquire_timeout)
+            .test_before_acquire(false)
+            .before_acquire(|conn: &mut DB::Connection, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= Duration::from_secs(1) {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
+    }
+}
+
 impl Db {
     /// Open the database named by `url` (`postgres://…` or `sqlite://…`), creating a
     /// missing SQLite file.

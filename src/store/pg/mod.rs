@@ -6,7 +6,7 @@
 
 use std::str::FromStr;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 
 use super::PoolSettings;
@@ -126,14 +126,10 @@ impl Pg {
         // statements opt into generic plans (`begin_hot`).
         let opts =
             PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_custom_plan")]);
-        let pool = PgPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.acquire_timeout)
-            .connect_with(opts.clone())
-            .await?;
-        let keyed = PgPoolOptions::new()
+        let pool = settings.pool().connect_with(opts.clone()).await?;
+        let keyed = settings
+            .pool()
             .max_connections(keyed_connections(settings.max_connections))
-            .acquire_timeout(settings.acquire_timeout)
             .connect_lazy_with(opts.options([("plan_cache_mode", "force_generic_plan")]));
         let pg = Pg {
             pool,

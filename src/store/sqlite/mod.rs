@@ -5,7 +5,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{QueryBuilder, SqlitePool};
 
 use super::PoolSettings;
@@ -80,14 +80,15 @@ impl Lite {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
-        let write = SqlitePoolOptions::new()
+        let write = settings
+            .pool()
             .max_connections(1)
             .acquire_timeout(settings.acquire_timeout.max(Duration::from_secs(30)))
             .connect_with(opts.clone())
             .await?;
-        let read = SqlitePoolOptions::new()
+        let read = settings
+            .pool()
             .max_connections(settings.max_connections.min(8))
-            .acquire_timeout(settings.acquire_timeout)
             .connect_with(opts.read_only(true))
             .await?;
         Ok(Lite { read, write })
