@@ -324,23 +324,23 @@ fn main() {
     md.push_str(&common::provenance(
         "admission",
         &format!(
-            "wrk on the same two cores; {KEYS} keys of {ORGS} orgs (Team, past a spent plan, or Team with limits on every member: see below), new session ids, {} s a run, {ROUNDS} rounds of each with the setups interleaved (the median round's figures, each round's rate in brackets)",
+            "wrk on the same two cores; {KEYS} keys of {ORGS} orgs (Team, past a spent plan, or Team with limits on every member: see below), new session ids, {} s a run, {ROUNDS} rounds of each with the setups interleaved (the median round's figures, each round's rate in brackets; a ratio is the median of the rounds' ratios, each against the same round's plan or raw transaction)",
             MEASURE.as_secs()
         ),
     ));
     md.push_str("| backend | concurrent callers | orgs | decisions/s | against the plan's | against raw | p50 | p99 | allowed | errors |\n");
     md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-    let rate_of = |r: &Row, setup: Option<Setup>| {
+    let rounds_of = |r: &Row, setup: Option<Setup>| {
         rows.iter()
             .find(|(b, _)| b.backend == r.backend && b.callers == r.callers && b.setup == setup)
-            .map(|(b, _)| b.rate)
+            .map(|(_, rates)| rates.as_slice())
     };
     for (r, rates) in &rows {
-        let base = rate_of(r, Some(Setup::BASE)).unwrap_or(r.rate);
-        let raw = rate_of(r, None).unwrap_or(r.rate);
+        let base = rounds_of(r, Some(Setup::BASE)).unwrap_or(rates);
+        let raw = rounds_of(r, None).unwrap_or(rates);
         let each: Vec<String> = rates.iter().map(|x| format!("{x:.0}")).collect();
         let (label, against_plan) = match r.setup {
-            Some(s) => (s.label(), format!("{:.2}", r.rate / base)),
+            Some(s) => (s.label(), format!("{:.2}", paired(rates, base))),
             None => (RAW.to_owned(), String::new()),
         };
         md.push_str(&format!(
@@ -351,7 +351,7 @@ fn main() {
             r.rate,
             each.join(", "),
             against_plan,
-            r.rate / raw,
+            paired(rates, raw),
             r.p50.as_secs_f64() * 1e3,
             r.p99.as_secs_f64() * 1e3,
             100.0 * r.allowed / r.decided.max(1.0),
@@ -412,7 +412,7 @@ fn main() {
         "writers a PostgreSQL instance measured best (1: same rate, 4: 20% slower, smaller\n",
         "groups). A group claims its session ids first (`session_owners`) and locks only the\n",
         "sessions of ids already claimed, so a group of new sessions skips the session lock.\n",
-        "\nPast the plan (issue 14) a group reads its orgs' funding with the org rows it reads anyway,\nand decides in memory. Limits inside an org (issue 15) are read in the same statement as the\nwindow sums (`window_usage_and_limits_on`, src/store/sql/gate.rs), only for groups with an org\nthat sets limits (`orgs.sets_limits`): the limits of the members the group names and their\nuse, a `UNION ALL` of index ranges of one org each beside the sums' rows, so that limits cost a\ngroup no round trip of their own (pg_stat_statements: 0.075 ms a call for both, where the\nlimits read alone took 0.14 ms and a round trip). This run's ratios are under the table.\n\nWhere the limits' time goes on SQLite (2026-12-04, `RUST_LOG=sqlx::query=debug` over\n`admission-<hash> sqlite limits`, sqlx's own timings): the gate's statement with limits took\n0.35 ms a group against 0.06 ms for the window sums alone, about the difference between the\ntwo setups' decisions at one caller. Timed apart on a copy of the tables (Python's sqlite3,\nan org of 200 running sessions, three members named): the limits' rows 0.13 ms, the member\nrollup 0.15 ms, the running sessions 1.3 ms, of which grouping by (key, project, user) about\n0.85 ms and the two window overlaps 0.3 ms. Since that day the running sessions are read once\nfor all three kinds, summed by their (key, project, user), and those sums spread over the\nkinds (`limits_sql`, src/store/sql/members.rs); a branch for each kind had read every running\nsession three times (the unfiltered read of such an org: 1.5 ms before, 0.96 ms after).\n\nHistory the gate no longer reads (auto_explain over `cargo bench --bench usage -- postgres\nconsole`, whose seeding admits 4,320 sessions of one key): the slot count's generic plan\nscanned every session of the key, parked ones too (1.2-1.5 ms a call at 4,320 sessions,\ngrowing with them), and the window sums scanned every span of the org for part hours at the\nwindows' edges. The slot count now reads `sessions_key_running` and a range of\n`sessions_key_slot` (migration 0009), and the window sums read spans only at edges that are\nthere, as a range a generic plan serves from the index; tests/generic_plans.rs\nchecks both plans on 5,000 parked sessions. This benchmark's keys hold few sessions, so its\nrates barely move; the console's reads did (reports/usage.md).\n\nOne round trip fewer (2026-12-03): on one PostgreSQL a group's slot counts now come in the\nstatement that claims its new session ids (`claim_owners_counting_slots`, src/store/pg/gate.rs),\nsince both need only the keys' locks; a group naming sessions already known counts again\nafter locking them. A group of new sessions makes seven round trips: begin, key lock, orgs\nand funding, id claim with the slot counts, window sums with limits, write, commit.\n\nAgainst the raw transaction (issue 18): at 8 callers a group holds about two decisions, so\neach still pays most of a transaction's fixed round trips; at 32 the two cores are shared by\nwrk, the service and PostgreSQL (Little's law: 32 callers at 4,800 decisions/s wait 6.7 ms\non average, so a p99 of 8 ms needs the tail within 1.2x of the mean). One setup's rounds\nhave swung by a quarter either way on this machine (2026-12-03: limits at 0.64-0.75 of the\nplan's rate in a full run and 0.97-1.06 in a rerun of the two setups right after), so a\nratio near a target is read with its rounds in brackets.\n",
+        "\nPast the plan (issue 14) a group reads its orgs' funding with the org rows it reads anyway,\nand decides in memory. Limits inside an org (issue 15) are read in the same statement as the\nwindow sums (`window_usage_and_limits_on`, src/store/sql/gate.rs), only for groups with an org\nthat sets limits (`orgs.sets_limits`): the limits of the members the group names and their\nuse, a `UNION ALL` of index ranges of one org each beside the sums' rows, so that limits cost a\ngroup no round trip of their own (pg_stat_statements: 0.075 ms a call for both, where the\nlimits read alone took 0.14 ms and a round trip). This run's ratios are under the table.\n\nWhere the limits' time goes on SQLite (2026-12-04, `RUST_LOG=sqlx::query=debug` over\n`admission-<hash> sqlite limits`, sqlx's own timings): the gate's statement with limits took\n0.35 ms a group against 0.06 ms for the window sums alone, about the difference between the\ntwo setups' decisions at one caller. Timed apart on a copy of the tables (Python's sqlite3,\nan org of 200 running sessions, three members named): the limits' rows 0.13 ms, the member\nrollup 0.15 ms, the running sessions 1.3 ms, of which grouping by (key, project, user) about\n0.85 ms and the two window overlaps 0.3 ms. Since that day the running sessions are read once\nfor all three kinds, summed by their (key, project, user), and those sums spread over the\nkinds (`limits_sql`, src/store/sql/members.rs); a branch for each kind had read every running\nsession three times (the unfiltered read of such an org: 1.5 ms before, 0.96 ms after).\nSince 2026-12-04 the gate reads a member's use only for limits within reach of its org's\nown use in the window (`Limit::within_reach`, core/src/members.rs: a member never used more\nthan its org, and an hour's margin): this benchmark's limits are far from it, so a group\nreads the limits' rows beside the sums and no use. A full run that day put limits at 0.80\nof the plan's rate at one caller on SQLite (a ratio of median rounds), beside 0.81 for\ngrants and pay-as-you-go, which read no limit, with one setup's rounds a third apart; a\nrerun of the two setups right after (`admission-<hash> sqlite limits`, printed only) held\nlimits at 0.96-0.99 / 0.95-0.98 / 0.95 at 1 / 8 / 32 callers, round by round. Since then\na ratio is the median of the rounds' ratios (`paired`).\n\nHistory the gate no longer reads (auto_explain over `cargo bench --bench usage -- postgres\nconsole`, whose seeding admits 4,320 sessions of one key): the slot count's generic plan\nscanned every session of the key, parked ones too (1.2-1.5 ms a call at 4,320 sessions,\ngrowing with them), and the window sums scanned every span of the org for part hours at the\nwindows' edges. The slot count now reads `sessions_key_running` and a range of\n`sessions_key_slot` (migration 0009), and the window sums read spans only at edges that are\nthere, as a range a generic plan serves from the index; tests/generic_plans.rs\nchecks both plans on 5,000 parked sessions. This benchmark's keys hold few sessions, so its\nrates barely move; the console's reads did (reports/usage.md).\n\nOne round trip fewer (2026-12-03): on one PostgreSQL a group's slot counts now come in the\nstatement that claims its new session ids (`claim_owners_counting_slots`, src/store/pg/gate.rs),\nsince both need only the keys' locks; a group naming sessions already known counts again\nafter locking them. A group of new sessions makes seven round trips: begin, key lock, orgs\nand funding, id claim with the slot counts, window sums with limits, write, commit.\nBefore each of them sqlx pinged the connection it\nhanded out (its default `test_before_acquire`): one more round trip, and one before every\nread. The pools now ping only a connection idle for a second (`PoolSettings::pool`,\nsrc/store/mod.rs); this run is the first without it, on a faster machine than the last\nreport's, so only the ratios compare with it.\n\nAgainst the raw transaction (issue 18): at 8 callers a group holds about two decisions, so\neach still pays most of a transaction's fixed round trips; at 32 the two cores are shared by\nwrk, the service and PostgreSQL (Little's law: 32 callers at 4,800 decisions/s wait 6.7 ms\non average, so a p99 of 8 ms needs the tail within 1.2x of the mean). One setup's rounds\nhave swung by a quarter either way on this machine (2026-12-03: limits at 0.64-0.75 of the\nplan's rate in a full run and 0.97-1.06 in a rerun of the two setups right after), so a\nratio near a target is read with its rounds in brackets.\n",
     ));
     if only.is_none() {
         std::fs::write(
@@ -424,21 +424,34 @@ fn main() {
     }
 }
 
+/// One setup's rate against another's: the median of their ratios round by round. The
+/// setups of a round run back to back, so a round's drift (this machine's rate has moved
+/// by a third between rounds) falls on both sides of its ratio; a ratio of medians paired
+/// one setup's fast round with the other's slow one.
+fn paired(rates: &[f64], of: &[f64]) -> f64 {
+    let mut r: Vec<f64> = rates.iter().zip(of).map(|(a, b)| a / b).collect();
+    r.sort_by(f64::total_cmp);
+    r[r.len() / 2]
+}
+
 /// This run's ratios against the targets: issue 18's against the raw transaction (0.8x at
 /// 1 caller, 1.5x at 8 and 32, p99 at most 8 ms at 32 on PostgreSQL), issue 14's past the
 /// plan and issue 15's limits (each at least 0.9x of the plan's rate).
 fn targets(rows: &[(&Row, Vec<f64>)]) -> String {
     let mut out = String::from("\nThis run against the targets:\n\n");
     for backend in [Backend::Postgres, Backend::Sqlite] {
-        let rate = |setup: Option<Setup>, callers: usize| {
+        let row = |setup: Option<Setup>, callers: usize| {
             rows.iter()
                 .find(|(r, _)| r.backend == backend && r.setup == setup && r.callers == callers)
-                .map(|(r, _)| *r)
         };
+        let rate = |setup: Option<Setup>, callers: usize| row(setup, callers).map(|(r, _)| *r);
         let ratios = |setup: Option<Setup>, of: Option<Setup>| {
             CALLERS
                 .iter()
-                .filter_map(|&c| Some(format!("{:.2}", rate(setup, c)?.rate / rate(of, c)?.rate)))
+                .filter_map(|&c| {
+                    let ratio = paired(&row(setup, c)?.1, &row(of, c)?.1);
+                    Some(format!("{ratio:.2}"))
+                })
                 .collect::<Vec<_>>()
                 .join(" / ")
         };
