@@ -19,8 +19,10 @@ const ORGS: usize = 100;
 const KEYS: usize = 1000;
 const MEASURE: Duration = Duration::from_secs(8);
 /// Rounds of each setup, the setups interleaved, so that the machine's drift falls on all
-/// alike; a row's figures are its median round's.
-const ROUNDS: usize = 3;
+/// alike; a row's figures are its median round's. Five: with three, one slow round of
+/// the plan's (a third below its others at 32 callers on SQLite, 2026-12-04) was enough
+/// to move a ratio by 0.15.
+const ROUNDS: usize = 5;
 /// The concurrent callers each setup is measured at.
 const CALLERS: [usize; 3] = [1, 8, 32];
 
