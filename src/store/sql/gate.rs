@@ -98,7 +98,7 @@ async fn window_usage_and_limits_on(
     }
     if !near_orgs.is_empty() {
         let near_members = sorted_unique(near_members.into_iter());
-        let read = limits_with_usage_on(&mut **tx, &near_orgs, Some(&near_members), now, rules);
+        let read = limits_with_usage_on(tx, &near_orgs, Some(&near_members), now, rules);
         for (org, (_, used)) in read.await? {
             if let Some((_, usage)) = limits.get_mut(&org) {
                 usage.extend(used);
