@@ -422,10 +422,11 @@ impl LedgerStore for Backend {
             seconds,
         };
         if matches!(by, GroupBy::Hour | GroupBy::Funding | GroupBy::Day) {
-            let rows = self.key_seconds::<Secs>(&sql, org_id, from, to).await?;
+            let rows = self.key_seconds::<Secs>(&sql, org_id, from, to, false).await?;
             return Ok(rows.into_iter().map(|(h, s)| piece(h, s)).collect());
         }
-        let rows = self.key_seconds::<String>(&sql, org_id, from, to).await?;
+        let by_session = by == GroupBy::Session;
+        let rows = self.key_seconds::<String>(&sql, org_id, from, to, by_session).await?;
         Ok(rows
             .into_iter()
             .map(|(name, seconds)| {

@@ -126,13 +126,15 @@ impl Lite {
 
     /// A grouping's `(k, s)` rows (`sql` binds the org, `from` and `to`), read as one row
     /// of JSON: sqlx hands each row of SQLite's over from its worker thread as a message of
-    /// its own, and a month by session or by hour is thousands of rows.
+    /// its own, and a month by session or by hour is thousands of rows. SQLite plans each
+    /// statement once a connection, so `_plan_per_call` (PostgreSQL's choice) is moot here.
     async fn key_seconds<K: serde::de::DeserializeOwned>(
         &self,
         sql: &str,
         org_id: &str,
         from: Secs,
         to: Secs,
+        _plan_per_call: bool,
     ) -> StoreResult<Vec<(K, i64)>> {
         let text: String = sqlx::query_scalar(&format!(
             "SELECT json_group_array(json_array(k, s)) FROM ({sql})"
