@@ -168,6 +168,16 @@ pub fn spent_limit<'l>(limits: &'l [Limit], used: &MemberUsage) -> Option<&'l Li
     })
 }
 
+/// The members of `limits` whose use the gate must read, given their org's use (month,
+/// week) in the same windows: those of limits within reach of it (`Limit::within_reach`).
+pub fn members_within_reach(limits: &[Limit], org_used: (i64, i64)) -> Vec<&str> {
+    limits
+        .iter()
+        .filter(|l| l.within_reach(org_used))
+        .map(|l| l.member_id.as_str())
+        .collect()
+}
+
 /// What heartbeat answers tell the sessions of a limited member: seconds before its
 /// first limit, and whether they must park.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -85,12 +85,8 @@ async fn window_usage_and_limits_on(
     let mut near_members: Vec<&str> = Vec::new();
     for org in orgs {
         let used = usage.get(&org.org_id).copied().unwrap_or_default();
-        let near = limits.get(&org.org_id).map_or(&[][..], |(l, _)| l.as_slice());
-        let near: Vec<&str> = near
-            .iter()
-            .filter(|l| l.within_reach((used.month, used.week)))
-            .map(|l| l.member_id.as_str())
-            .collect();
+        let of_org = limits.get(&org.org_id).map_or(&[][..], |(l, _)| l.as_slice());
+        let near = rush_meter_core::members::members_within_reach(of_org, (used.month, used.week));
         if !near.is_empty() {
             near_orgs.push(org);
             near_members.extend(near);
