@@ -342,7 +342,7 @@ fn main() {
         let raw = rounds_of(r, None).unwrap_or(rates);
         let each: Vec<String> = rates.iter().map(|x| format!("{x:.0}")).collect();
         let (label, against_plan) = match r.setup {
-            Some(s) => (s.label(), format!("{:.2}", paired(rates, base))),
+            Some(s) => (s.label(), format!("{:.2}", common::paired(rates, base))),
             None => (RAW.to_owned(), String::new()),
         };
         md.push_str(&format!(
@@ -353,7 +353,7 @@ fn main() {
             r.rate,
             each.join(", "),
             against_plan,
-            paired(rates, raw),
+            common::paired(rates, raw),
             r.p50.as_secs_f64() * 1e3,
             r.p99.as_secs_f64() * 1e3,
             100.0 * r.allowed / r.decided.max(1.0),
@@ -426,15 +426,6 @@ fn main() {
     }
 }
 
-/// One setup's rate against another's: the median of their ratios round by round. The
-/// setups of a round run back to back, so a round's drift (this machine's rate has moved
-/// by a third between rounds) falls on both sides of its ratio; a ratio of medians paired
-/// one setup's fast round with the other's slow one.
-fn paired(rates: &[f64], of: &[f64]) -> f64 {
-    let mut r: Vec<f64> = rates.iter().zip(of).map(|(a, b)| a / b).collect();
-    r.sort_by(f64::total_cmp);
-    r[r.len() / 2]
-}
 
 /// This run's ratios against the targets: issue 18's against the raw transaction (0.8x at
 /// 1 caller, 1.5x at 8 and 32, p99 at most 8 ms at 32 on PostgreSQL), issue 14's past the
@@ -451,7 +442,7 @@ fn targets(rows: &[(&Row, Vec<f64>)]) -> String {
             CALLERS
                 .iter()
                 .filter_map(|&c| {
-                    let ratio = paired(&row(setup, c)?.1, &row(of, c)?.1);
+                    let ratio = common::paired(&row(setup, c)?.1, &row(of, c)?.1);
                     Some(format!("{ratio:.2}"))
                 })
                 .collect::<Vec<_>>()

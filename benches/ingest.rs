@@ -31,7 +31,8 @@ const KEYS_PER_ORG: usize = 4;
 const PROJECTS_PER_ORG: usize = 5;
 const USERS_PER_ORG: usize = 10;
 /// Rounds of each load, the setups interleaved, so that the machine's drift falls on
-/// both alike; a row's figures are its median round's.
+/// both alike; a row's figures are its median round's, its ratio to the plan's the median
+/// of the rounds' ratios.
 const ROUNDS: usize = 3;
 /// The most clients the raw writes are run at (see `run`).
 const RAW_CLIENTS: usize = 32;
@@ -319,7 +320,7 @@ fn main() {
     md.push_str(&common::provenance(
         "ingest",
         &format!(
-            "wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs (on the Team plan, past a spent plan, or on the Team plan with limits on every member: see below) whose sessions are all admitted first, {} s warm-up, {} s measured, {} rounds of each with the setups interleaved (the median round's figures, each round's rate in brackets)",
+            "wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs (on the Team plan, past a spent plan, or on the Team plan with limits on every member: see below) whose sessions are all admitted first, {} s warm-up, {} s measured, {} rounds of each with the setups interleaved (the median round's figures, each round's rate in brackets; against the plan's: the median of the rounds' ratios, each against the same round's plan)",
             ORGS,
             WARMUP.as_secs(),
             MEASURE.as_secs(),
@@ -333,10 +334,12 @@ fn main() {
     for (o, rates) in &rows {
         let same_load =
             |b: &Outcome| b.backend == o.backend && b.batch == o.batch && b.clients == o.clients;
-        let base = rows
+        // Against the plan's: the median of the rounds' ratios (`common::paired`), each
+        // round's rate against the same round's plan.
+        let against_plan = rows
             .iter()
             .find(|(b, _)| same_load(b) && b.setup == Setup::BASE)
-            .map_or(rate(o), |(b, _)| rate(b));
+            .map_or(1.0, |(_, base)| common::paired(rates, base));
         // The raw writes were measured in each base round: their median.
         let mut raws: Vec<f64> = outcomes
             .iter()
@@ -354,7 +357,7 @@ fn main() {
             o.setup.label(),
             rate(o),
             each.join(", "),
-            rate(o) / base,
+            against_plan,
             raw.map_or(String::new(), |r| format!("{r:.0}")),
             raw.map_or(String::new(), |r| format!("{:.2}", rate(o) / r)),
             o.requests as f64 / o.elapsed.as_secs_f64(),

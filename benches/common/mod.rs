@@ -459,3 +459,13 @@ pub async fn sqlite_writer(url: &str) -> sqlx::SqlitePool {
         .await
         .unwrap()
 }
+
+/// One setup's rate against another's: the median of their ratios round by round. The
+/// setups of a round run back to back, so a round's drift (this machine's rate has moved
+/// by a third between rounds) falls on both sides of its ratio; a ratio of medians paired
+/// one setup's fast round with the other's slow one.
+pub fn paired(rates: &[f64], of: &[f64]) -> f64 {
+    let mut r: Vec<f64> = rates.iter().zip(of).map(|(a, b)| a / b).collect();
+    r.sort_by(f64::total_cmp);
+    r[r.len() / 2]
+}
