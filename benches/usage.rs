@@ -611,6 +611,19 @@ const ANALYSIS: &str = r#"## Reading the figures
   per call 3.07 ms against 2.36 (`RUST_LOG=sqlx::query=debug` over `usage-<hash> postgres
   console`, sqlx's timings, 600 calls each); the breakdown went from 2.07x to 1.71x of
   its rollup in the full runs before and after.
+  By day on SQLite the service's own read is not the cost: on 2026-12-05 (an Intel Xeon,
+  slower than the days before; `usage-<hash> sqlite console`, printed only, twelve runs of
+  today's code) the breakdown ran 1.49x to 2.35x of its rollup, median 1.93x, nine runs of
+  twelve within 2x, and the handler timed on itself (a temporary probe) spent on its three
+  reads at once about the raw read plus 0.07 ms. With the range cut to one hour, its reads
+  nearly empty, the request still took 0.24-0.43 ms against 0.11-0.15 ms for the org's
+  row alone: a breakdown's fixed cost on SQLite (three reads, each a handoff to a
+  connection's worker thread and back, and another on release: sqlx pings every
+  connection it takes back) is about the day read itself (0.23-0.41 ms here). Tried and
+  dropped, none moving the day ratio beyond the runs' spread: the three reads one after
+  another (2.11x, 2.19x), without the running sessions (1.75x, 1.96x), and all three as
+  one multi-statement query on one connection, one handoff (1.85x to 2.01x over five
+  runs).
 - **The usage page** reads more than its rollup: the org and its funding, running
   sessions up to now and the session counts beside the window sums (three reads at once
   on two busy cores; the parked sessions' count alone is an index-only count of 4,320
