@@ -426,7 +426,6 @@ fn main() {
     }
 }
 
-
 /// This run's ratios against the targets: issue 18's against the raw transaction (0.8x at
 /// 1 caller, 1.5x at 8 and 32, p99 at most 8 ms at 32 on PostgreSQL), issue 14's past the
 /// plan and issue 15's limits (each at least 0.9x of the plan's rate).
