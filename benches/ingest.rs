@@ -31,8 +31,8 @@ const KEYS_PER_ORG: usize = 4;
 const PROJECTS_PER_ORG: usize = 5;
 const USERS_PER_ORG: usize = 10;
 /// Rounds of each load, the setups interleaved, so that the machine's drift falls on
-/// both alike; a row's figures are its median round's, its ratio to the plan's the median
-/// of the rounds' ratios.
+/// both alike; a row's figures are its median round's, its ratios to the plan's and to the
+/// raw writes the medians of the rounds' ratios.
 const ROUNDS: usize = 3;
 /// The most clients the raw writes are run at (see `run`).
 const RAW_CLIENTS: usize = 32;
@@ -320,7 +320,7 @@ fn main() {
     md.push_str(&common::provenance(
         "ingest",
         &format!(
-            "wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs (on the Team plan, past a spent plan, or on the Team plan with limits on every member: see below) whose sessions are all admitted first, {} s warm-up, {} s measured, {} rounds of each with the setups interleaved (the median round's figures, each round's rate in brackets; against the plan's: the median of the rounds' ratios, each against the same round's plan)",
+            "wrk (2 threads, `benches/wrk/heartbeats.lua`) on the same two cores as the server, {} orgs (on the Team plan, past a spent plan, or on the Team plan with limits on every member: see below) whose sessions are all admitted first, {} s warm-up, {} s measured, {} rounds of each with the setups interleaved (the median round's figures, each round's rate in brackets; against the plan's and against raw: the median of the rounds' ratios, each against the same round's plan or raw writes)",
             ORGS,
             WARMUP.as_secs(),
             MEASURE.as_secs(),
@@ -340,12 +340,16 @@ fn main() {
             .iter()
             .find(|(b, _)| same_load(b) && b.setup == Setup::BASE)
             .map_or(1.0, |(_, base)| common::paired(rates, base));
-        // The raw writes were measured in each base round: their median.
-        let mut raws: Vec<f64> = outcomes
+        // The raw writes were measured in each base round: their median, and each round's
+        // rate against the same round's raw writes (the median of those ratios).
+        let by_round: Vec<f64> = outcomes
             .iter()
             .filter(|b| same_load(b))
             .filter_map(|b| b.raw)
             .collect();
+        let against_raw = (!by_round.is_empty() && by_round.len() == rates.len())
+            .then(|| common::paired(rates, &by_round));
+        let mut raws = by_round;
         raws.sort_by(f64::total_cmp);
         let raw = raws.get(raws.len() / 2).copied();
         let each: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
@@ -359,7 +363,7 @@ fn main() {
             each.join(", "),
             against_plan,
             raw.map_or(String::new(), |r| format!("{r:.0}")),
-            raw.map_or(String::new(), |r| format!("{:.2}", rate(o) / r)),
+            against_raw.map_or(String::new(), |r| format!("{r:.2}")),
             o.requests as f64 / o.elapsed.as_secs_f64(),
             o.p50.as_secs_f64() * 1e3,
             o.p99.as_secs_f64() * 1e3,
