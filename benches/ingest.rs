@@ -347,8 +347,7 @@ fn main() {
             .filter(|b| same_load(b))
             .filter_map(|b| b.raw)
             .collect();
-        let against_raw = (!by_round.is_empty() && by_round.len() == rates.len())
-            .then(|| common::paired(rates, &by_round));
+        let against_raw = (by_round.len() == rates.len()).then(|| common::paired(rates, &by_round));
         let mut raws = by_round;
         raws.sort_by(f64::total_cmp);
         let raw = raws.get(raws.len() / 2).copied();

@@ -275,6 +275,26 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_gate_reads_the_use_of_members_whose_limits_are_within_reach() {
+        let limit = |member: &str, monthly: &str| Limit {
+            org_id: "o".into(),
+            kind: LimitKind::User,
+            member_id: member.into(),
+            monthly_hours: Some(monthly.parse().unwrap()),
+            weekly_hours: None,
+            created_at: 0,
+            updated_at: 0,
+        };
+        // The org used 2 h this month: a 3 h limit is within the hour's margin, 10 h is not.
+        let limits = [limit("ann", "3"), limit("bob", "10"), limit("cy", "2")];
+        assert_eq!(
+            members_within_reach(&limits, (2 * HOUR, 2 * HOUR)),
+            ["ann", "cy"]
+        );
+        assert!(members_within_reach(&limits, (0, 0)).is_empty());
+    }
+
     proptest::proptest! {
         /// The gate skips the use of limits out of reach of their org's use: no member whose
         /// use is at most its org's (plus the margin) has spent such a limit, and a limit

@@ -225,9 +225,10 @@ impl Pg {
             .bind(org_id)
             .bind(from)
             .bind(to)
-            .fetch_all(match plan_per_call {
-                true => self.read(),
-                false => self.keyed(),
+            .fetch_all(if plan_per_call {
+                self.read()
+            } else {
+                self.keyed()
             })
             .await?)
     }
