@@ -70,6 +70,88 @@ every_backend! {
         assert_eq!(srv.db.sessions_of_org("acme").await.unwrap().len(), 0);
     }
 
+    async fn a_group_of_orgs_on_other_billing_periods_reads_each_its_own_windows_and_limits(srv: TestServer) {
+        // Orgs whose months differ are read apart (on one PostgreSQL, the first of them in
+        // the statement that claims the group's ids, the rest in statements of their own):
+        // each must come out with its own window, use and members' use.
+        srv.clock.set(T0);
+        let anchor = T0 - 10 * 86_400 + 7 * 3_600;
+        for org in ["acme", "beta"] {
+            srv.create_org(org, "team").await;
+            srv.admin("PUT", &format!("/v1/orgs/{org}/keys/k1"), Some(json!({}))).await;
+        }
+        let state = |_: &rush_meter_core::org::Org| {
+            Some(rush_meter::store::SubscriptionState {
+                org_id: "beta".into(),
+                plan_id: "team".into(),
+                customer_id: "cus_beta".into(),
+                subscription_id: Some("sub_beta".into()),
+                status: Some("active".into()),
+                period_start: Some(anchor),
+                period_end: Some(anchor + 30 * 86_400),
+                cancel_at_period_end: false,
+                past_due_since: None,
+                synced_at: T0,
+            })
+        };
+        let applied = srv.db.apply_subscription_state("beta", &state, "test", T0).await.unwrap();
+        assert!(applied.is_some(), "beta's billing period was not applied");
+        // Each org's session of project web runs for 60 s (acme) and 90 s (beta), then parks.
+        for (org, running) in [("acme", 4), ("beta", 6)] {
+            let body = json!({"org_id": org, "key_id": "k1", "session_id": format!("{org}-1"),
+                "agent": "codex", "project_id": "web"});
+            let (status, v) = srv.call("POST", "/v1/admissions", Some(ADMIN), Some(&body)).await;
+            assert_eq!((status, v["decision"].as_str()), (200, Some("allow")), "{v}");
+            let session = format!("{org}-1");
+            for i in 0..=running {
+                let (state, at) = (if i < running { "running" } else { "parked" }, T0 + 15 * i);
+                srv.clock.set(at);
+                let (status, v) = srv.heartbeats(vec![hb(org, &session, i + 1, state, at)]).await;
+                assert_eq!(status, 200, "{v}");
+            }
+            srv.clock.set(T0);
+            let (status, v) = srv
+                .call("PUT", &format!("/v1/orgs/{org}/limits/project/web"), Some(ADMIN),
+                    Some(&json!({"monthly_hours": "0.01"})))
+                .await;
+            assert_eq!(status, 200, "{v}");
+        }
+        let plans = rush_meter::config::load_plans(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/plans"
+        )))
+        .unwrap();
+        let request = |org: &str, project: &str| AdmissionRequest {
+            org_id: org.into(),
+            key_id: "k1".into(),
+            session_id: format!("{org}-{project}"),
+            agent: Agent::Claude,
+            project_id: Some(project.into()),
+            started_by: None,
+        };
+        let now = T0 + 90;
+        let group = [request("acme", "web"), request("beta", "web"), request("beta", "api")];
+        let answers = srv.db.admit(&plans, &group, now, &srv.rules).await.unwrap();
+        let d: Vec<_> = answers.into_iter().map(Result::unwrap).collect();
+        let month = rush_meter_core::time::calendar_month(now);
+        let summary = |d: &rush_meter_core::gate::Decision| {
+            (d.org_id.clone(), d.decision.clone(), d.reason.clone(), d.month_start, d.month_used)
+        };
+        assert_eq!(
+            d.iter().map(summary).collect::<Vec<_>>(),
+            vec![
+                ("acme".into(), "deny".into(), Some("project_ceiling_reached".into()), month.start, 60),
+                ("beta".into(), "deny".into(), Some("project_ceiling_reached".into()), anchor, 90),
+                ("beta".into(), "allow".into(), None, anchor, 90),
+            ]
+        );
+        let limit = |d: &rush_meter_core::gate::Decision| {
+            d.limit.as_ref().map(|l| (l.member_id.clone(), l.month_used))
+        };
+        assert_eq!(limit(&d[0]), Some(("web".to_string(), 60)));
+        assert_eq!(limit(&d[1]), Some(("web".to_string(), 90)));
+    }
+
     async fn a_burst_of_2000_admits_exactly_the_limit(srv: TestServer) {
         setup(&srv, "team", 100).await;
         srv.clock.set(T0);

@@ -3,105 +3,150 @@
 // was decided.
 
 /// The slots a key holds (the SQL twin of `gate::holds_slot`), with the lease's start as
-/// `$1` and the key as `key_where` (`org_id = … AND key_id = …`): its running sessions heard
+/// parameter `$since` and the key as `key_where` (`org_id = … AND key_id = …`): its running sessions heard
 /// from within the lease, plus its other open sessions whose slot was taken within it. Two
 /// disjoint counts, each an index range (`sessions_key_running`, `sessions_key_slot`), so
 /// the count reads the sessions that may hold a slot, never the key's parked ones. The far
-/// upper bound on `slot_at` (no slot is taken in 2^62 s) makes `slot_at >= $1` a range to a
+/// upper bound on `slot_at` (no slot is taken in 2^62 s) makes `slot_at >= $since` a range to a
 /// generic plan (`begin_hot`), which otherwise guesses a third of the table and scans it.
-fn slots_held(key_where: &str) -> String {
-    let heard = "phase = 'running' AND COALESCE(heard_at, last_at) >= $1";
+fn slots_held(key_where: &str, since: usize) -> String {
+    let heard = format!("phase = 'running' AND COALESCE(heard_at, last_at) >= ${since}");
     format!(
         "(SELECT COUNT(*) FROM sessions WHERE {key_where} AND {heard}) + \
          (SELECT COUNT(*) FROM sessions WHERE {key_where} AND phase <> 'ended' \
-            AND slot_at >= $1 AND slot_at < 4611686018427387904 AND NOT ({heard}) \
+            AND slot_at >= ${since} AND slot_at < 4611686018427387904 AND NOT ({heard}) \
             AND (phase = 'admitted' OR heard_at IS NULL OR heard_at <= slot_at))"
     )
 }
 
-/// The window sums of `orgs` (which share `windows`, at most `CHUNK`) and, for those that
-/// set limits inside the org (`Org::sets_limits`; most set none, and pay nothing for the
-/// feature), the limits on `members`: in one statement, so that limits cost a group no
-/// round trip of their own (`window_sums_sql` and the limits' rows side by side, the sums'
-/// rows padded to the limits' columns).
-///
-/// A member never used more than its org, so only limits within reach of their org's use
-/// (`Limit::within_reach`) can be spent, and only their members' use is read, by a second
-/// statement (`limits_with_usage_on`). Most limits are far from it: their use stays unread
-/// (zero in the result), which decides the same, since the gate records a limit's figures
-/// only when it refuses by it. On SQLite the use read was most of the limits' cost: 0.29 of
-/// the 0.35 ms a group's statement took, for an org of 200 running sessions.
-async fn window_usage_and_limits_on(
-    tx: &mut Tx,
-    orgs: &[&Org],
-    windows: &Windows,
-    members: &[&str],
+/// What a group reads of the orgs that share `windows` (at most `CHUNK`): their window
+/// sums and, for those that set limits inside the org (`Org::sets_limits`; most set none,
+/// and pay nothing for the feature), the limits on `members`.
+struct GateReads<'a> {
+    orgs: &'a [&'a Org],
+    windows: &'a Windows,
+    members: &'a [&'a str],
     now: Secs,
-    rules: &Rules,
-) -> StoreResult<(
-    HashMap<String, WindowTotals>,
-    HashMap<String, (Vec<Limit>, MemberUsage)>,
-)> {
-    use sqlx::Row as _;
-    let ids: Vec<&str> = orgs.iter().map(|o| o.org_id.as_str()).collect();
-    let limited: Vec<&str> = orgs
-        .iter()
-        .filter(|o| o.sets_limits)
-        .map(|o| o.org_id.as_str())
-        .collect();
-    if limited.is_empty() {
-        let usage = window_usage_on(tx, &ids, windows, now, rules).await?;
-        return Ok((usage, HashMap::new()));
+    rules: &'a Rules,
+}
+
+/// The columns every row of the gate's reads comes in (`GateReads::sql`): a row's kind, its
+/// org, the limit's kind and member (or a claimed session id, or a key), the limit's hours,
+/// and five figures (a sums row's month, week, running, month and week provisional).
+const GATE_READ_COLUMNS: [&str; 5] = ["created_at", "updated_at", "month_used", "week_used", "fifth"];
+
+impl GateReads<'_> {
+    fn ids(&self) -> Vec<&str> {
+        self.orgs.iter().map(|o| o.org_id.as_str()).collect()
     }
-    let sums = WindowSums::new(windows);
-    let first = WINDOW_SUMS_PARAMETERS + ids.len();
-    let sql = format!(
-        "SELECT 'sums' AS row_kind, org_id, CAST(NULL AS TEXT) AS kind, \
-           CAST(NULL AS TEXT) AS member_id, CAST(NULL AS TEXT) AS monthly_hours, \
-           CAST(NULL AS TEXT) AS weekly_hours, s1 AS created_at, s2 AS updated_at, \
-           s3 AS month_used, s4 AS week_used, s5 AS fifth \
-         FROM ({}) AS w \
-         UNION ALL SELECT l.*, CAST(0 AS BIGINT) FROM ({}) AS l",
-        window_sums_sql(ids.len(), &sums.edges),
-        limit_rows_sql(first + 1, Some(first + 2)),
-    );
-    let rows = sums
-        .bind(sqlx::query(&sql), &ids, now, rules)
-        .bind(org_list(&limited))
-        .bind(org_list(members))
-        .fetch_all(&mut **tx)
-        .await?;
-    let mut usage: HashMap<String, WindowTotals> = HashMap::new();
-    let mut limits = LimitsRead::default();
-    limits.absorb(&rows)?;
-    for row in &rows {
-        if row.try_get::<String, _>("row_kind")? == "sums" {
-            let names = ["created_at", "updated_at", "month_used", "week_used", "fifth"];
-            add_window_sums(&mut usage, row, names)?;
+
+    fn limited(&self) -> Vec<&str> {
+        let limited = self.orgs.iter().filter(|o| o.sets_limits);
+        limited.map(|o| o.org_id.as_str()).collect()
+    }
+
+    /// One statement for the sums and the limits (`window_sums_sql` and the limits' rows
+    /// side by side, the sums' rows padded to the limits' columns), so that limits cost a
+    /// group no round trip of their own; and the number of its first parameter after its
+    /// own (`bind` binds them).
+    fn sql(&self) -> (String, usize) {
+        let orgs = self.orgs.len();
+        let sums = format!(
+            "SELECT 'sums' AS row_kind, org_id, CAST(NULL AS TEXT) AS kind, \
+               CAST(NULL AS TEXT) AS member_id, CAST(NULL AS TEXT) AS monthly_hours, \
+               CAST(NULL AS TEXT) AS weekly_hours, s1 AS created_at, s2 AS updated_at, \
+               s3 AS month_used, s4 AS week_used, s5 AS fifth \
+             FROM ({}) AS w",
+            window_sums_sql(orgs, &WindowSums::new(self.windows).edges)
+        );
+        let first = WINDOW_SUMS_PARAMETERS + orgs;
+        if self.limited().is_empty() {
+            return (sums, first + 1);
         }
+        let limits = limit_rows_sql(first + 1, Some(first + 2));
+        let sql = format!("{sums} UNION ALL SELECT l.*, CAST(0 AS BIGINT) FROM ({limits}) AS l");
+        (sql, first + 3)
     }
-    let mut limits = limits.finish();
-    let mut near_orgs: Vec<&Org> = Vec::new();
-    let mut near_members: Vec<&str> = Vec::new();
-    for org in orgs {
-        let used = usage.get(&org.org_id).copied().unwrap_or_default();
-        let of_org = limits.get(&org.org_id).map_or(&[][..], |(l, _)| l.as_slice());
-        let near = rush_meter_core::members::members_within_reach(of_org, (used.month, used.week));
-        if !near.is_empty() {
-            near_orgs.push(org);
-            near_members.extend(near);
+
+    fn bind<'q>(&self, ids: &[&'q str], limited: &[&str], q: Query<'q>) -> Query<'q> {
+        let sums = WindowSums::new(self.windows);
+        let q = sums.bind(q, ids, self.now, self.rules);
+        if limited.is_empty() {
+            return q;
         }
+        q.bind(org_list(limited)).bind(org_list(self.members))
     }
-    if !near_orgs.is_empty() {
-        let near_members = sorted_unique(near_members.into_iter());
-        let read = limits_with_usage_on(tx, &near_orgs, Some(&near_members), now, rules);
-        for (org, (_, used)) in read.await? {
-            if let Some((_, usage)) = limits.get_mut(&org) {
-                usage.extend(used);
+
+    /// The sums and limits the statement's `rows` carry (rows of other kinds beside them
+    /// are left alone), and the use of the members whose limits are within reach.
+    ///
+    /// A member never used more than its org, so only limits within reach of their org's
+    /// use (`Limit::within_reach`) can be spent, and only their members' use is read, by a
+    /// second statement (`limits_with_usage_on`). Most limits are far from it: their use
+    /// stays unread (zero in the result), which decides the same, since the gate records
+    /// a limit's figures only when it refuses by it. On SQLite the use read was most of
+    /// the limits' cost: 0.29 of the 0.35 ms a group's statement took, for an org of 200
+    /// running sessions.
+    async fn finish(
+        &self,
+        tx: &mut Tx,
+        rows: &[Row],
+    ) -> StoreResult<(
+        HashMap<String, WindowTotals>,
+        HashMap<String, (Vec<Limit>, MemberUsage)>,
+    )> {
+        use sqlx::Row as _;
+        let mut usage: HashMap<String, WindowTotals> = HashMap::new();
+        let mut limits = LimitsRead::default();
+        limits.absorb(rows)?;
+        for row in rows {
+            if row.try_get::<String, _>("row_kind")? == "sums" {
+                add_window_sums(&mut usage, row, GATE_READ_COLUMNS)?;
             }
         }
+        let mut limits = limits.finish();
+        let mut near_orgs: Vec<&Org> = Vec::new();
+        let mut near_members: Vec<&str> = Vec::new();
+        for org in self.orgs {
+            let used = usage.get(&org.org_id).copied().unwrap_or_default();
+            let of_org = limits.get(&org.org_id).map_or(&[][..], |(l, _)| l.as_slice());
+            let near =
+                rush_meter_core::members::members_within_reach(of_org, (used.month, used.week));
+            if !near.is_empty() {
+                near_orgs.push(org);
+                near_members.extend(near);
+            }
+        }
+        if !near_orgs.is_empty() {
+            let near_members = sorted_unique(near_members.into_iter());
+            let read =
+                limits_with_usage_on(tx, &near_orgs, Some(&near_members), self.now, self.rules);
+            for (org, (_, used)) in read.await? {
+                if let Some((_, usage)) = limits.get_mut(&org) {
+                    usage.extend(used);
+                }
+            }
+        }
+        Ok((usage, limits))
     }
-    Ok((usage, limits))
+
+    /// Read them in a statement of their own (`window_usage_on` when no org sets limits).
+    async fn read(
+        &self,
+        tx: &mut Tx,
+    ) -> StoreResult<(
+        HashMap<String, WindowTotals>,
+        HashMap<String, (Vec<Limit>, MemberUsage)>,
+    )> {
+        let (ids, limited) = (self.ids(), self.limited());
+        if limited.is_empty() {
+            let usage = window_usage_on(tx, &ids, self.windows, self.now, self.rules).await?;
+            return Ok((usage, HashMap::new()));
+        }
+        let (sql, _) = self.sql();
+        let rows = self.bind(&ids, &limited, sqlx::query(&sql)).fetch_all(&mut **tx).await?;
+        self.finish(tx, &rows).await
+    }
 }
 
 const DECISION_COLUMNS: &str = "org_id, decision_id, decided_at, session_id, key_id, decision, \
@@ -134,20 +179,37 @@ async fn admit_once(
             .copied()
             .collect()
     };
-    // Keys first, shard after shard, then sessions: the order every writer locks in.
-    for orgs in shards.values() {
-        for chunk in keys_of(orgs).chunks(CHUNK) {
-            for k in lock_keys(&mut tx, orgs, chunk).await? {
-                facts.keys.insert((k.org_id.clone(), k.key_id.clone()), k);
-            }
-        }
-    }
+    // Keys first, shard after shard, then sessions: the order every writer locks in. On
+    // one PostgreSQL the orgs and their funding come with the key lock (one round trip).
     let org_ids = sorted_unique(requests.iter().map(|r| r.org_id.as_str()));
-    for chunk in org_ids.chunks(CHUNK) {
-        for FundingRow { org, recorded } in select_funding(&mut *tx, chunk, now, "").await? {
-            facts.funding.insert(org.org_id.clone(), recorded);
-            facts.orgs.insert(org.org_id.clone(), org);
+    let together = match shards.values().next() {
+        Some(orgs) if shards.len() == 1 => {
+            store.lock_keys_reading_funding(&mut tx, orgs, &keys, now).await?
         }
+        _ => None,
+    };
+    let (locked, funding) = match together {
+        Some((locked, funding)) => (locked, funding),
+        None => {
+            let mut locked = Vec::with_capacity(keys.len());
+            for orgs in shards.values() {
+                for chunk in keys_of(orgs).chunks(CHUNK) {
+                    locked.extend(lock_keys(&mut tx, orgs, chunk).await?);
+                }
+            }
+            let mut funding = Vec::with_capacity(org_ids.len());
+            for chunk in org_ids.chunks(CHUNK) {
+                funding.extend(select_funding(&mut *tx, chunk, now, "").await?);
+            }
+            (locked, funding)
+        }
+    };
+    for k in locked {
+        facts.keys.insert((k.org_id.clone(), k.key_id.clone()), k);
+    }
+    for FundingRow { org, recorded } in funding {
+        facts.funding.insert(org.org_id.clone(), recorded);
+        facts.orgs.insert(org.org_id.clone(), org);
     }
     let named: Vec<(&str, &str)> = requests
         .iter()
@@ -163,12 +225,34 @@ async fn admit_once(
     }
     let wanted: Vec<(&str, &str)> = claims.iter().map(|(id, org)| (*org, *id)).collect();
     let since = now - rules.lease;
-    // The slot counts may come with the claim (one round trip fewer on one PostgreSQL):
-    // both are read after the keys are locked, which is all a group of new sessions needs.
+    // Only the members the group names: an org may limit many more than one group touches,
+    // and an admission never changes a member's use (only bookings do).
+    let members = sorted_unique(requests.iter().flat_map(|r| {
+        [Some(&r.key_id), r.project_id.as_ref(), r.started_by.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+    }));
+    let by_windows = rush_meter_core::standing::by_windows(facts.orgs.values(), now);
+    let reads: Vec<GateReads> = by_windows
+        .iter()
+        .flat_map(|(windows, orgs)| {
+            orgs.chunks(CHUNK).map(|chunk| GateReads {
+                orgs: chunk,
+                windows,
+                members: &members,
+                now,
+                rules,
+            })
+        })
+        .collect();
+    // The slot counts, and the first reads of window sums and limits, may come with the
+    // claim (two round trips fewer on one PostgreSQL): the counts are read after the keys
+    // are locked, which is all a group of new sessions needs, and the sums need no lock.
     // A group naming sessions already known counts again below, after locking them (the
     // statement's counts are then unused: resumes are the rarer case).
-    let (claimed, counted) = store
-        .claim_owners_counting_slots(&mut tx, &wanted, &shards, &keys, since)
+    let (claimed, counted, read_rows) = store
+        .claim_owners_counting_slots(&mut tx, &wanted, &shards, &keys, since, reads.first())
         .await?;
     let claimed: HashSet<String> = claimed.into_iter().collect();
     claims.retain(|id, _| claimed.contains(*id));
@@ -211,23 +295,15 @@ async fn admit_once(
     for (org, key, n) in counted {
         facts.slots.insert((org, key), n);
     }
-    // Only the members the group names: an org may limit many more than one group touches,
-    // and an admission never changes a member's use (only bookings do).
-    let members = sorted_unique(requests.iter().flat_map(|r| {
-        [Some(&r.key_id), r.project_id.as_ref(), r.started_by.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-    }));
-    for (windows, orgs) in rush_meter_core::standing::by_windows(facts.orgs.values(), now) {
-        for chunk in orgs.chunks(CHUNK) {
-            let (usage, limits) =
-                window_usage_and_limits_on(&mut tx, chunk, &windows, &members, now, rules).await?;
-            facts.usage.extend(usage);
-            for (org, (limits, used)) in limits {
-                facts.limits.insert(org.clone(), limits);
-                facts.member_usage.insert(org, used);
-            }
+    for (i, reads) in reads.iter().enumerate() {
+        let (usage, limits) = match (i, &read_rows) {
+            (0, Some(rows)) => reads.finish(&mut tx, rows).await?,
+            _ => reads.read(&mut tx).await?,
+        };
+        facts.usage.extend(usage);
+        for (org, (limits, used)) in limits {
+            facts.limits.insert(org.clone(), limits);
+            facts.member_usage.insert(org, used);
         }
     }
 

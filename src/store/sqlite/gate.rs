@@ -34,7 +34,7 @@ pub(super) async fn slot_counts(
     keys: &[(&str, &str)],
     since: Secs,
 ) -> StoreResult<Vec<SlotCount>> {
-    let sql = format!("SELECT {}", slots_held("org_id = $2 AND key_id = $3"));
+    let sql = format!("SELECT {}", slots_held("org_id = $2 AND key_id = $3", 1));
     let mut counts = Vec::with_capacity(keys.len());
     for (org, key) in keys {
         let n: i64 = sqlx::query_scalar(&sql)

@@ -151,7 +151,21 @@ impl Lite {
         &self.write
     }
 
-    /// Claim session ids (`claim_owners`); the slots are counted after it (statements cost
+    /// The keys locked and the orgs' funding read in one statement: never here (the
+    /// write lock is already held, and statements cost no round trip), so the caller makes
+    /// the two reads.
+    async fn lock_keys_reading_funding(
+        &self,
+        _tx: &mut Tx,
+        _orgs: &[&str],
+        _keys: &[(&str, &str)],
+        _now: Secs,
+    ) -> StoreResult<Option<(Vec<Key>, Vec<FundingRow>)>> {
+        Ok(None)
+    }
+
+    /// Claim session ids (`claim_owners`); the slots are counted, and the window sums
+    /// read, after it (statements cost
     /// no round trip here, so there is nothing to save by merging them).
     async fn claim_owners_counting_slots(
         &self,
@@ -160,8 +174,9 @@ impl Lite {
         _shards: &BTreeMap<i64, Vec<&str>>,
         _keys: &[(&str, &str)],
         _since: Secs,
-    ) -> StoreResult<(Vec<String>, Option<Vec<SlotCount>>)> {
-        Ok((claim_owners(tx, wanted).await?, None))
+        _reads: Option<&GateReads<'_>>,
+    ) -> StoreResult<(Vec<String>, Option<Vec<SlotCount>>, Option<Vec<Row>>)> {
+        Ok((claim_owners(tx, wanted).await?, None, None))
     }
 }
 
