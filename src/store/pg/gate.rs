@@ -26,7 +26,7 @@ impl Pg {
         reads: Option<&GateReads<'_>>,
     ) -> StoreResult<(Vec<String>, Option<Vec<SlotCount>>, Option<Vec<Row>>)> {
         use sqlx::Row as _;
-        let one = *self.sharding.read().expect("sharding lock") == Sharding::One;
+        let one = self.on_one_database();
         let (orgs, reads) = match (shards.values().next(), reads) {
             (Some(orgs), Some(reads)) if one && shards.len() == 1 && keys.len() <= CHUNK => {
                 (orgs.as_slice(), reads)
@@ -57,9 +57,8 @@ impl Pg {
             ),
             keys_at + 1,
         );
-        let (read_ids, limited) = (reads.ids(), reads.limited());
         let rows = reads
-            .bind(&read_ids, &limited, sqlx::query(&sql))
+            .bind(sqlx::query(&sql))
             .bind(since)
             .bind(key_orgs)
             .bind(key_ids)
@@ -105,8 +104,7 @@ impl Pg {
         keys: &[(&str, &str)],
         now: Secs,
     ) -> StoreResult<Option<(Vec<Key>, Vec<FundingRow>)>> {
-        let one = *self.sharding.read().expect("sharding lock") == Sharding::One;
-        if !one || orgs.len() > CHUNK || keys.len() > CHUNK {
+        if !self.on_one_database() || orgs.len() > CHUNK || keys.len() > CHUNK {
             return Ok(None);
         }
         let (key_orgs, ids) = key_columns(keys);

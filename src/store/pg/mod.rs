@@ -141,6 +141,11 @@ impl Pg {
         Ok(pg)
     }
 
+    /// Whether the org tables are on one PostgreSQL (neither partitioned nor distributed).
+    fn on_one_database(&self) -> bool {
+        *self.sharding.read().expect("sharding lock") == Sharding::One
+    }
+
     /// Whether the org tables are distributed (Citus) or hash-partitioned by org_id, read
     /// from the catalog; `sessions` stands for them all (they are co-located).
     async fn detect_sharding(&self) -> StoreResult<()> {
@@ -200,8 +205,7 @@ impl Pg {
         orgs: &[&str],
         pairs: &[(&str, &str)],
     ) -> StoreResult<Vec<Rec<Session>>> {
-        let one = *self.sharding.read().expect("sharding lock") == Sharding::One;
-        select_sessions_for_update(tx, one, orgs, pairs).await
+        select_sessions_for_update(tx, self.on_one_database(), orgs, pairs).await
     }
 
     /// A grouping's `(k, s)` rows: `sql` binds the org, `from` and `to`. With

@@ -28,6 +28,11 @@ struct GateReads<'a> {
     members: &'a [&'a str],
     now: Secs,
     rules: &'a Rules,
+    /// The orgs' ids, and those of the orgs among them that set limits.
+    ids: Vec<&'a str>,
+    limited: Vec<&'a str>,
+    /// The window sums' bound values, which the statement's text depends on too.
+    sums: WindowSums,
 }
 
 /// The columns every row of the gate's reads comes in (`GateReads::sql`): a row's kind, its
@@ -35,14 +40,25 @@ struct GateReads<'a> {
 /// and five figures (a sums row's month, week, running, month and week provisional).
 const GATE_READ_COLUMNS: [&str; 5] = ["created_at", "updated_at", "month_used", "week_used", "fifth"];
 
-impl GateReads<'_> {
-    fn ids(&self) -> Vec<&str> {
-        self.orgs.iter().map(|o| o.org_id.as_str()).collect()
-    }
-
-    fn limited(&self) -> Vec<&str> {
-        let limited = self.orgs.iter().filter(|o| o.sets_limits);
-        limited.map(|o| o.org_id.as_str()).collect()
+impl<'a> GateReads<'a> {
+    fn new(
+        orgs: &'a [&'a Org],
+        windows: &'a Windows,
+        members: &'a [&'a str],
+        now: Secs,
+        rules: &'a Rules,
+    ) -> GateReads<'a> {
+        let limited = orgs.iter().filter(|o| o.sets_limits);
+        GateReads {
+            ids: orgs.iter().map(|o| o.org_id.as_str()).collect(),
+            limited: limited.map(|o| o.org_id.as_str()).collect(),
+            sums: WindowSums::new(windows),
+            orgs,
+            windows,
+            members,
+            now,
+            rules,
+        }
     }
 
     /// One statement for the sums and the limits (`window_sums_sql` and the limits' rows
@@ -57,10 +73,10 @@ impl GateReads<'_> {
                CAST(NULL AS TEXT) AS weekly_hours, s1 AS created_at, s2 AS updated_at, \
                s3 AS month_used, s4 AS week_used, s5 AS fifth \
              FROM ({}) AS w",
-            window_sums_sql(orgs, &WindowSums::new(self.windows).edges)
+            window_sums_sql(orgs, &self.sums.edges)
         );
         let first = WINDOW_SUMS_PARAMETERS + orgs;
-        if self.limited().is_empty() {
+        if self.limited.is_empty() {
             return (sums, first + 1);
         }
         let limits = limit_rows_sql(first + 1, Some(first + 2));
@@ -68,13 +84,13 @@ impl GateReads<'_> {
         (sql, first + 3)
     }
 
-    fn bind<'q>(&self, ids: &[&'q str], limited: &[&str], q: Query<'q>) -> Query<'q> {
-        let sums = WindowSums::new(self.windows);
-        let q = sums.bind(q, ids, self.now, self.rules);
-        if limited.is_empty() {
+    /// Bind the statement's parameters (`sql`) to `q`.
+    fn bind<'q>(&'q self, q: Query<'q>) -> Query<'q> {
+        let q = self.sums.bind(q, &self.ids, self.now, self.rules);
+        if self.limited.is_empty() {
             return q;
         }
-        q.bind(org_list(limited)).bind(org_list(self.members))
+        q.bind(org_list(&self.limited)).bind(org_list(self.members))
     }
 
     /// The sums and limits the statement's `rows` carry (rows of other kinds beside them
@@ -138,13 +154,12 @@ impl GateReads<'_> {
         HashMap<String, WindowTotals>,
         HashMap<String, (Vec<Limit>, MemberUsage)>,
     )> {
-        let (ids, limited) = (self.ids(), self.limited());
-        if limited.is_empty() {
-            let usage = window_usage_on(tx, &ids, self.windows, self.now, self.rules).await?;
-            return Ok((usage, HashMap::new()));
+        if self.limited.is_empty() {
+            let usage = window_usage_on(tx, &self.ids, self.windows, self.now, self.rules);
+            return Ok((usage.await?, HashMap::new()));
         }
         let (sql, _) = self.sql();
-        let rows = self.bind(&ids, &limited, sqlx::query(&sql)).fetch_all(&mut **tx).await?;
+        let rows = self.bind(sqlx::query(&sql)).fetch_all(&mut **tx).await?;
         self.finish(tx, &rows).await
     }
 }
@@ -237,13 +252,8 @@ async fn admit_once(
     let reads: Vec<GateReads> = by_windows
         .iter()
         .flat_map(|(windows, orgs)| {
-            orgs.chunks(CHUNK).map(|chunk| GateReads {
-                orgs: chunk,
-                windows,
-                members: &members,
-                now,
-                rules,
-            })
+            orgs.chunks(CHUNK)
+                .map(|chunk| GateReads::new(chunk, windows, &members, now, rules))
         })
         .collect();
     // The slot counts, and the first reads of window sums and limits, may come with the
