@@ -11,6 +11,7 @@ use sqlx::PgPool;
 
 use super::PoolSettings;
 
+mod copy_lines;
 mod gate;
 pub mod hot_reads;
 mod sessions;
@@ -64,6 +65,39 @@ include!("../sql/stripe.rs");
 include!("../sql/periods.rs");
 include!("../sql/notifications.rs");
 include!("../sql/audit.rs");
+
+/// Stream the frozen lines of the period starting at `period_start` down `tx`; true when
+/// the COPY was read to its end, false when the receiver hung up first.
+async fn copy_frozen_lines(
+    conn: &mut sqlx::PgConnection,
+    period_start: Secs,
+    tx: &mpsc::Sender<Vec<SessionLine>>,
+) -> StoreResult<bool> {
+    use futures_util::TryStreamExt;
+    // COPY takes no parameters: the period's start is an integer written into the text.
+    let sql = frozen_lines_sql(&period_start.to_string());
+    let mut bytes = conn
+        .copy_out_raw(&format!("COPY ({sql}) TO STDOUT (FORMAT binary)"))
+        .await?;
+    let mut decoder = copy_lines::LineDecoder::default();
+    let mut out = LineBatches::new(tx);
+    let bad = |e: copy_lines::DecodeError| {
+        StoreError::Other(sqlx::Error::Protocol(format!(
+            "the binary COPY of period_sessions: {e}"
+        )))
+    };
+    while let Some(chunk) = bytes.try_next().await? {
+        decoder.push(&chunk);
+        while let Some(line) = decoder.next_line().map_err(bad)? {
+            if !out.push(line).await {
+                return Ok(false);
+            }
+        }
+    }
+    decoder.finish().map_err(bad)?;
+    out.finish().await;
+    Ok(true)
+}
 
 /// One pool serves reads and writes: PostgreSQL orders concurrent writers by row locks.
 pub struct Pg {
@@ -235,6 +269,22 @@ impl Pg {
                 self.keyed()
             })
             .await?)
+    }
+
+    /// The frozen lines of the closed period starting at `period_start`, sent down `tx`
+    /// in export order, read with a binary COPY (`copy_lines`).
+    async fn send_frozen_lines(
+        &self,
+        period_start: Secs,
+        tx: &mpsc::Sender<Vec<SessionLine>>,
+    ) -> StoreResult<()> {
+        let mut conn = self.read().acquire().await?;
+        let done = copy_frozen_lines(&mut conn, period_start, tx).await;
+        if !matches!(done, Ok(true)) {
+            // Left mid-COPY, the connection still has rows coming: never reuse it.
+            conn.close_on_drop();
+        }
+        done.map(|_| ())
     }
 
     /// The shard of each of `orgs` (in order): 0 for all on one PostgreSQL.

@@ -47,9 +47,8 @@ fn live_lines_sql() -> String {
     )
 }
 
-const FROZEN_LINES_SQL: &str = "SELECT org_id, session_id, project_id, started_by, agent, \
-       running_seconds, parked_seconds, spans, first_start, last_end, end_status, adjustment_seconds \
-     FROM period_sessions WHERE period_start = $1";
+const FROZEN_LINES_COLUMNS: &str = "org_id, session_id, project_id, started_by, agent, \
+       running_seconds, parked_seconds, spans, first_start, last_end, end_status, adjustment_seconds";
 
 /// Who paid for each org's seconds in the whole hours of `period`, from the hourly funding
 /// rollup (grant seconds by the grant's kind).
@@ -116,6 +115,63 @@ fn adjusting(q: &LineQuery) -> (Secs, Secs) {
     q.adjusts.map_or((0, 0), |l| (l.start, l.end))
 }
 
+/// The frozen lines of the period starting at `start` (a parameter, or an integer for
+/// COPY, which takes none), in the export's order: org, then session, in byte order.
+fn frozen_lines_sql(start: &str) -> String {
+    format!(
+        "SELECT {FROZEN_LINES_COLUMNS} FROM period_sessions WHERE period_start = {start} \
+         ORDER BY org_id{BYTE_ORDER}, session_id{BYTE_ORDER}"
+    )
+}
+
+/// Lines gathered into batches of `LINE_BATCH` for the export's channel.
+struct LineBatches<'a> {
+    tx: &'a mpsc::Sender<Vec<SessionLine>>,
+    batch: Vec<SessionLine>,
+}
+
+impl<'a> LineBatches<'a> {
+    fn new(tx: &'a mpsc::Sender<Vec<SessionLine>>) -> Self {
+        LineBatches {
+            tx,
+            batch: Vec::with_capacity(LINE_BATCH),
+        }
+    }
+
+    /// Add `line`; false once the receiver is gone (the export's reader hung up).
+    async fn push(&mut self, line: SessionLine) -> bool {
+        self.batch.push(line);
+        if self.batch.len() < LINE_BATCH {
+            return true;
+        }
+        let full = std::mem::replace(&mut self.batch, Vec::with_capacity(LINE_BATCH));
+        self.tx.send(full).await.is_ok()
+    }
+
+    /// Send the last, partial batch.
+    async fn finish(self) {
+        if !self.batch.is_empty() {
+            let _ = self.tx.send(self.batch).await;
+        }
+    }
+}
+
+/// Send `rows` down `tx` in batches; stop early, without error, when the receiver is gone.
+async fn send_lines(
+    mut rows: futures_util::stream::BoxStream<'_, Result<Rec<SessionLine>, sqlx::Error>>,
+    tx: &mpsc::Sender<Vec<SessionLine>>,
+) -> StoreResult<()> {
+    use futures_util::TryStreamExt;
+    let mut out = LineBatches::new(tx);
+    while let Some(Rec(line)) = rows.try_next().await? {
+        if !out.push(line).await {
+            return Ok(());
+        }
+    }
+    out.finish().await;
+    Ok(())
+}
+
 #[async_trait]
 impl PeriodStore for Backend {
     async fn send_session_lines(
@@ -123,35 +179,21 @@ impl PeriodStore for Backend {
         q: &LineQuery,
         tx: &mpsc::Sender<Vec<SessionLine>>,
     ) -> StoreResult<()> {
-        use futures_util::TryStreamExt;
-        let sql = if q.closed {
-            format!("{FROZEN_LINES_SQL} ORDER BY org_id{BYTE_ORDER}, session_id{BYTE_ORDER}")
-        } else {
-            format!(
-                "{} ORDER BY s.org_id{BYTE_ORDER}, s.session_id{BYTE_ORDER}",
-                live_lines_sql()
-            )
-        };
+        if q.closed {
+            return self.send_frozen_lines(q.period.start, tx).await;
+        }
+        let sql = format!(
+            "{} ORDER BY s.org_id{BYTE_ORDER}, s.session_id{BYTE_ORDER}",
+            live_lines_sql()
+        );
         let (ls, le) = adjusting(q);
-        let mut query = sqlx::query_as::<_, Rec<SessionLine>>(&sql).bind(q.period.start);
-        if !q.closed {
-            query = query.bind(q.period.end).bind(ls).bind(le);
-        }
-        let mut rows = query.fetch(self.read());
-        let mut batch = Vec::with_capacity(LINE_BATCH);
-        while let Some(Rec(line)) = rows.try_next().await? {
-            batch.push(line);
-            if batch.len() == LINE_BATCH {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(LINE_BATCH));
-                if tx.send(full).await.is_err() {
-                    return Ok(());
-                }
-            }
-        }
-        if !batch.is_empty() {
-            let _ = tx.send(batch).await;
-        }
-        Ok(())
+        let rows = sqlx::query_as::<_, Rec<SessionLine>>(&sql)
+            .bind(q.period.start)
+            .bind(q.period.end)
+            .bind(ls)
+            .bind(le)
+            .fetch(self.read());
+        send_lines(rows, tx).await
     }
 
     async fn count_session_lines(&self, q: &LineQuery) -> StoreResult<i64> {

@@ -115,7 +115,7 @@ from_row!(Piece {
 });
 
 /// Export lines come by the million, so they are read by position, in the order both of
-/// their statements select them (`FROZEN_LINES_SQL`, `live_lines_sql`): a read by name
+/// their statements select them (`frozen_lines_sql`, `live_lines_sql`): a read by name
 /// hashes the column's name for every column of every row.
 impl<'r> sqlx::FromRow<'r, Row> for Rec<SessionLine> {
     fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {

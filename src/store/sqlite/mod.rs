@@ -147,6 +147,20 @@ impl Lite {
         serde_json::from_str(&text).map_err(|e| StoreError::Other(sqlx::Error::Decode(Box::new(e))))
     }
 
+    /// The frozen lines of the closed period starting at `period_start`, sent down `tx`
+    /// in export order.
+    async fn send_frozen_lines(
+        &self,
+        period_start: Secs,
+        tx: &mpsc::Sender<Vec<SessionLine>>,
+    ) -> StoreResult<()> {
+        let sql = frozen_lines_sql("$1");
+        let rows = sqlx::query_as::<_, Rec<SessionLine>>(&sql)
+            .bind(period_start)
+            .fetch(self.read());
+        send_lines(rows, tx).await
+    }
+
     fn write(&self) -> &SqlitePool {
         &self.write
     }
