@@ -81,13 +81,47 @@ pub async fn standing(
     now: Secs,
     rules: &Rules,
 ) -> StoreResult<Option<Standing>> {
+    let read = standing_reading(db, guesses, plans, org_id, now, rules, false).await?;
+    Ok(read.map(|(s, _)| s))
+}
+
+/// `standing`, and the org's parked sessions, counted in the statement that reads its
+/// funding (the usage page: its running sessions are the standing's).
+pub async fn standing_counting_parked(
+    db: &Db,
+    guesses: &PeriodGuesses,
+    plans: &Plans,
+    org_id: &str,
+    now: Secs,
+    rules: &Rules,
+) -> StoreResult<Option<(Standing, i64)>> {
+    standing_reading(db, guesses, plans, org_id, now, rules, true).await
+}
+
+/// `standing`, with the parked sessions if `count_parked` (else 0).
+async fn standing_reading(
+    db: &Db,
+    guesses: &PeriodGuesses,
+    plans: &Plans,
+    org_id: &str,
+    now: Secs,
+    rules: &Rules,
+    count_parked: bool,
+) -> StoreResult<Option<(Standing, i64)>> {
     let guess = Windows::at(now, guesses.period(org_id).await);
     let ids = [org_id];
-    let (records, guessed) = tokio::join!(
-        db.funding_records(&ids, now),
-        db.window_usage(&ids, &guess, now, rules)
-    );
-    let Some((org, recorded)) = records?.pop() else {
+    let funding = async {
+        match count_parked {
+            true => db.funding_record_counting_parked(org_id, now).await,
+            false => Ok(db
+                .funding_records(&ids, now)
+                .await?
+                .pop()
+                .map(|(org, recorded)| (org, recorded, 0))),
+        }
+    };
+    let (record, guessed) = tokio::join!(funding, db.window_usage(&ids, &guess, now, rules));
+    let Some((org, recorded, parked)) = record? else {
         return Ok(None);
     };
     guesses.learn(&org).await;
@@ -96,7 +130,10 @@ pub async fn standing(
         Ok(used) if windows == guess => used,
         _ => db.window_usage(&ids, &windows, now, rules).await?,
     };
-    Ok(Some(standing_of(org, plans, now, &used, recorded)))
+    Ok(Some((
+        standing_of(org, plans, now, &used, recorded),
+        parked,
+    )))
 }
 
 /// `org`'s standing from the window sums read for it (none: nothing used).

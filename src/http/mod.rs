@@ -21,7 +21,7 @@ use tower_http::trace::TraceLayer;
 use rush_meter_core::standing::Standing;
 use rush_meter_core::time::Secs;
 
-use crate::app::standing::{standing, PeriodGuesses};
+use crate::app::standing::{standing, standing_counting_parked, PeriodGuesses};
 use crate::app::{App, Services};
 use crate::config::Config;
 use crate::store::TokenRow;
@@ -103,6 +103,25 @@ impl AppState {
     pub async fn standing(&self, org_id: &str, now: Secs) -> ApiResult<Standing> {
         let shared = self.shared();
         standing(
+            &self.db,
+            &shared.periods,
+            &self.plans,
+            org_id,
+            now,
+            &self.rules,
+        )
+        .await?
+        .ok_or_else(|| ApiError::org_not_found(org_id))
+    }
+
+    /// `standing`, and the org's parked sessions (the usage page's).
+    pub async fn standing_counting_parked(
+        &self,
+        org_id: &str,
+        now: Secs,
+    ) -> ApiResult<(Standing, i64)> {
+        let shared = self.shared();
+        standing_counting_parked(
             &self.db,
             &shared.periods,
             &self.plans,

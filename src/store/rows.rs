@@ -31,13 +31,6 @@ pub struct TokenRow {
     pub created_at: i64,
 }
 
-/// An org's running sessions heard from within the lease, and its parked ones.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SessionCounts {
-    pub running: i64,
-    pub parked: i64,
-}
-
 /// A Stripe webhook event as stored.
 #[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct StripeEventRow {

@@ -42,13 +42,7 @@ pub async fn get_usage(
     OrgReader { org_id, .. }: OrgReader,
 ) -> ApiResult<Json<UsageView>> {
     let now = state.clock.now();
-    // Independent reads, on two connections at once.
-    let (s, counts) = tokio::join!(
-        state.standing(org_id.as_str(), now),
-        state.db.session_counts(org_id.as_str(), now, &state.rules)
-    );
-    let s = s?;
-    let counts = counts?;
+    let (s, parked) = state.standing_counting_parked(org_id.as_str(), now).await?;
     let funding = FundingView::of(&s);
     Ok(Json(UsageView {
         funding,
@@ -56,8 +50,8 @@ pub async fn get_usage(
         plan: s.plan.id,
         month: s.month,
         week: s.week,
-        running_sessions: counts.running,
-        parked_sessions: counts.parked,
+        running_sessions: s.running,
+        parked_sessions: parked,
         as_of: now,
     }))
 }

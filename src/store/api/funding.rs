@@ -20,6 +20,13 @@ pub trait FundingStore: Send + Sync {
         org_ids: &[&str],
         now: Secs,
     ) -> StoreResult<Vec<(Org, funding::Recorded)>>;
+    /// One org's funding as `funding_records` reads it, with its parked sessions counted
+    /// in the same statement (the usage page's); `None` if the org does not exist.
+    async fn funding_record_counting_parked(
+        &self,
+        org_id: &str,
+        now: Secs,
+    ) -> StoreResult<Option<(Org, funding::Recorded, i64)>>;
     /// Create a grant, or answer the one made before with the same idempotency key
     /// (`false`: nothing was created). `None` if the org does not exist.
     async fn create_grant(

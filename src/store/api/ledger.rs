@@ -11,7 +11,6 @@ use rush_meter_core::session::Session;
 use rush_meter_core::standing::WindowTotals;
 use rush_meter_core::time::{Secs, Windows};
 
-use super::super::rows::SessionCounts;
 use super::super::StoreResult;
 
 /// The ledger: heartbeats in, sessions and their time out.
@@ -75,13 +74,6 @@ pub trait LedgerStore: Send + Sync {
         now: Secs,
         rules: &Rules,
     ) -> StoreResult<HashMap<String, WindowTotals>>;
-    /// Running sessions heard from within the lease, and parked ones.
-    async fn session_counts(
-        &self,
-        org_id: &str,
-        now: Secs,
-        rules: &Rules,
-    ) -> StoreResult<SessionCounts>;
     /// `(session_id, start, end)` of every booked running stretch of an org, for audits
     /// and tests: closed spans, and the booked part of each open one.
     async fn running_spans(&self, org_id: &str) -> StoreResult<Vec<(String, Secs, Secs)>>;

@@ -8,8 +8,10 @@ use super::Secs;
 pub const NO_EDGE: (Secs, Secs) = super::NO_EDGE;
 /// An org's running sessions (`$1`).
 pub const RUNNING_SESSIONS: &str = super::RUNNING_SESSIONS;
-/// An org's (`$1`) running sessions heard since `$2` and its parked ones.
-pub const SESSION_COUNTS: &str = super::SESSION_COUNTS;
+/// The usage page's read of orgs `$1` with their funding at `$2` and parked sessions.
+pub fn funding_counting_parked() -> String {
+    super::funding_select_with("", super::PARKED_SESSIONS)
+}
 
 /// The heartbeat group's lock of its sessions: orgs `$1`, session ids `$2`.
 pub const SESSION_LOCK: &str = super::sessions::SESSION_LOCK;

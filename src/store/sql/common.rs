@@ -33,7 +33,7 @@ use super::api::{
     OrgStore, OverageStore, PeriodStore, StripeStore, TermsOf,
 };
 use super::{
-    FrozenOrgRow, OverageChargeRow, LineQuery, NotificationRow, OrgUpsert, PeriodRow, Rec, SessionCounts,
+    FrozenOrgRow, OverageChargeRow, LineQuery, NotificationRow, OrgUpsert, PeriodRow, Rec,
     StoreError, StoreResult, StripeEventRow, StripeRequestRow, TokenRow,
 };
 

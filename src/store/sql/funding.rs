@@ -103,6 +103,17 @@ impl<'r> sqlx::FromRow<'r, Row> for FundingRow {
 /// Orgs of `$1` (one shard's) with the windows they fund in that end after `$2` and their
 /// grants open at `$2`; `lock` is appended (a booking's row lock, or nothing for readers).
 fn funding_select(lock: &str) -> String {
+    funding_select_with(lock, "")
+}
+
+/// An org's parked sessions, counted from `sessions_org_phase` alone without reading their
+/// rows (they pile up: a session parks between turns for days): a column for
+/// `funding_select_with`.
+const PARKED_SESSIONS: &str = ", (SELECT COUNT(*) FROM sessions s \
+     WHERE s.org_id = o.org_id AND s.phase = 'parked') AS parked_sessions";
+
+/// `funding_select` with `more` columns of the org (each led by a comma).
+fn funding_select_with(lock: &str, more: &str) -> String {
     format!(
         "SELECT o.*, \
            (SELECT COALESCE(CAST({JSON_AGG}({JSON_ARRAY}(w.kind, w.window_start, w.window_end, \
@@ -116,7 +127,7 @@ fn funding_select(lock: &str) -> String {
               AND g.starts_at <= $2 AND (g.expires_at IS NULL OR g.expires_at > $2)) AS holds_grants, \
            {GREATEST}(COALESCE((SELECT MAX(p.period_end) FROM periods p), 0), \
              COALESCE((SELECT MAX(c.window_end) FROM overage_charges c WHERE c.org_id = o.org_id), 0)) \
-             AS funding_floor \
+             AS funding_floor{more} \
          FROM orgs o WHERE o.{} ORDER BY o.org_id{BYTE_ORDER}{lock}",
         org_in(1)
     )
@@ -270,6 +281,22 @@ impl FundingStore for Backend {
         now: Secs,
     ) -> StoreResult<Vec<(Org, funding::Recorded)>> {
         funding_records(self.keyed(), org_ids, now).await
+    }
+
+    async fn funding_record_counting_parked(
+        &self,
+        org_id: &str,
+        now: Secs,
+    ) -> StoreResult<Option<(Org, funding::Recorded, i64)>> {
+        use sqlx::{FromRow, Row as _};
+        let row = sqlx::query(&funding_select_with("", PARKED_SESSIONS))
+            .bind(org_list(&[org_id]))
+            .bind(now)
+            .fetch_optional(self.keyed())
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let FundingRow { org, recorded } = FundingRow::from_row(&row)?;
+        Ok(Some((org, recorded, row.try_get("parked_sessions")?)))
     }
 
     async fn create_grant(&self, g: &Grant, actor: &Actor) -> StoreResult<Option<(Grant, bool)>> {

@@ -141,16 +141,9 @@ async fn select_expiring(
 }
 
 /// An org's running sessions (`$1`). Read on a generic plan on one PostgreSQL (`Pg::keyed`),
-/// as are `SESSION_COUNTS`: tests/generic_plans.rs checks both on a large org.
+/// as is the usage page's count of parked ones (`PARKED_SESSIONS`): tests/generic_plans.rs
+/// checks both on a large org.
 const RUNNING_SESSIONS: &str = "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'";
-
-/// An org's (`$1`) running sessions heard since `$2` and its parked ones: two counts, so
-/// that the parked ones (which pile up: a session parks between turns for days) come from
-/// `sessions_org_phase` alone, without reading their rows.
-const SESSION_COUNTS: &str = "SELECT \
-    (SELECT COUNT(*) FROM sessions WHERE org_id = $1 AND phase = 'running' \
-       AND COALESCE(heard_at, last_at) >= $2), \
-    (SELECT COUNT(*) FROM sessions WHERE org_id = $1 AND phase = 'parked')";
 
 #[async_trait]
 impl LedgerStore for Backend {
@@ -314,20 +307,6 @@ impl LedgerStore for Backend {
     ) -> StoreResult<HashMap<String, WindowTotals>> {
         let mut conn = self.keyed().acquire().await?;
         window_usage_on(&mut conn, org_ids, windows, now, rules).await
-    }
-
-    async fn session_counts(
-        &self,
-        org_id: &str,
-        now: Secs,
-        rules: &Rules,
-    ) -> StoreResult<SessionCounts> {
-        let (running, parked): (i64, i64) = sqlx::query_as(SESSION_COUNTS)
-        .bind(org_id)
-        .bind(now - rules.lease)
-        .fetch_one(self.keyed())
-        .await?;
-        Ok(SessionCounts { running, parked })
     }
 
     async fn running_spans(&self, org_id: &str) -> StoreResult<Vec<(String, Secs, Secs)>> {
