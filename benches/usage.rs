@@ -721,18 +721,36 @@ const ANALYSIS: &str = r#"## Reading the figures
   one multi-statement query on one connection, one handoff (1.85x to 2.01x over five
   runs).
 - **The usage page** reads more than its rollup: the org and its funding, running
-  sessions up to now and the session counts beside the window sums (three reads at once
-  on two busy cores; the parked sessions' count alone is an index-only count of 4,320
-  rows, 0.39 ms). Issue 18's 2x has not been met on SQLite in any run (raw 0.16-0.23 ms,
-  2.8-3.5x); on PostgreSQL it moved between 1.9x and 2.3x over the last runs (3.5x and
-  6.2x before the window sums' fix above).
-- **Exports.** The comparison with PostgreSQL's COPY of the frozen lines (sorted as the
-  export is; 12 columns in key order) is in the table. The closed month over HTTP and
-  `rush-meter export` ran at 0.63-0.85 of COPY over the runs up to 2026-12-03: issue 18's
-  0.9 is not shown met. The time is in the database read through sqlx (a 12-column row
-  decoded into owned strings): writing the lines does not allocate and is not the
-  bottleneck. Export lines are read by position rather than by name (sqlx hashes a
-  column's name on every read); that moved no figure beyond the run-to-run spread.
+  sessions up to now and the parked sessions' count beside the window sums. Until
+  2026-12-05 that was three reads at once (funding, window sums, session counts) on two
+  busy cores; sqlx's own timings (`RUST_LOG=sqlx::query=debug` over `usage-<hash>
+  postgres console`) put the window sums at 0.39 ms a call against 0.19 ms for each of
+  the raw read's two sums, the funding read at 0.20 ms and the session counts at 0.28 ms,
+  and the page at 0.79 ms against 0.45 ms raw: a third statement, connection and backend
+  on two cores for a count. The parked sessions are now counted in the funding read
+  (`PARKED_SESSIONS`, an index-only count on `sessions_org_phase`; the running ones are
+  the standing's, read with the window sums): two reads at once. Same day, the two
+  builds in turns, two runs each: 1.98x and 2.07x before, 1.73x and 1.75x after.
+  Issue 18's 2x holds on PostgreSQL; on SQLite it has not been met in any run (raw
+  0.16-0.23 ms; HTTP and the token alone are about the raw read there, the first row).
+- **Exports.** Each closed-month export runs in turns with the baseline, three rounds, and
+  the ratio is the median of the rounds' (table). Until 2026-12-05 PostgreSQL's lines
+  came through a SELECT, at 0.63-0.88 of COPY over the runs (0.81 over HTTP, 0.88 for
+  `rush-meter export`, single runs that morning): the time was PostgreSQL writing
+  DataRow messages and sqlx decoding each into a row with its column table, not the
+  lines' writing, which does not allocate. A closed month is now read with PostgreSQL's
+  own binary COPY of the same SELECT (`Pg::send_frozen_lines`, decoded by
+  src/store/pg/copy_lines.rs; a connection left mid-COPY by a client that hung up is
+  closed, not reused): first run of three rounds (`usage-<hash> postgres exports`), HTTP
+  at 1.04 of COPY as CSV and `rush-meter export` at 0.95, then 0.84 in the full run
+  after it. The command read, formatted and wrote its lines in one task (one core, beside
+  PostgreSQL's), and first counted them for its progress bar: it now formats on a task
+  of its own while the first writes, and counts only for a bar someone sees (standard
+  error a terminal). Next run: 1.01 of COPY, and the open month 7.0 s instead of 10.8 s.
+  SQLite's baseline is a plain SELECT through sqlx, the service's read of the same lines,
+  so its ratio is what formatting and streaming the lines cost; over HTTP it is lower
+  than from the command: the benchmark's client, the server and SQLite's worker thread
+  share the process and its two cores.
 - **Memory is flat**: `rush-meter export` of a closed month peaks at 24-32 MiB whether it
   writes a thousand org lines or a million session lines, on both backends; the service
   streams in 64 KiB chunks behind bounded channels. An open month on SQLite peaks higher

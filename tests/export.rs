@@ -298,7 +298,6 @@ async fn serve_closes_a_month_after_the_settling_delay(backend: Backend) {
 /// An export whose client stops reading is cut short after `export_stall`: its database
 /// connection is freed and the body ends in an error, never as if it were complete.
 async fn an_export_read_by_nobody_is_cut_short(backend: Backend) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let opts = Options {
         export_stall: std::time::Duration::from_secs(1),
         ..Options::default()
@@ -323,13 +322,37 @@ async fn an_export_read_by_nobody_is_cut_short(backend: Backend) {
         assert_eq!(status, 200, "{v}");
     }
     srv.clock.set(B + 60);
+    let path = format!("/v1/exports/usage?period={NOV}&by=session");
+    // An open month (its lines computed live), then the same month closed (its frozen
+    // lines read with a COPY on PostgreSQL, whose connection is closed when left mid-way).
+    stall_export(&srv, &path).await;
+    let (status, _) = srv.call("GET", &path, Some(common::ADMIN), None).await;
+    assert_eq!(status, 200, "the meter goes on answering exports");
+    srv.admin("POST", &format!("/v1/periods/{NOV}/close"), None)
+        .await;
+    stall_export(&srv, &path).await;
+    // Every connection of the pool still answers: a whole export, again and again.
+    for _ in 0..4 {
+        let (_, body) = export(&srv, NOV, "session", "csv").await;
+        assert_eq!(
+            body.lines().count(),
+            120_001,
+            "a header and every session's line"
+        );
+    }
+}
+
+/// Ask for the export at `path` and read nothing for three times the stall limit: the body
+/// must come in part and end as incomplete.
+async fn stall_export(srv: &TestServer, path: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr: std::net::SocketAddr = srv.url.trim_start_matches("http://").parse().unwrap();
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut conn = socket.connect(addr).await.unwrap();
     conn.write_all(
         format!(
-            "GET /v1/exports/usage?period={NOV}&by=session HTTP/1.1\r\nHost: meter\r\n\
+            "GET {path} HTTP/1.1\r\nHost: meter\r\n\
              Authorization: Bearer {}\r\nConnection: close\r\n\r\n",
             common::ADMIN
         )
@@ -355,16 +378,6 @@ async fn an_export_read_by_nobody_is_cut_short(backend: Backend) {
         "the body ended as if complete after {body} bytes"
     );
     assert!(body > 0, "nothing of the body came");
-    // The meter goes on answering exports.
-    let (status, _) = srv
-        .call(
-            "GET",
-            &format!("/v1/exports/usage?period={NOV}"),
-            Some(common::ADMIN),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200);
 }
 
 /// Whether an HTTP/1.1 response's chunked body ends with its last (empty) chunk, and how

@@ -1,6 +1,6 @@
 //! `rush-meter export`: finance's export of a month, streamed with a progress bar.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use rush_meter_core::export::{month_name, parse_month, By, Format};
@@ -27,9 +27,12 @@ pub async fn export(
     let q = periods::line_query(&db, month, now)
         .await
         .map_err(|e| format!("--{e}"))?;
-    let total = match by {
-        By::Session => db.count_session_lines(&q).await?,
-        By::Org => db.orgs_before(month.end).await?.len() as i64,
+    // The bar's length costs a count of the lines: only for a bar someone sees (indicatif
+    // draws nothing when standard error is not a terminal).
+    let total = match (std::io::stderr().is_terminal(), by) {
+        (false, _) => 0,
+        (true, By::Session) => db.count_session_lines(&q).await?,
+        (true, By::Org) => db.orgs_before(month.end).await?.len() as i64,
     };
     let bar = indicatif::ProgressBar::new(u64::try_from(total).unwrap_or(0)).with_style(
         indicatif::ProgressStyle::with_template(
@@ -52,7 +55,12 @@ pub async fn export(
         )),
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-    let run = periods::produce(&db, &plans, q, by, format, now, tx);
+    // Lines are read and formatted on a task of their own while this one writes them, so
+    // that both cores work (PostgreSQL writes its rows on one of them too).
+    let run = {
+        let db = db.clone();
+        tokio::spawn(async move { periods::produce(&db, &plans, q, by, format, now, tx).await })
+    };
     let write = async {
         let mut result = Ok(());
         while let Some(chunk) = rx.recv().await {
@@ -70,7 +78,11 @@ pub async fn export(
     bar.finish_and_clear();
     db.close().await;
     drop(sink);
-    let done = ran.map_err(|e| e.to_string()).and(wrote);
+    let ran = match ran {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("the export's task failed: {e}")),
+    };
+    let done = ran.and(wrote);
     if let (Some(t), Some(o)) = (&temp, out) {
         match &done {
             Ok(()) => std::fs::rename(t, o).map_err(|e| format!("--out: {}: {e}", o.display()))?,
