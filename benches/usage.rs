@@ -730,9 +730,11 @@ const ANALYSIS: &str = r#"## Reading the figures
   on two cores for a count. The parked sessions are now counted in the funding read
   (`PARKED_SESSIONS`, an index-only count on `sessions_org_phase`; the running ones are
   the standing's, read with the window sums): two reads at once. Same day, the two
-  builds in turns, two runs each: 1.98x and 2.07x before, 1.73x and 1.75x after.
-  Issue 18's 2x holds on PostgreSQL; on SQLite it has not been met in any run (raw
-  0.16-0.23 ms; HTTP and the token alone are about the raw read there, the first row).
+  builds in turns, two runs each: 1.98x and 2.07x before, 1.73x and 1.75x after; the
+  two full runs after them 1.51x and 1.94x. Issue 18's 2x holds on PostgreSQL in every
+  run since, with little to spare on a noisy round; on SQLite it has not been met in any
+  run (raw 0.16-0.23 ms; HTTP and the token alone are about the raw read there, the
+  first row).
 - **Exports.** Each closed-month export runs in turns with the baseline, three rounds, and
   the ratio is the median of the rounds' (table). Until 2026-12-05 PostgreSQL's lines
   came through a SELECT, at 0.63-0.88 of COPY over the runs (0.81 over HTTP, 0.88 for
@@ -746,7 +748,8 @@ const ANALYSIS: &str = r#"## Reading the figures
   after it. The command read, formatted and wrote its lines in one task (one core, beside
   PostgreSQL's), and first counted them for its progress bar: it now formats on a task
   of its own while the first writes, and counts only for a bar someone sees (standard
-  error a terminal). Next run: 1.01 of COPY, and the open month 7.0 s instead of 10.8 s.
+  error a terminal). Next runs: 1.01 and 1.04 of COPY (HTTP 1.07 and 1.00), and the
+  open month 7.0-7.4 s instead of 10.8 s.
   SQLite's baseline is a plain SELECT through sqlx, the service's read of the same lines,
   so its ratio is what formatting and streaming the lines cost; over HTTP it is lower
   than from the command: the benchmark's client, the server and SQLite's worker thread
