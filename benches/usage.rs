@@ -405,6 +405,25 @@ struct Export {
 }
 
 impl Export {
+    /// An export measured once so far: its lines, bytes (HTTP) or peak memory (the command).
+    fn once(
+        what: &str,
+        rows: u64,
+        bytes: u64,
+        took: Duration,
+        peak_rss_mib: Option<f64>,
+    ) -> Export {
+        Export {
+            what: what.into(),
+            rows,
+            bytes,
+            took,
+            peak_rss_mib,
+            rounds: Vec::new(),
+            paired: false,
+        }
+    }
+
     /// The median round's time (the one time of an export run once).
     fn median(&self) -> Duration {
         let mut r = self.rounds.clone();
@@ -554,32 +573,27 @@ async fn exports(backend: Backend) -> (Vec<Export>, Duration, Baseline) {
         started.elapsed()
     );
     let mut out = Vec::new();
-    let http = |what: &str, rows: u64, bytes: u64, took: Duration| Export {
-        what: what.into(),
+    let q = "period=2026-10&by=session&format=csv";
+    let (rows, bytes, took) = http_export(&server, q).await;
+    out.push(Export::once(
+        "HTTP, open month, by session, CSV",
         rows,
         bytes,
         took,
-        peak_rss_mib: None,
-        rounds: Vec::new(),
-        paired: false,
-    };
-    let q = "period=2026-10&by=session&format=csv";
-    let (rows, bytes, took) = http_export(&server, q).await;
-    out.push(http("HTTP, open month, by session, CSV", rows, bytes, took));
+        None,
+    ));
     let (rows, took, rss) = cli_export(
         &server.database_url,
         &["--period", "2026-10", "--by", "session"],
     )
     .await;
-    out.push(Export {
-        what: "`rush-meter export`, open month, by session, CSV".into(),
+    out.push(Export::once(
+        "`rush-meter export`, open month, by session, CSV",
         rows,
-        bytes: 0,
+        0,
         took,
-        peak_rss_mib: Some(rss),
-        rounds: Vec::new(),
-        paired: false,
-    });
+        Some(rss),
+    ));
     let started = Instant::now();
     let r = server
         .client
@@ -623,21 +637,13 @@ async fn exports(backend: Backend) -> (Vec<Export>, Duration, Baseline) {
             let e = match how {
                 Closed::Http(q) => {
                     let (rows, bytes, took) = http_export(&server, q).await;
-                    http(what, rows, bytes, took)
+                    Export::once(what, rows, bytes, took, None)
                 }
                 Closed::Cli(by) => {
                     let (rows, took, rss) =
                         cli_export(&server.database_url, &["--period", "2026-10", "--by", by])
                             .await;
-                    Export {
-                        what: (*what).into(),
-                        rows,
-                        bytes: 0,
-                        took,
-                        peak_rss_mib: Some(rss),
-                        rounds: Vec::new(),
-                        paired: false,
-                    }
+                    Export::once(what, rows, 0, took, Some(rss))
                 }
             };
             let by_session = what.contains("by session");

@@ -72,34 +72,10 @@ impl PeriodGuesses {
 
 /// An org's standing (`None` when the org does not exist), with the window sums read
 /// beside the org's row from the windows `guesses` expects (read again only when the
-/// row says otherwise).
+/// row says otherwise); with `count_parked`, its parked sessions counted in the
+/// statement that reads its funding (the usage page's: its running sessions are the
+/// standing's), else 0.
 pub async fn standing(
-    db: &Db,
-    guesses: &PeriodGuesses,
-    plans: &Plans,
-    org_id: &str,
-    now: Secs,
-    rules: &Rules,
-) -> StoreResult<Option<Standing>> {
-    let read = standing_reading(db, guesses, plans, org_id, now, rules, false).await?;
-    Ok(read.map(|(s, _)| s))
-}
-
-/// `standing`, and the org's parked sessions, counted in the statement that reads its
-/// funding (the usage page: its running sessions are the standing's).
-pub async fn standing_counting_parked(
-    db: &Db,
-    guesses: &PeriodGuesses,
-    plans: &Plans,
-    org_id: &str,
-    now: Secs,
-    rules: &Rules,
-) -> StoreResult<Option<(Standing, i64)>> {
-    standing_reading(db, guesses, plans, org_id, now, rules, true).await
-}
-
-/// `standing`, with the parked sessions if `count_parked` (else 0).
-async fn standing_reading(
     db: &Db,
     guesses: &PeriodGuesses,
     plans: &Plans,

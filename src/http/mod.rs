@@ -21,7 +21,7 @@ use tower_http::trace::TraceLayer;
 use rush_meter_core::standing::Standing;
 use rush_meter_core::time::Secs;
 
-use crate::app::standing::{standing, standing_counting_parked, PeriodGuesses};
+use crate::app::standing::{standing, PeriodGuesses};
 use crate::app::{App, Services};
 use crate::config::Config;
 use crate::store::TokenRow;
@@ -101,17 +101,7 @@ impl AppState {
 
     /// The org's standing at `now` (`app::standing`), or the 404 for an org it does not have.
     pub async fn standing(&self, org_id: &str, now: Secs) -> ApiResult<Standing> {
-        let shared = self.shared();
-        standing(
-            &self.db,
-            &shared.periods,
-            &self.plans,
-            org_id,
-            now,
-            &self.rules,
-        )
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id))
+        Ok(self.standing_with(org_id, now, false).await?.0)
     }
 
     /// `standing`, and the org's parked sessions (the usage page's).
@@ -120,14 +110,24 @@ impl AppState {
         org_id: &str,
         now: Secs,
     ) -> ApiResult<(Standing, i64)> {
+        self.standing_with(org_id, now, true).await
+    }
+
+    async fn standing_with(
+        &self,
+        org_id: &str,
+        now: Secs,
+        count_parked: bool,
+    ) -> ApiResult<(Standing, i64)> {
         let shared = self.shared();
-        standing_counting_parked(
+        standing(
             &self.db,
             &shared.periods,
             &self.plans,
             org_id,
             now,
             &self.rules,
+            count_parked,
         )
         .await?
         .ok_or_else(|| ApiError::org_not_found(org_id))
