@@ -224,3 +224,32 @@ async fn the_session_lock_finds_sessions_by_their_key_and_hashes_the_orgs() {
     assert_eq!(most_filtered(&plan), 0, "{plan}");
     db.close().await;
 }
+
+/// The gate's key lock on one PostgreSQL (`lock_keys_by_key_sql`) reads the keys asked
+/// through the primary key, however many keys their orgs hold: a join of the keys' arrays
+/// with `api_keys` was planned as a scan of every key of the orgs (1,000 here).
+#[tokio::test]
+async fn the_key_lock_finds_keys_by_their_key_whatever_the_orgs_hold() {
+    let Some(db) = database().await else { return };
+    for sql in [
+        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
+         SELECT 'o' || i, 'o', 'team', 0, 0 FROM generate_series(0, 49) AS i",
+        "INSERT INTO api_keys (org_id, key_id, created_at, updated_at) \
+         SELECT 'o' || (i % 50), 'k' || i, 0, 0 FROM generate_series(1, 1000) AS i",
+        "ANALYZE api_keys",
+    ] {
+        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
+    }
+    let plan = generic_plan(
+        &db,
+        "text[], text[], text[]",
+        &hot::key_lock(),
+        "'{o1,o2}', '{o1,o2}', '{k1,k2}'",
+    )
+    .await;
+    assert!(plan.contains("using api_keys_pkey"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    assert_eq!(most_filtered(&plan), 0, "{plan}");
+    assert!(plan.contains("LockRows"), "{plan}");
+    db.close().await;
+}

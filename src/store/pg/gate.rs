@@ -114,7 +114,7 @@ impl Pg {
                k.concurrency_limit, k.created_at, k.updated_at)) AS TEXT), '[]') \
                FROM k WHERE k.org_id = f.org_id) AS locked_keys \
              FROM ({}) AS f",
-            lock_keys_sql(1, 3),
+            lock_keys_by_key_sql(1, 3),
             funding_select("")
         );
         let rows = sqlx::query(&sql)
@@ -163,6 +163,23 @@ fn lock_keys_sql(orgs: usize, keys: usize) -> String {
            ON k.org_id = u.org_id AND k.key_id = u.key_id \
          WHERE k.org_id = ANY(${orgs}) \
          ORDER BY k.org_id COLLATE \"C\", k.key_id COLLATE \"C\" FOR UPDATE OF k",
+        keys + 1
+    )
+}
+
+/// `lock_keys_sql` for one PostgreSQL: each key found through `api_keys`' primary key and
+/// locked as it is found, in the order of the arrays (the caller sorts them in byte order).
+/// The join of `lock_keys_sql` is planned, generically, as a hash join over a scan of every
+/// key of the shard's orgs (1,000 in the admission benchmark: 0.18 ms against 0.06 ms for
+/// two keys, EXPLAIN ANALYZE), a cost that grows with the keys the orgs hold; this one
+/// reads the keys asked. (Citus plans `FOR UPDATE` only in a query it routes whole to one
+/// shard, so the other layouts keep the join.)
+pub(super) fn lock_keys_by_key_sql(orgs: usize, keys: usize) -> String {
+    format!(
+        "SELECT k.* FROM UNNEST(${keys}::text[], ${}::text[]) WITH ORDINALITY AS u(org_id, key_id, n) \
+         CROSS JOIN LATERAL (SELECT * FROM api_keys k WHERE k.org_id = u.org_id \
+           AND k.key_id = u.key_id AND k.org_id = ANY(${orgs}) FOR UPDATE) AS k \
+         ORDER BY u.n",
         keys + 1
     )
 }

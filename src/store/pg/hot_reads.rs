@@ -16,6 +16,12 @@ pub fn funding_counting_parked() -> String {
 /// The heartbeat group's lock of its sessions: orgs `$1`, session ids `$2`.
 pub const SESSION_LOCK: &str = super::sessions::SESSION_LOCK;
 
+/// The gate's key lock on one PostgreSQL: `$1` the shard's orgs, `$2 $3` the keys' orgs and
+/// ids.
+pub fn key_lock() -> String {
+    super::gate::lock_keys_by_key_sql(1, 2)
+}
+
 /// The slot counts' statement: `$1` the lease's start, `$2 $3` the keys' orgs and ids, `$4`
 /// the shard's orgs.
 pub fn slot_counts() -> String {
