@@ -10,22 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sessions="${1:-4000}"
 secs="${2:-60}"
-orgs=$((sessions / 4))
-hosts=$((sessions / 50))
-pg="${RUSH_METER_TEST_PG:-postgres://postgres@127.0.0.1:5432}"
 db="rm_bench_fleet"
-token="fleet-bench-token-0123456789"
-port=18095
-
-cargo build --release --quiet
-psql "$pg/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
-export RUSH_METER_HEARTBEAT_INTERVAL_SECS=2 RUSH_METER_LEASE_SECS=6
-RUST_LOG=warn target/release/rush-meter serve --database-url "$pg/$db" \
-  --listen "127.0.0.1:$port" --bootstrap-admin-token "$token" --rate-limit-per-sec 0 \
-  --period-settle-secs 0 &
-server=$!
-trap 'kill $server 2>/dev/null; psql "$pg/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true' EXIT
-until curl -fs "127.0.0.1:$port/readyz" >/dev/null; do sleep 0.2; done
+# shellcheck source=benches/fleet_server.sh
+source benches/fleet_server.sh
 
 cmd="rush-meter simulate --orgs $orgs --sessions $sessions --hosts $hosts --duration-secs $secs --heartbeat-interval-secs 2 --lease-secs 6"
 out=$(/usr/bin/time -f "simulator peak RSS %M KiB, CPU %P" target/release/rush-meter simulate \

@@ -11,25 +11,15 @@ sessions="${1:-40000}"
 secs="${2:-60}"
 shift $(( $# < 2 ? $# : 2 ))
 [ "${1:-}" = "--" ] && shift
-orgs=$((sessions / 4))
-hosts=$((sessions / 50))
-pg="${RUSH_METER_TEST_PG:-postgres://postgres@127.0.0.1:5432}"
 db="rm_bench_fleet_memory"
-token="fleet-bench-token-0123456789"
 port=18096
-log=$(mktemp)
-
-cargo build --release --quiet
-psql "$pg/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
-export RUSH_METER_HEARTBEAT_INTERVAL_SECS=2 RUSH_METER_LEASE_SECS=6
-RUST_LOG=warn target/release/rush-meter serve --database-url "$pg/$db" \
-  --listen "127.0.0.1:$port" --bootstrap-admin-token "$token" --rate-limit-per-sec 0 \
-  --period-settle-secs 0 "$@" 2>"$log" &
-server=$!
-trap 'kill $server 2>/dev/null; rm -f "$log"; psql "$pg/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true' EXIT
-until curl -fs "127.0.0.1:$port/readyz" >/dev/null; do sleep 0.2; done
+serve_flags=("$@")
+server_log=$(mktemp)
+# shellcheck source=benches/fleet_server.sh
+source benches/fleet_server.sh
+trap 'kill $server 2>/dev/null; rm -f "$server_log"; psql "$pg/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true' EXIT
 memory() {
-  echo "$1: RSS $(( $(ps -o rss= -p "$server") / 1024 )) MiB, peak $(( $(awk '/VmHWM/ {print $2}' "/proc/$server/status") / 1024 )) MiB, open descriptors $(ls "/proc/$server/fd" | wc -l), 'Too many open files' logged $(grep -c 'Too many open files' "$log" || true)"
+  echo "$1: RSS $(( $(ps -o rss= -p "$server") / 1024 )) MiB, peak $(( $(awk '/VmHWM/ {print $2}' "/proc/$server/status") / 1024 )) MiB, open descriptors $(ls "/proc/$server/fd" | wc -l), 'Too many open files' logged $(grep -c 'Too many open files' "$server_log" || true)"
 }
 memory "idle, before"
 for run in 1 2; do
