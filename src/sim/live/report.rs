@@ -152,6 +152,10 @@ pub(super) fn reconcile(
         l.unexplained += unexplained;
         if unexplained != 0 || broke_rule_3 {
             l.mismatched += 1;
+            // The table counts by org; the session is what one looks into.
+            tracing::warn!(%session, org = %t.org, crashed = t.crashed, late = lt.is_some(),
+                ran, expected, billed = got, unexplained, broke_rule_3,
+                "a session billed against the ledger's rules");
         }
     }
     // A session the meter bills that the fleet never ran (a denied admission, a beat
@@ -162,6 +166,7 @@ pub(super) fn reconcile(
                 l.billed += got;
                 l.unexplained += got;
                 l.mismatched += 1;
+                tracing::warn!(%session, %org, billed = got, "a session billed that the fleet never ran");
             }
         }
     }
