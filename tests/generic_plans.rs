@@ -244,10 +244,30 @@ async fn the_key_lock_finds_keys_by_their_key_whatever_the_orgs_hold() {
         &db,
         "text[], text[], text[]",
         &hot::key_lock(),
-        "'{o1,o2}', '{o1,o2}', '{k1,k2}'",
+        // Asked out of byte order: the statement sorts them before it locks.
+        "'{o1,o2}', '{o2,o1}', '{k2,k1}'",
     )
     .await;
     assert!(plan.contains("using api_keys_pkey"), "{plan}");
+    // A nested loop over the sorted keys: each is locked in byte order.
+    assert!(plan.starts_with("Nested Loop"), "{plan}");
+    let sort = plan.find("Sort Key").expect("the keys sorted");
+    let lock = plan.find("LockRows").expect("the keys locked");
+    assert!(sort < lock, "{plan}");
+    let mut tx = pool(&db).begin().await.unwrap();
+    let locked: Vec<(String, String)> = sqlx::query_as(&format!(
+        "SELECT org_id, key_id FROM ({}) AS l",
+        hot::key_lock()
+    ))
+    .bind(vec!["o1", "o2"])
+    .bind(vec!["o2", "o1"])
+    .bind(vec!["k2", "k1"])
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    let byte_order = [("o1", "k1"), ("o2", "k2")].map(|(o, k)| (o.to_owned(), k.to_owned()));
+    assert_eq!(locked, byte_order);
+    tx.rollback().await.unwrap();
     assert!(!plan.contains("Seq Scan"), "{plan}");
     assert_eq!(most_filtered(&plan), 0, "{plan}");
     assert!(plan.contains("LockRows"), "{plan}");
