@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
 use super::client::{record, GIVE_UP};
-use super::{now_secs, Fleet};
+use super::{now_secs, Fleet, LateBeat};
 use crate::sim::Beat;
 
 /// One heartbeat on its way to a host supervisor; `acked` hears when the meter took it.
@@ -92,6 +92,12 @@ pub(super) async fn send_batch(fleet: &Fleet, batch: Vec<Outgoing>) -> Result<()
                         l.beats += 1;
                         l.slack += rules.clamp_sent_at(o.beat.sent_at, now)
                             - rules.clamp_sent_at(o.beat.sent_at, first_try_secs);
+                        l.seen.push(LateBeat {
+                            seq: o.beat.seq,
+                            sent: o.beat.sent_at,
+                            first_try: first_try_secs,
+                            acked: now,
+                        });
                     }
                     reference.heartbeat(&o.beat, now, &rules);
                     if let Some(tx) = o.acked {

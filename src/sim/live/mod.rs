@@ -97,12 +97,24 @@ struct Counters {
 
 /// A session's beats whose time the meter may have clamped (acknowledged more than a lease
 /// after they were sent).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Late {
     beats: u64,
     /// Seconds by which the meter's clamp may differ from the reference's: the meter
     /// clamped on arrival, somewhere between the batch's first try and its answer.
     slack: i64,
+    /// Each late beat's times, for the warning that names a mismatched session.
+    seen: Vec<LateBeat>,
+}
+
+/// A heartbeat acknowledged more than a lease after it was sent: `(seq, sent, first
+/// try of its batch, acknowledged)`, each in seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LateBeat {
+    seq: i64,
+    sent: Secs,
+    first_try: Secs,
+    acked: Secs,
 }
 
 struct Fleet {

@@ -102,7 +102,8 @@ pub(super) fn reconcile(
     plans: &BTreeMap<String, String>,
     late: &BTreeMap<String, Late>,
     rules: &Rules,
-) -> Vec<OrgLine> {
+) -> (Vec<OrgLine>, Vec<String>) {
+    let mut mismatched = Vec::new();
     let mut lines: BTreeMap<String, OrgLine> = plans
         .iter()
         .map(|(org, plan)| {
@@ -152,6 +153,7 @@ pub(super) fn reconcile(
         l.unexplained += unexplained;
         if unexplained != 0 || broke_rule_3 {
             l.mismatched += 1;
+            mismatched.push(session.clone());
             // The table counts by org; the session is what one looks into.
             tracing::warn!(%session, org = %t.org, crashed = t.crashed, late = lt.is_some(),
                 ran, expected, billed = got, unexplained, broke_rule_3,
@@ -166,11 +168,51 @@ pub(super) fn reconcile(
                 l.billed += got;
                 l.unexplained += got;
                 l.mismatched += 1;
+                mismatched.push(session.clone());
                 tracing::warn!(%session, %org, billed = got, "a session billed that the fleet never ran");
             }
         }
     }
-    lines.into_values().collect()
+    (lines.into_values().collect(), mismatched)
+}
+
+/// Sessions explained in full in the log, at most: enough to see a pattern.
+const EXPLAINED: usize = 20;
+
+/// Log, for the first mismatched sessions, what one needs to tell the meter's reading
+/// from the reference's: the meter's timeline, the observations the reference applied,
+/// and the late beats' times.
+async fn explain(fleet: &Fleet, sessions: &[String], late: &BTreeMap<String, Late>) {
+    for session in sessions.iter().take(EXPLAINED) {
+        let timeline = match fleet
+            .call("GET", &format!("/v1/sessions/{session}"), None)
+            .await
+        {
+            Ok(a) => a.body["timeline"].to_string(),
+            Err(e) => e,
+        };
+        let applied = fleet
+            .reference
+            .lock()
+            .unwrap()
+            .sessions
+            .get(session)
+            .map(|s| format!("{:?}", s.applied))
+            .unwrap_or_default();
+        let late_beats = late
+            .get(session)
+            .map(|l| format!("{:?}", l.seen))
+            .unwrap_or_default();
+        let truth = fleet
+            .truth
+            .lock()
+            .unwrap()
+            .get(session)
+            .map(|t| format!("{:?}", t.running))
+            .unwrap_or_default();
+        tracing::warn!(%session, %truth, %applied, %late_beats, %timeline,
+            "a mismatched session: what truly ran, the observations the reference applied (at, state), its late beats, and the meter's timeline");
+    }
 }
 
 pub(super) fn percentile(v: &mut [u32], p: f64) -> f64 {
@@ -229,7 +271,9 @@ pub(super) async fn report(fleet: &Fleet, driven: Duration) -> Result<Outcome, S
     }
     let truth = fleet.truth.lock().unwrap().clone();
     let late = fleet.late.lock().unwrap().clone();
-    let lines = reconcile(&truth, &expected, &billed, &fleet.org_plans, &late, &rules);
+    let (lines, mismatched) =
+        reconcile(&truth, &expected, &billed, &fleet.org_plans, &late, &rules);
+    explain(fleet, &mismatched, &late).await;
     let c = &fleet.counters;
     let acked = c.beats_acked.load(Ordering::Relaxed);
     let denials = fleet.denials.lock().unwrap().clone();
@@ -310,7 +354,7 @@ mod tests {
         reference: &BTreeMap<String, i64>,
         got: &BTreeMap<String, (String, i64)>,
     ) -> Vec<OrgLine> {
-        reconcile(truths, reference, got, &plans(), &BTreeMap::new(), &RULES)
+        reconcile(truths, reference, got, &plans(), &BTreeMap::new(), &RULES).0
     }
 
     #[test]
@@ -372,10 +416,17 @@ mod tests {
     fn a_crash_whose_last_beat_came_late_is_held_to_the_rules_not_the_bound() {
         // a2's last beat was clamped to arrival less the lease, later than it was sent: the
         // meter bills past one interval after what ran, within 3 s of the reference.
-        let late = BTreeMap::from([("a2".to_owned(), Late { beats: 1, slack: 3 })]);
+        let late = BTreeMap::from([(
+            "a2".to_owned(),
+            Late {
+                beats: 1,
+                slack: 3,
+                ..Late::default()
+            },
+        )]);
         let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 62), ("b1".into(), 50)]);
         let got = billed(&[("a1", "a", 160), ("a2", "a", 60), ("b1", "b", 50)]);
-        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
         assert_eq!(
             (
                 lines[0].crash_tails,
@@ -386,7 +437,7 @@ mod tests {
         );
         // Past the slack it is the meter's, counted once for the session.
         let got = billed(&[("a1", "a", 160), ("a2", "a", 80), ("b1", "b", 50)]);
-        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
         assert_eq!(
             (
                 lines[0].crash_tails,
@@ -400,16 +451,23 @@ mod tests {
     #[test]
     fn late_beats_are_forgiven_their_slack_and_no_more() {
         // b1's late beats were clamped by the meter 2 s earlier than the reference did.
-        let late = BTreeMap::from([("b1".to_owned(), Late { beats: 3, slack: 2 })]);
+        let late = BTreeMap::from([(
+            "b1".to_owned(),
+            Late {
+                beats: 3,
+                slack: 2,
+                ..Late::default()
+            },
+        )]);
         let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 44)]);
         let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 42)]);
-        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
         assert_eq!(
             (lines[1].late, lines[1].unexplained, lines[1].mismatched),
             (-8, 0, 0)
         );
         let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 41)]);
-        let lines = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
         assert_eq!(
             (lines[1].late, lines[1].unexplained, lines[1].mismatched),
             (-6, -3, 1)
