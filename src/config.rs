@@ -123,6 +123,25 @@ pub struct Settings {
     /// Largest request body accepted, in bytes (a full batch of 1,000 heartbeats is ~200 KB).
     #[arg(long, env = "RUSH_METER_MAX_BODY_BYTES", default_value_t = 1 << 20, global = true)]
     pub max_body_bytes: usize,
+    /// Client connections open at once; past it the instance accepts no more until one
+    /// closes (keep it well under the open-file limit, which database connections share).
+    #[arg(
+        long,
+        env = "RUSH_METER_MAX_CONNECTIONS",
+        default_value_t = 4096,
+        global = true
+    )]
+    pub max_connections: usize,
+    /// Seconds a client connection may go without a byte either way (idle between
+    /// requests, or silent mid-request) before it is closed. Longer than the usual client
+    /// pools keep an idle connection (90 s), so that clients close first.
+    #[arg(
+        long,
+        env = "RUSH_METER_IDLE_CONNECTION_SECS",
+        default_value_t = 120,
+        global = true
+    )]
+    pub idle_connection_secs: u64,
     /// Stripe secret key; Stripe is off when unset.
     #[arg(
         long,
@@ -252,6 +271,8 @@ impl fmt::Debug for Settings {
                 &redact(&self.bootstrap_admin_token),
             )
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_connections", &self.max_connections)
+            .field("idle_connection_secs", &self.idle_connection_secs)
             .field("stripe_secret_key", &redact(&self.stripe_secret_key))
             .field(
                 "stripe_webhook_secret",
@@ -283,6 +304,10 @@ pub struct Config {
     pub rules: Rules,
     pub bootstrap_admin_token: Option<SecretString>,
     pub max_body_bytes: usize,
+    /// Client connections open at once (`http::connections`).
+    pub max_connections: usize,
+    /// How long a client connection may move no byte before it is closed.
+    pub idle_connection: std::time::Duration,
     pub stripe: StripeConfig,
     /// Per-token request rate; `None`: unlimited.
     pub rate_limit: Option<RateLimit>,
@@ -440,6 +465,18 @@ impl Settings {
                 ))
             }
         };
+        if self.max_connections < 1 {
+            return Err(bad(
+                "--max-connections / RUSH_METER_MAX_CONNECTIONS",
+                "must be at least 1",
+            ));
+        }
+        if self.idle_connection_secs < 1 {
+            return Err(bad(
+                "--idle-connection-secs / RUSH_METER_IDLE_CONNECTION_SECS",
+                "must be at least 1",
+            ));
+        }
         if self.export_stall_secs < 1 {
             return Err(bad(
                 "--export-stall-secs / RUSH_METER_EXPORT_STALL_SECS",
@@ -448,6 +485,8 @@ impl Settings {
         }
         Ok(Config {
             export_stall: std::time::Duration::from_secs(self.export_stall_secs),
+            max_connections: self.max_connections,
+            idle_connection: std::time::Duration::from_secs(self.idle_connection_secs),
             period_settle: (self.period_settle_secs > 0).then_some(self.period_settle_secs),
             notify,
             rate_limit: (self.rate_limit_per_sec > 0).then(|| RateLimit {

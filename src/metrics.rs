@@ -50,6 +50,14 @@ pub struct Metrics {
     pub notifications: Family<ResultLabels, Counter>,
     /// 1 while the database breaker is open (set when scraped).
     pub breaker_open: Gauge,
+    pub connections: ConnectionMetrics,
+}
+
+/// What `http::connections` counts: open client connections, and those closed idle.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionMetrics {
+    pub open: Gauge,
+    pub idle_closed: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -145,7 +153,19 @@ impl Default for Metrics {
             "1 while the database is unreachable and requests that need it are answered 503 at once (app::breaker); 0 otherwise",
             breaker_open.clone(),
         );
+        let connections = ConnectionMetrics::default();
+        registry.register(
+            "http_connections_open",
+            "Client connections open; at RUSH_METER_MAX_CONNECTIONS the instance accepts no more until one closes",
+            connections.open.clone(),
+        );
+        registry.register(
+            "http_connections_idle_closed",
+            "Client connections closed after RUSH_METER_IDLE_CONNECTION_SECS without a byte either way",
+            connections.idle_closed.clone(),
+        );
         Metrics {
+            connections,
             breaker_open,
             notifications,
             stripe_webhooks_refused,

@@ -1,5 +1,6 @@
 //! A token flooding the service is answered 429 with Retry-After, in the error format,
-//! while other tokens keep being served.
+//! while other tokens keep being served; past its connection cap an instance accepts no
+//! more connections until one closes, and it closes those that stay silent.
 
 mod common;
 
@@ -93,4 +94,106 @@ async fn a_flooding_token_is_limited_and_others_are_not(backend: Backend) {
         "the burst is served ({passed})"
     );
     assert_eq!(passed + limited, 300);
+}
+
+every_backend!(
+    past_its_connection_cap_the_instance_accepts_none_until_one_closes,
+    a_connection_that_says_nothing_is_closed_after_its_idle_time
+);
+
+/// A raw HTTP/1.1 request on its own connection.
+async fn raw_get(conn: &mut tokio::net::TcpStream, path: &str) {
+    use tokio::io::AsyncWriteExt;
+    let req = format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n");
+    conn.write_all(req.as_bytes()).await.unwrap();
+}
+
+/// One whole response's head and body (`content-length` framed), as text.
+async fn raw_response(conn: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .expect("a content-length");
+            if body.len() >= len {
+                return text;
+            }
+        }
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the connection closed mid-response: {text}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// `rush_meter_<name>` as `/metrics` on `conn` gives it.
+async fn metric(conn: &mut tokio::net::TcpStream, name: &str) -> f64 {
+    raw_get(conn, "/metrics").await;
+    let text = raw_response(conn).await;
+    let line = format!("rush_meter_{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn past_its_connection_cap_the_instance_accepts_none_until_one_closes(backend: Backend) {
+    let opts = Options {
+        max_connections: 2,
+        ..Options::default()
+    };
+    let Some(srv) = TestServer::start_with(backend, opts).await else {
+        return;
+    };
+    let addr = srv.url.trim_start_matches("http://").to_owned();
+    let connect = || tokio::net::TcpStream::connect(addr.clone());
+    let (mut a, mut b) = (connect().await.unwrap(), connect().await.unwrap());
+    for conn in [&mut a, &mut b] {
+        raw_get(conn, "/healthz").await;
+        assert!(raw_response(conn).await.starts_with("HTTP/1.1 200"));
+    }
+    // The third connects (the kernel's backlog takes it) and asks, but is not accepted...
+    let mut c = connect().await.unwrap();
+    raw_get(&mut c, "/healthz").await;
+    // ...so the instance counts two open, a and b, whenever c's request was sent.
+    assert_eq!(metric(&mut a, "http_connections_open").await, 2.0);
+    // Once b closes, c is accepted and answered, and two are open again: a and c.
+    drop(b);
+    assert!(raw_response(&mut c).await.starts_with("HTTP/1.1 200"));
+    assert_eq!(metric(&mut a, "http_connections_open").await, 2.0);
+}
+
+async fn a_connection_that_says_nothing_is_closed_after_its_idle_time(backend: Backend) {
+    use tokio::io::AsyncReadExt;
+    let opts = Options {
+        idle_connection: std::time::Duration::from_secs(1),
+        ..Options::default()
+    };
+    let Some(srv) = TestServer::start_with(backend, opts).await else {
+        return;
+    };
+    let addr = srv.url.trim_start_matches("http://").to_owned();
+    let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    // The instance ends it: the read sees the end (or a reset), never a hang (the guard).
+    let mut buf = [0u8; 64];
+    let end = tokio::time::timeout(std::time::Duration::from_secs(60), silent.read(&mut buf))
+        .await
+        .expect("a silent connection is closed by the instance");
+    assert!(matches!(end, Ok(0) | Err(_)), "it sent {end:?}");
+    let mut other = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert_eq!(
+        metric(&mut other, "http_connections_idle_closed_total").await,
+        1.0
+    );
+    assert_eq!(metric(&mut other, "http_connections_open").await, 1.0);
 }

@@ -153,7 +153,7 @@ impl App {
     /// in flight, commit every queued heartbeat, and stop the background jobs.
     pub async fn serve(
         self,
-        listener: TcpListener,
+        listener: crate::http::connections::CappedListener,
         router: axum::Router,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {

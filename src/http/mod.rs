@@ -27,6 +27,7 @@ use crate::config::Config;
 use crate::store::TokenRow;
 
 pub mod auth;
+pub mod connections;
 pub mod error;
 pub mod extract;
 pub mod openapi;
@@ -152,6 +153,12 @@ pub async fn serve(
     let router = router(
         AppState::new(app.services.clone(), Limits::of(config)),
         config.max_body_bytes,
+    );
+    let listener = connections::CappedListener::new(
+        listener,
+        config.max_connections,
+        config.idle_connection,
+        app.services.metrics.connections.clone(),
     );
     app.serve(listener, router, shutdown).await
 }

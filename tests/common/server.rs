@@ -44,6 +44,8 @@ pub struct Options {
     pub period_settle: Option<i64>,
     pub notify: Option<rush_meter::config::NotifyConfig>,
     pub export_stall: Duration,
+    pub max_connections: usize,
+    pub idle_connection: Duration,
     /// The system clock instead of a manual one at `clock_start` (the benchmarks).
     pub system_clock: bool,
     /// Fsynced commits on PostgreSQL (the benchmarks); off for tests.
@@ -65,6 +67,8 @@ impl Default for Options {
             period_settle: None,
             notify: None,
             export_stall: Duration::from_secs(120),
+            max_connections: 4096,
+            idle_connection: Duration::from_secs(120),
             system_clock: false,
             durable: false,
         }
@@ -101,6 +105,8 @@ impl TestServer {
             period_settle: opts.period_settle,
             notify: opts.notify.clone(),
             export_stall: opts.export_stall,
+            max_connections: opts.max_connections,
+            idle_connection: opts.idle_connection,
         };
         let clock = if opts.system_clock {
             Clock::System
