@@ -179,14 +179,27 @@ impl App {
     }
 }
 
+/// Connections the kernel holds accepted for the instance before it takes them (the
+/// listen backlog; `net.core.somaxconn` caps it). Past `RUSH_METER_MAX_CONNECTIONS` the
+/// instance stops taking them, and a connection past the backlog has its handshake dropped
+/// and retried by the client after 1, 3, 7, 15 s…: a long backlog keeps clients in line
+/// rather than in a backoff some of them lose (tokio's own is 1024).
+const LISTEN_BACKLOG: u32 = 4096;
+
 /// Bind the configured address.
 pub async fn bind(config: &Config) -> Result<TcpListener, StartError> {
-    TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| StartError::Listen {
-            addr: config.listen,
-            source,
-        })
+    let addr = config.listen;
+    let listen = || {
+        let socket = match addr {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        // As std's and tokio's own bind: a restart may bind while old connections linger.
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    listen().map_err(|source| StartError::Listen { addr, source })
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -90,8 +90,7 @@ pub(super) async fn send_batch(fleet: &Fleet, batch: Vec<Outgoing>) -> Result<()
                     if now - o.beat.sent_at > rules.lease {
                         let l = late.entry(o.beat.session.clone()).or_default();
                         l.beats += 1;
-                        l.slack += rules.clamp_sent_at(o.beat.sent_at, now)
-                            - rules.clamp_sent_at(o.beat.sent_at, first_try_secs);
+                        l.shift += now - rules.lease - o.beat.sent_at;
                         l.seen.push(LateBeat {
                             seq: o.beat.seq,
                             sent: o.beat.sent_at,

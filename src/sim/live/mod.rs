@@ -10,11 +10,18 @@
 //!
 //! - a crash tail: after a silent crash the meter bills up to one interval past the last
 //!   heartbeat, since a VM that went quiet may still be running;
-//! - late or lost heartbeats: a beat acknowledged more than a lease after it was sent is
-//!   counted at the meter's clock less a lease;
+//! - late heartbeats: a beat acknowledged more than a lease after it was sent is counted
+//!   at the meter's clock less a lease, read at some moment between its batch's first try
+//!   and its answer that the fleet cannot see; a beat the fleet sent more than a lease
+//!   after the running beat before it (the simulator fell behind its schedule on a busy
+//!   machine) leaves a silence the rules do not bill, though the VM ran;
 //! - unexplained: what the meter billed against the ledger's rules applied to exactly the
 //!   heartbeats it acknowledged (`crate::sim::Reference`), and against the simulator's own
-//!   truth where the rules bill exactly what ran.
+//!   truth where the rules bill exactly what ran. A session with beats acknowledged late
+//!   is held to a bound instead: no more than what ran, plus what its late beats' clamps
+//!   can add, plus a crash's interval. Its clamps depend on when the meter read each
+//!   batch, so that less than ran is the silences the rules leave, and an exact check is
+//!   the seeded simulation's (`tests/simulation.rs`), where delivery times are known.
 //!
 //! A session is mismatched when its unexplained part is not 0, when a crashed one is billed
 //! more than one interval past what ran (rule 3, checked against the truth, not the
@@ -95,20 +102,24 @@ struct Counters {
     ends: AtomicU64,
 }
 
-/// A session's beats whose time the meter may have clamped (acknowledged more than a lease
-/// after they were sent).
+/// A session whose beats the ledger's rules do not take as sent: acknowledged more than a
+/// lease after they were sent (the meter clamped them to its clock, somewhere between
+/// their batch's first try and its answer), or sent more than a lease after the running
+/// beat before them (the simulator fell behind its own schedule, so the meter saw a
+/// silence that truly ran).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Late {
     beats: u64,
-    /// Seconds by which the meter's clamp may differ from the reference's: the meter
-    /// clamped on arrival, somewhere between the batch's first try and its answer.
-    slack: i64,
+    /// The most the meter's clamps can have moved those beats later: for each, its answer
+    /// less the lease less when it was sent. What they can add to a bill (a parked beat
+    /// counted later extends the running before it).
+    shift: i64,
+    overslept: u64,
     /// Each late beat's times, for the warning that names a mismatched session.
     seen: Vec<LateBeat>,
 }
 
-/// A heartbeat acknowledged more than a lease after it was sent: `(seq, sent, first
-/// try of its batch, acknowledged)`, each in seconds.
+/// A heartbeat acknowledged more than a lease after it was sent: its times, in seconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LateBeat {
     seq: i64,
@@ -125,7 +136,7 @@ struct Fleet {
     truth: Mutex<BTreeMap<String, Truth>>,
     reference: Mutex<Reference>,
     denials: Mutex<BTreeMap<String, u64>>,
-    /// Sessions with beats acknowledged more than a lease after they were sent.
+    /// Sessions whose beats came late (`Late`).
     late: Mutex<BTreeMap<String, Late>>,
     beat_latency: Mutex<Vec<u32>>,
     gate_latency: Mutex<Vec<u32>>,

@@ -93,7 +93,8 @@ impl Outcome {
 
 /// Take the bill apart, per org: `billed - ran = crash tails + late + unexplained`, where
 /// the first two are the ledger's rules at work on what the meter was told
-/// (`reference`), and `unexplained` is the meter against those rules. `billed` maps each
+/// (`reference`), and `unexplained` is the meter against those rules (held to a bound
+/// where beats were acknowledged late: see the module's documentation). `billed` maps each
 /// session the meter knows of this run to its org and billed seconds.
 pub(super) fn reconcile(
     truth: &BTreeMap<String, Truth>,
@@ -127,12 +128,15 @@ pub(super) fn reconcile(
         l.sessions += 1;
         l.ran += ran;
         l.billed += got;
-        // The meter clamped late beats on arrival, the reference on the answer: a
-        // difference within that slack is the late beats', not the meter's.
         let lt = late.get(session);
-        let against_rules = match lt {
-            Some(lt) if (got - expected).abs() <= lt.slack => 0,
-            _ => got - expected,
+        let arrived_late = lt.is_some_and(|l| l.beats > 0);
+        let against_rules = if arrived_late {
+            // When the meter read each late batch is unknown: no more than what ran, what
+            // the clamps can add and a crash's interval.
+            let crash = if t.crashed { rules.interval } else { 0 };
+            (got - (ran + lt.map_or(0, |l| l.shift) + crash)).max(0)
+        } else {
+            got - expected
         };
         // What the rules add to what ran: a crash's tail, late beats' clamps.
         let rules_add = got - ran - against_rules;
@@ -141,7 +145,7 @@ pub(super) fn reconcile(
             l.crash_tails += rules_add;
             // Rule 3 against the truth: at most one interval past the VM's last beat,
             // which is before it died (a late last beat is clamped later: not checked).
-            (against_rules, lt.is_none() && got - ran > rules.interval)
+            (against_rules, !arrived_late && got - ran > rules.interval)
         } else if lt.is_some() {
             l.late += rules_add;
             (against_rules, false)
@@ -201,7 +205,7 @@ async fn explain(fleet: &Fleet, sessions: &[String], late: &BTreeMap<String, Lat
             .unwrap_or_default();
         let late_beats = late
             .get(session)
-            .map(|l| format!("{:?}", l.seen))
+            .map(|l| format!("{:?}, overslept {}", l.seen, l.overslept))
             .unwrap_or_default();
         let truth = fleet
             .truth
@@ -348,19 +352,25 @@ mod tests {
         ])
     }
 
+    /// The rules' bills, by session.
+    fn bills(of: &[(&str, i64)]) -> BTreeMap<String, i64> {
+        of.iter().map(|&(s, b)| (s.to_owned(), b)).collect()
+    }
+
     /// Reconciled with no late beats, on the orgs of `plans()`.
     fn on_time(
         truths: &BTreeMap<String, Truth>,
-        reference: &BTreeMap<String, i64>,
+        reference: &[(&str, i64)],
         got: &BTreeMap<String, (String, i64)>,
     ) -> Vec<OrgLine> {
-        reconcile(truths, reference, got, &plans(), &BTreeMap::new(), &RULES).0
+        let reference = bills(reference);
+        reconcile(truths, &reference, got, &plans(), &BTreeMap::new(), &RULES).0
     }
 
     #[test]
     fn the_difference_is_taken_apart() {
         // a2 crashed 7 s after its last beat at 30: the rules bill to 45.
-        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 50)]);
+        let reference = [("a1", 160), ("a2", 45), ("b1", 50)];
         let ok = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 50)]);
         let lines = on_time(&truths(), &reference, &ok);
         assert_eq!(lines[0].ran, 197);
@@ -380,7 +390,7 @@ mod tests {
             ("a1".to_owned(), truth("a", &[(0, 100)], false)),
             ("a3".to_owned(), truth("a", &[(0, 100)], false)),
         ]);
-        let reference = BTreeMap::from([("a1".into(), 100), ("a3".into(), 100)]);
+        let reference = [("a1", 100), ("a3", 100)];
         let got = billed(&[("a1", "a", 105), ("a3", "a", 95)]);
         let lines = on_time(&truths, &reference, &got);
         assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 2));
@@ -389,7 +399,7 @@ mod tests {
     #[test]
     fn a_crash_tail_past_one_interval_is_mismatched_even_if_the_reference_agrees() {
         // Ran to 37, last beat at 30: the meter may bill to 45 at most; 60 is two intervals.
-        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 60), ("b1".into(), 50)]);
+        let reference = [("a1", 160), ("a2", 60), ("b1", 50)];
         let got = billed(&[("a1", "a", 160), ("a2", "a", 60), ("b1", "b", 50)]);
         let lines = on_time(&truths(), &reference, &got);
         assert_eq!((lines[0].unexplained, lines[0].mismatched), (0, 1));
@@ -397,7 +407,7 @@ mod tests {
 
     #[test]
     fn a_session_the_fleet_never_ran_is_mismatched() {
-        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 50)]);
+        let reference = [("a1", 160), ("a2", 45), ("b1", 50)];
         let got = billed(&[
             ("a1", "a", 160),
             ("a2", "a", 45),
@@ -412,65 +422,99 @@ mod tests {
         );
     }
 
+    fn late(session: &str, l: Late) -> BTreeMap<String, Late> {
+        BTreeMap::from([(session.to_owned(), l)])
+    }
+
     #[test]
-    fn a_crash_whose_last_beat_came_late_is_held_to_the_rules_not_the_bound() {
-        // a2's last beat was clamped to arrival less the lease, later than it was sent: the
-        // meter bills past one interval after what ran, within 3 s of the reference.
-        let late = BTreeMap::from([(
-            "a2".to_owned(),
+    fn a_crash_whose_last_beat_came_late_is_held_to_its_bound() {
+        // a2 ran to 37; its last beat came 8 s late, which a clamp can add, and a crash
+        // may be billed an interval (15) past its last beat: at most 60.
+        let late = late(
+            "a2",
             Late {
                 beats: 1,
-                slack: 3,
+                shift: 8,
                 ..Late::default()
             },
-        )]);
-        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 62), ("b1".into(), 50)]);
-        let got = billed(&[("a1", "a", 160), ("a2", "a", 60), ("b1", "b", 50)]);
-        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
-        assert_eq!(
-            (
-                lines[0].crash_tails,
-                lines[0].unexplained,
-                lines[0].mismatched
-            ),
-            (23, 0, 0)
         );
-        // Past the slack it is the meter's, counted once for the session.
+        let reference = bills(&[("a1", 160), ("a2", 62), ("b1", 50)]);
+        for bill in [20, 45, 60] {
+            let got = billed(&[("a1", "a", 160), ("a2", "a", bill), ("b1", "b", 50)]);
+            let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+            assert_eq!(
+                (
+                    lines[0].crash_tails,
+                    lines[0].unexplained,
+                    lines[0].mismatched
+                ),
+                (bill - 37, 0, 0)
+            );
+        }
+        // Past it, the meter's, counted once for the session.
         let got = billed(&[("a1", "a", 160), ("a2", "a", 80), ("b1", "b", 50)]);
-        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        let (lines, mismatched) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
         assert_eq!(
             (
                 lines[0].crash_tails,
                 lines[0].unexplained,
                 lines[0].mismatched
             ),
-            (25, 18, 1)
+            (23, 20, 1)
+        );
+        assert_eq!(mismatched, ["a2"]);
+    }
+
+    #[test]
+    fn a_session_with_late_beats_may_be_billed_up_to_what_their_clamps_add_and_no_more() {
+        // b1 ran 50 s; its late beats can have been counted up to 4 s later in all.
+        let late = late(
+            "b1",
+            Late {
+                beats: 3,
+                shift: 4,
+                ..Late::default()
+            },
+        );
+        let reference = bills(&[("a1", 160), ("a2", 45), ("b1", 44)]);
+        // Less than ran is the silences the clamps left; up to 54 is the clamps'.
+        for bill in [30, 50, 54] {
+            let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", bill)]);
+            let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+            assert_eq!(
+                (lines[1].late, lines[1].unexplained, lines[1].mismatched),
+                (bill - 50, 0, 0)
+            );
+        }
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 55)]);
+        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
+        assert_eq!(
+            (lines[1].late, lines[1].unexplained, lines[1].mismatched),
+            (4, 1, 1)
         );
     }
 
     #[test]
-    fn late_beats_are_forgiven_their_slack_and_no_more() {
-        // b1's late beats were clamped by the meter 2 s earlier than the reference did.
-        let late = BTreeMap::from([(
-            "b1".to_owned(),
+    fn a_session_the_fleet_beat_late_for_is_held_to_the_rules_not_to_what_ran() {
+        // b1 ran 50 s, but the fleet sent a beat more than a lease after the one before:
+        // the meter saw a silence and the rules bill 44. Counted late, not unexplained...
+        let reference = bills(&[("a1", 160), ("a2", 45), ("b1", 44)]);
+        let overslept = late(
+            "b1",
             Late {
-                beats: 3,
-                slack: 2,
+                overslept: 1,
                 ..Late::default()
             },
-        )]);
-        let reference = BTreeMap::from([("a1".into(), 160), ("a2".into(), 45), ("b1".into(), 44)]);
-        let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 42)]);
-        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
-        assert_eq!(
-            (lines[1].late, lines[1].unexplained, lines[1].mismatched),
-            (-8, 0, 0)
         );
-        let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 41)]);
-        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &late, &RULES);
-        assert_eq!(
-            (lines[1].late, lines[1].unexplained, lines[1].mismatched),
-            (-6, -3, 1)
-        );
+        for (bill, unexplained) in [(44, 0), (43, -1), (50, 6)] {
+            let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", bill)]);
+            let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &overslept, &RULES);
+            assert_eq!((lines[1].late, lines[1].unexplained), (-6, unexplained));
+        }
+        // ...while a session beaten on time must be billed exactly what ran.
+        let got = billed(&[("a1", "a", 160), ("a2", "a", 45), ("b1", "b", 44)]);
+        let none = BTreeMap::new();
+        let (lines, _) = reconcile(&truths(), &reference, &got, &plans(), &none, &RULES);
+        assert_eq!((lines[1].unexplained, lines[1].mismatched), (-6, 1));
     }
 }

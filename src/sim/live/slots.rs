@@ -58,6 +58,7 @@ pub(super) async fn slot(
             host,
             seq: 0,
             last_sent: 0,
+            last_state: None,
         };
         s.run(&mut rng, &mut stop, agent).await?;
     }
@@ -79,14 +80,24 @@ pub(super) struct Live<'a> {
     session: String,
     host: usize,
     seq: i64,
-    /// `sent_at` of the last heartbeat handed to the host.
+    /// `sent_at` and state of the last heartbeat handed to the host.
     last_sent: Secs,
+    last_state: Option<VmState>,
 }
 
 impl Live<'_> {
     async fn send(&mut self, state: VmState, at: Secs, wait: bool) {
+        // Behind schedule (the machine is busy): the meter saw a running session silent
+        // past its lease, and its rules stop billing there, though the VM truly ran.
+        if self.last_state == Some(VmState::Running)
+            && at - self.last_sent > self.fleet.opts.rules.lease
+        {
+            let mut late = self.fleet.late.lock().unwrap();
+            late.entry(self.session.clone()).or_default().overslept += 1;
+        }
         self.seq += 1;
         self.last_sent = at;
+        self.last_state = Some(state);
         let beat = Beat {
             org: self.org.clone(),
             session: self.session.clone(),
