@@ -287,7 +287,9 @@ pub(super) async fn report(fleet: &Fleet, driven: Duration) -> Result<Outcome, S
         "{} s driven · {} orgs · {} session slots · {} hosts · interval {} s, lease {} s\n\
          sessions {} · allowed {} · denied {} {:?} · crashed {} · ended {}\n\
          heartbeats sent {} · acknowledged {} in {} batches ({:.0}/s) · retried requests {}\n\
-         latency p50/p99: heartbeat batch {:.1}/{:.1} ms · admission {:.1}/{:.1} ms",
+         latency p50/p99: heartbeat batch {:.1}/{:.1} ms · admission {:.1}/{:.1} ms\n\
+         late: {} sessions had beats acknowledged more than a lease after they were sent, \
+         {} had a beat sent more than a lease after the one before (the fleet behind its schedule)",
         driven.as_secs(),
         fleet.org_plans.len(),
         fleet.opts.sessions,
@@ -309,6 +311,8 @@ pub(super) async fn report(fleet: &Fleet, driven: Duration) -> Result<Outcome, S
         percentile(&mut beat_lat, 0.99),
         percentile(&mut gate_lat, 0.5),
         percentile(&mut gate_lat, 0.99),
+        late.values().filter(|l| l.beats > 0).count(),
+        late.values().filter(|l| l.overslept > 0).count(),
     );
     Ok(Outcome { lines, summary })
 }
