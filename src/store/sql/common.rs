@@ -46,7 +46,24 @@ type SlotCount = (String, String, i64);
 const CHUNK: usize = 500;
 
 async fn begin_write(pool: &Pool<DB>) -> StoreResult<Tx> {
-    Ok(pool.begin_with(BEGIN_WRITE).await?)
+    begin_whole(pool, BEGIN_WRITE).await
+}
+
+/// Begin a transaction with `statement` on a task of its own, which finishes even when the
+/// caller is dropped mid-way (a client gone, a timeout): sqlx 0.8.6 counts a PostgreSQL
+/// transaction as begun only once BEGIN's answer is read, so a caller dropped while it is
+/// on its way sends the connection back to the pool inside a transaction nothing will end
+/// (transact-rs/sqlx#4393, fixed in 0.9). The next user's statements then run in it:
+/// a write outside a transaction stays uncommitted, and is lost when the connection
+/// closes. Here a transaction nobody takes is dropped once begun, which rolls it back.
+async fn begin_whole(pool: &Pool<DB>, statement: &'static str) -> StoreResult<Tx> {
+    let pool = pool.clone();
+    match tokio::spawn(async move { pool.begin_with(statement).await }).await {
+        Ok(tx) => Ok(tx?),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down.
+        Err(_) => Err(sqlx::Error::PoolClosed.into()),
+    }
 }
 
 /// The distinct items, in byte order: the order every writer takes its locks in.
