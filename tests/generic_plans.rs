@@ -184,6 +184,46 @@ async fn a_large_org_among_many_small_ones_reads_only_the_sessions_it_counts() {
     db.close().await;
 }
 
+/// A key used for months: thousands of ended sessions and a few open ones, among many
+/// small orgs half of whose sessions run. The slot count's two halves (running sessions
+/// heard lately; open sessions whose slot was taken lately) must each read about what
+/// they count: not the key's history (reports/growth.md: a generic plan once took them
+/// crosswise, each reading every session the key ever ran), nor the fleet's running
+/// sessions.
+#[tokio::test]
+async fn the_slot_count_reads_a_keys_open_sessions_not_its_history() {
+    let Some(db) = database().await else { return };
+    for sql in [
+        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
+         SELECT o, o, 'team', 0, 0 FROM (SELECT 'o' AS o UNION ALL \
+           SELECT 'g' || i FROM generate_series(1, 20000) AS i) AS x",
+        // The key's last 10 sessions are open (5 running, 5 parked); 4,990 ended before.
+        "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
+           created_at, slot_at) \
+         SELECT 'o', 's' || i, 'k', CASE WHEN i <= 4990 THEN 'ended' \
+           WHEN i % 2 = 0 THEN 'running' ELSE 'parked' END, \
+           i * 10 + 5, i * 10, i * 10, i * 10 FROM generate_series(1, 5000) AS i \
+         UNION ALL SELECT 'g' || i, 'b' || i, 'k1', \
+           CASE WHEN i % 2 = 0 THEN 'running' ELSE 'parked' END, i * 10 + 5, i * 10, i * 10, \
+           i * 10 FROM generate_series(1, 20000) AS i",
+        "VACUUM ANALYZE sessions",
+    ] {
+        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
+    }
+    let plan = generic_plan(
+        &db,
+        "bigint, text[], text[], text[]",
+        &hot::slot_counts(),
+        "49900, '{o}', '{k}', '{o}'",
+    )
+    .await;
+    assert!(
+        most_filtered(&plan) <= 20,
+        "the slot count reads sessions it does not count to throw them away:\n{plan}"
+    );
+    db.close().await;
+}
+
 /// A heartbeat group's lock of its sessions (about 300 over 50 orgs in the ingest
 /// benchmark): found by id through the primary key, led by `session_id` (migration
 /// 0011), each row checked against a hash of the group's orgs. `org_id = ANY($1)` in a generic plan compares every row with each org

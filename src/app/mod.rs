@@ -151,12 +151,16 @@ impl App {
 
     /// Serve `router` on `listener` until `shutdown` resolves; then finish the requests
     /// in flight, commit every queued heartbeat, and stop the background jobs.
-    pub async fn serve(
+    pub async fn serve<L>(
         self,
-        listener: crate::http::connections::CappedListener,
+        listener: L,
         router: axum::Router,
         shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<()>
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
         let App {
             services,
             writers,
