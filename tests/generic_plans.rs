@@ -60,20 +60,22 @@ async fn generic_plan(db: &Db, types: &str, sql: &str, args: &str) -> String {
 async fn the_slot_count_and_window_sums_read_index_ranges_of_a_long_history() {
     let Some(db) = database().await else { return };
     // One key's 5,000 parked sessions, each with a closed running span; a few running.
-    for sql in [
-        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
-         VALUES ('o', 'o', 'team', 0, 0)",
-        "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
-           created_at, slot_at) \
-         SELECT 'o', 's' || i, 'k', CASE WHEN i % 1000 = 0 THEN 'running' ELSE 'parked' END, \
-           i * 10 + 5, i * 10, i * 10, i * 10 FROM generate_series(1, 5000) AS i",
-        "INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
-         SELECT 'o', 's' || i, i * 10, i * 10 + 5, 'running' FROM generate_series(1, 5000) AS i",
-        "ANALYZE sessions",
-        "ANALYZE spans",
-    ] {
-        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
-    }
+    seed(
+        &db,
+        &[
+            "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
+             VALUES ('o', 'o', 'team', 0, 0)",
+            "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
+               created_at, slot_at) \
+             SELECT 'o', 's' || i, 'k', CASE WHEN i % 1000 = 0 THEN 'running' ELSE 'parked' END, \
+               i * 10 + 5, i * 10, i * 10, i * 10 FROM generate_series(1, 5000) AS i",
+            "INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
+             SELECT 'o', 's' || i, i * 10, i * 10 + 5, 'running' FROM generate_series(1, 5000) AS i",
+            "ANALYZE sessions",
+            "ANALYZE spans",
+        ],
+    )
+    .await;
     let slots = generic_plan(
         &db,
         "bigint, text[], text[], text[]",
@@ -104,6 +106,18 @@ async fn the_slot_count_and_window_sums_read_index_ranges_of_a_long_history() {
     db.close().await;
 }
 
+/// The measured org `o` and 20,000 others.
+const ORG_AMONG_20000: &str = "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
+     SELECT o, o, 'team', 0, 0 FROM (SELECT 'o' AS o UNION ALL \
+       SELECT 'g' || i FROM generate_series(1, 20000) AS i) AS x";
+
+/// Run each of `statements` on `db`'s pool.
+async fn seed(db: &Db, statements: &[&str]) {
+    for sql in statements {
+        sqlx::query(sql).execute(pool(db)).await.expect(sql);
+    }
+}
+
 /// The most rows one node of `plan` read and threw away (`Rows Removed by Filter`).
 fn most_filtered(plan: &str) -> u64 {
     plan.lines()
@@ -121,24 +135,24 @@ fn most_filtered(plan: &str) -> u64 {
 #[tokio::test]
 async fn a_large_org_among_many_small_ones_reads_only_the_sessions_it_counts() {
     let Some(db) = database().await else { return };
-    for sql in [
-        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
-         SELECT o, o, 'team', 0, 0 FROM (SELECT 'o' AS o UNION ALL \
-           SELECT 'g' || i FROM generate_series(1, 20000) AS i) AS x",
-        "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
-           created_at, slot_at) \
-         SELECT 'o', 's' || i, 'k' || (i % 100), 'running', i * 10 + 5, i * 10, i * 10, \
-           i * 10 FROM generate_series(1, 5000) AS i \
-         UNION ALL SELECT 'g' || i, 'b' || i, 'k1', 'parked', i * 10 + 5, i * 10, i * 10, \
-           i * 10 FROM generate_series(1, 20000) AS i",
-        "UPDATE sessions SET phase = 'parked' WHERE org_id = 'o' AND session_id NOT LIKE '%000'",
-        // Most of them then end, as the expiry job ends sessions parked for a week.
-        "UPDATE sessions SET phase = 'ended' \
-         WHERE phase = 'parked' AND session_id NOT LIKE 's%00'",
-        "VACUUM ANALYZE sessions",
-    ] {
-        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
-    }
+    seed(
+        &db,
+        &[
+            ORG_AMONG_20000,
+            "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
+               created_at, slot_at) \
+             SELECT 'o', 's' || i, 'k' || (i % 100), 'running', i * 10 + 5, i * 10, i * 10, \
+               i * 10 FROM generate_series(1, 5000) AS i \
+             UNION ALL SELECT 'g' || i, 'b' || i, 'k1', 'parked', i * 10 + 5, i * 10, i * 10, \
+               i * 10 FROM generate_series(1, 20000) AS i",
+            "UPDATE sessions SET phase = 'parked' WHERE org_id = 'o' AND session_id NOT LIKE '%000'",
+            // Most of them then end, as the expiry job ends sessions parked for a week.
+            "UPDATE sessions SET phase = 'ended' \
+             WHERE phase = 'parked' AND session_id NOT LIKE 's%00'",
+            "VACUUM ANALYZE sessions",
+        ],
+    )
+    .await;
     let sums_types = format!("{}, text", vec!["bigint"; 21].join(", "));
     let sums_args = format!("{}, 'o'", vec!["0"; 21].join(", "));
     let on_the_hour = [[hot::NO_EDGE; 2]; 2];
@@ -193,23 +207,23 @@ async fn a_large_org_among_many_small_ones_reads_only_the_sessions_it_counts() {
 #[tokio::test]
 async fn the_slot_count_reads_a_keys_open_sessions_not_its_history() {
     let Some(db) = database().await else { return };
-    for sql in [
-        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
-         SELECT o, o, 'team', 0, 0 FROM (SELECT 'o' AS o UNION ALL \
-           SELECT 'g' || i FROM generate_series(1, 20000) AS i) AS x",
-        // The key's last 10 sessions are open (5 running, 5 parked); 4,990 ended before.
-        "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
-           created_at, slot_at) \
-         SELECT 'o', 's' || i, 'k', CASE WHEN i <= 4990 THEN 'ended' \
-           WHEN i % 2 = 0 THEN 'running' ELSE 'parked' END, \
-           i * 10 + 5, i * 10, i * 10, i * 10 FROM generate_series(1, 5000) AS i \
-         UNION ALL SELECT 'g' || i, 'b' || i, 'k1', \
-           CASE WHEN i % 2 = 0 THEN 'running' ELSE 'parked' END, i * 10 + 5, i * 10, i * 10, \
-           i * 10 FROM generate_series(1, 20000) AS i",
-        "VACUUM ANALYZE sessions",
-    ] {
-        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
-    }
+    seed(
+        &db,
+        &[
+            ORG_AMONG_20000,
+            // The key's last 10 sessions are open (5 running, 5 parked); 4,990 ended before.
+            "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
+               created_at, slot_at) \
+             SELECT 'o', 's' || i, 'k', CASE WHEN i <= 4990 THEN 'ended' \
+               WHEN i % 2 = 0 THEN 'running' ELSE 'parked' END, \
+               i * 10 + 5, i * 10, i * 10, i * 10 FROM generate_series(1, 5000) AS i \
+             UNION ALL SELECT 'g' || i, 'b' || i, 'k1', \
+               CASE WHEN i % 2 = 0 THEN 'running' ELSE 'parked' END, i * 10 + 5, i * 10, i * 10, \
+               i * 10 FROM generate_series(1, 20000) AS i",
+            "VACUUM ANALYZE sessions",
+        ],
+    )
+    .await;
     let plan = generic_plan(
         &db,
         "bigint, text[], text[], text[]",
@@ -231,17 +245,19 @@ async fn the_slot_count_reads_a_keys_open_sessions_not_its_history() {
 #[tokio::test]
 async fn the_session_lock_finds_sessions_by_their_key_and_hashes_the_orgs() {
     let Some(db) = database().await else { return };
-    for sql in [
-        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
-         SELECT 'o' || i, 'o', 'team', 0, 0 FROM generate_series(0, 49) AS i",
-        "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
-           created_at) \
-         SELECT 'o' || (i % 50), 's' || i, 'k', 'running', 5, 0, 0 \
-         FROM generate_series(1, 10000) AS i",
-        "ANALYZE sessions",
-    ] {
-        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
-    }
+    seed(
+        &db,
+        &[
+            "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
+             SELECT 'o' || i, 'o', 'team', 0, 0 FROM generate_series(0, 49) AS i",
+            "INSERT INTO sessions (org_id, session_id, key_id, phase, last_at, span_start, \
+               created_at) \
+             SELECT 'o' || (i % 50), 's' || i, 'k', 'running', 5, 0, 0 \
+             FROM generate_series(1, 10000) AS i",
+            "ANALYZE sessions",
+        ],
+    )
+    .await;
     let orgs = (0..50)
         .map(|i| format!("o{i}"))
         .collect::<Vec<_>>()
@@ -271,15 +287,17 @@ async fn the_session_lock_finds_sessions_by_their_key_and_hashes_the_orgs() {
 #[tokio::test]
 async fn the_key_lock_finds_keys_by_their_key_whatever_the_orgs_hold() {
     let Some(db) = database().await else { return };
-    for sql in [
-        "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
-         SELECT 'o' || i, 'o', 'team', 0, 0 FROM generate_series(0, 49) AS i",
-        "INSERT INTO api_keys (org_id, key_id, created_at, updated_at) \
-         SELECT 'o' || (i % 50), 'k' || i, 0, 0 FROM generate_series(1, 1000) AS i",
-        "ANALYZE api_keys",
-    ] {
-        sqlx::query(sql).execute(pool(&db)).await.expect(sql);
-    }
+    seed(
+        &db,
+        &[
+            "INSERT INTO orgs (org_id, name, plan_id, created_at, updated_at) \
+             SELECT 'o' || i, 'o', 'team', 0, 0 FROM generate_series(0, 49) AS i",
+            "INSERT INTO api_keys (org_id, key_id, created_at, updated_at) \
+             SELECT 'o' || (i % 50), 'k' || i, 0, 0 FROM generate_series(1, 1000) AS i",
+            "ANALYZE api_keys",
+        ],
+    )
+    .await;
     let plan = generic_plan(
         &db,
         "text[], text[], text[]",
