@@ -29,8 +29,11 @@ use crate::metrics::ConnectionMetrics;
 pub struct CappedListener {
     listener: TcpListener,
     places: Arc<Semaphore>,
+    max: usize,
     idle: Duration,
     metrics: ConnectionMetrics,
+    /// When the log last said the cap was reached: once a minute at most.
+    warned_full: Option<Instant>,
 }
 
 impl CappedListener {
@@ -43,8 +46,25 @@ impl CappedListener {
         CappedListener {
             listener,
             places: Arc::new(Semaphore::new(max)),
+            max,
             idle,
             metrics,
+            warned_full: None,
+        }
+    }
+
+    fn warn_full(&mut self) {
+        let now = Instant::now();
+        if self
+            .warned_full
+            .is_none_or(|t| now - t >= Duration::from_secs(60))
+        {
+            self.warned_full = Some(now);
+            tracing::warn!(
+                max = self.max,
+                "every connection the instance may hold is open: new ones wait to be accepted \
+                 (RUSH_METER_MAX_CONNECTIONS; the instance is saturated, add instances)"
+            );
         }
     }
 }
@@ -55,10 +75,16 @@ impl Listener for CappedListener {
 
     async fn accept(&mut self) -> (Connection<TcpStream>, SocketAddr) {
         // The permit first: past the cap, nothing is accepted until a connection closes.
-        let permit = Arc::clone(&self.places)
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
+        let permit = match Arc::clone(&self.places).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                self.warn_full();
+                Arc::clone(&self.places)
+                    .acquire_owned()
+                    .await
+                    .expect("the semaphore is never closed")
+            }
+        };
         // axum's own accept loop: logs and backs off on errors such as EMFILE.
         let (stream, addr) = Listener::accept(&mut self.listener).await;
         // Answers are small and latency counts: no Nagle delay behind the client's ACK.
