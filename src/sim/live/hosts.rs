@@ -89,8 +89,6 @@ pub(super) async fn send_batch(fleet: &Fleet, batch: Vec<Outgoing>) -> Result<()
                 for o in batch {
                     if now - o.beat.sent_at > rules.lease {
                         let l = late.entry(o.beat.session.clone()).or_default();
-                        l.beats += 1;
-                        l.shift += now - rules.lease - o.beat.sent_at;
                         l.seen.push(LateBeat {
                             seq: o.beat.seq,
                             sent: o.beat.sent_at,

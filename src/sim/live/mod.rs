@@ -109,14 +109,26 @@ struct Counters {
 /// silence that truly ran).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Late {
-    beats: u64,
-    /// The most the meter's clamps can have moved those beats later: for each, its answer
-    /// less the lease less when it was sent. What they can add to a bill (a parked beat
-    /// counted later extends the running before it).
-    shift: i64,
-    overslept: u64,
-    /// Each late beat's times, for the warning that names a mismatched session.
+    /// Its beats acknowledged more than a lease after they were sent.
     seen: Vec<LateBeat>,
+    /// Its beats sent more than a lease after the running one before.
+    overslept: u64,
+}
+
+impl Late {
+    fn arrived_late(&self) -> bool {
+        !self.seen.is_empty()
+    }
+
+    /// The most the meter's clamps can have moved the late beats later: for each, its
+    /// answer less the lease less when it was sent. What they can add to a bill (a parked
+    /// beat counted later extends the running before it).
+    fn shift(&self, rules: &Rules) -> i64 {
+        self.seen
+            .iter()
+            .map(|b| b.acked - rules.lease - b.sent)
+            .sum()
+    }
 }
 
 /// A heartbeat acknowledged more than a lease after it was sent: its times, in seconds.

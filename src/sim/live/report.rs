@@ -129,12 +129,12 @@ pub(super) fn reconcile(
         l.ran += ran;
         l.billed += got;
         let lt = late.get(session);
-        let arrived_late = lt.is_some_and(|l| l.beats > 0);
+        let arrived_late = lt.is_some_and(Late::arrived_late);
         let against_rules = if arrived_late {
             // When the meter read each late batch is unknown: no more than what ran, what
             // the clamps can add and a crash's interval.
             let crash = if t.crashed { rules.interval } else { 0 };
-            (got - (ran + lt.map_or(0, |l| l.shift) + crash)).max(0)
+            (got - (ran + lt.map_or(0, |l| l.shift(rules)) + crash)).max(0)
         } else {
             got - expected
         };
@@ -311,7 +311,7 @@ pub(super) async fn report(fleet: &Fleet, driven: Duration) -> Result<Outcome, S
         percentile(&mut beat_lat, 0.99),
         percentile(&mut gate_lat, 0.5),
         percentile(&mut gate_lat, 0.99),
-        late.values().filter(|l| l.beats > 0).count(),
+        late.values().filter(|l| l.arrived_late()).count(),
         late.values().filter(|l| l.overslept > 0).count(),
     );
     Ok(Outcome { lines, summary })
@@ -430,18 +430,29 @@ mod tests {
         BTreeMap::from([(session.to_owned(), l)])
     }
 
+    /// Beats acknowledged late, each by `shifts` seconds past its lease.
+    fn acked_late(shifts: &[i64]) -> Late {
+        let seen = shifts
+            .iter()
+            .zip(1..)
+            .map(|(&shift, seq)| crate::sim::live::LateBeat {
+                seq,
+                sent: 0,
+                first_try: 0,
+                acked: RULES.lease + shift,
+            })
+            .collect();
+        Late {
+            seen,
+            ..Late::default()
+        }
+    }
+
     #[test]
     fn a_crash_whose_last_beat_came_late_is_held_to_its_bound() {
         // a2 ran to 37; its last beat came 8 s late, which a clamp can add, and a crash
         // may be billed an interval (15) past its last beat: at most 60.
-        let late = late(
-            "a2",
-            Late {
-                beats: 1,
-                shift: 8,
-                ..Late::default()
-            },
-        );
+        let late = late("a2", acked_late(&[8]));
         let reference = bills(&[("a1", 160), ("a2", 62), ("b1", 50)]);
         for bill in [20, 45, 60] {
             let got = billed(&[("a1", "a", 160), ("a2", "a", bill), ("b1", "b", 50)]);
@@ -472,14 +483,7 @@ mod tests {
     #[test]
     fn a_session_with_late_beats_may_be_billed_up_to_what_their_clamps_add_and_no_more() {
         // b1 ran 50 s; its late beats can have been counted up to 4 s later in all.
-        let late = late(
-            "b1",
-            Late {
-                beats: 3,
-                shift: 4,
-                ..Late::default()
-            },
-        );
+        let late = late("b1", acked_late(&[2, 1, 1]));
         let reference = bills(&[("a1", 160), ("a2", 45), ("b1", 44)]);
         // Less than ran is the silences the clamps left; up to 54 is the clamps'.
         for bill in [30, 50, 54] {
