@@ -228,7 +228,7 @@ impl Pg {
             Sharding::One => "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan",
             _ => BEGIN_WRITE,
         };
-        begin_whole(self.write(), begin).await
+        begin_in_writer(self.write(), begin).await
     }
 
     /// Lock and read the sessions these `(session, org)` pairs name, of `orgs` (one

@@ -105,7 +105,7 @@ impl Lite {
 
     /// A group commit's transaction: as any write (SQLite prepares once per connection).
     async fn begin_hot(&self) -> StoreResult<Tx> {
-        begin_write(self.write()).await
+        begin_in_writer(self.write(), BEGIN_WRITE).await
     }
 
     /// One instance, one file: every org on shard 0.
