@@ -134,17 +134,12 @@ async fn raw_response(conn: &mut tokio::net::TcpStream) -> String {
     }
 }
 
-/// `rush_meter_<name>` as `/metrics` on `conn` gives it.
+/// `rush_meter_<name>` as `/metrics` on `conn` gives it (`TestServer::metric` would open a
+/// connection of its own, which a full instance does not accept).
 async fn metric(conn: &mut tokio::net::TcpStream, name: &str) -> f64 {
     raw_get(conn, "/metrics").await;
     let text = raw_response(conn).await;
-    let line = format!("rush_meter_{name} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&line))
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
-        .trim()
-        .parse()
-        .unwrap()
+    common::metric_in(&text, &format!("rush_meter_{name} "))
 }
 
 async fn past_its_connection_cap_the_instance_accepts_none_until_one_closes(backend: Backend) {
@@ -190,10 +185,10 @@ async fn a_connection_that_says_nothing_is_closed_after_its_idle_time(backend: B
         .await
         .expect("a silent connection is closed by the instance");
     assert!(matches!(end, Ok(0) | Err(_)), "it sent {end:?}");
-    let mut other = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    assert_eq!(
-        metric(&mut other, "http_connections_idle_closed_total").await,
-        1.0
-    );
-    assert_eq!(metric(&mut other, "http_connections_open").await, 1.0);
+    // The client's one connection reads them: the silent one is closed and counted.
+    let idle_closed = srv
+        .metric("rush_meter_http_connections_idle_closed_total ")
+        .await;
+    assert_eq!(idle_closed, 1.0);
+    assert_eq!(srv.metric("rush_meter_http_connections_open ").await, 1.0);
 }

@@ -41,7 +41,9 @@ pub use every_backend::{run_on, OnBackend};
 #[allow(unused_imports)]
 pub use plans::{mini_plans, plans, repo_plans};
 #[allow(unused_imports)]
-pub use server::{assert_statements_audited, start_with_plans, two_instances, Options, TestServer};
+pub use server::{
+    assert_statements_audited, metric_in, start_with_plans, two_instances, Options, TestServer,
+};
 #[allow(unused_imports)]
 pub use sessions::{
     beat_until_told_to_park, hb, run_past_the_plan_to_the_cap, run_staggered_until_parked,

@@ -189,11 +189,7 @@ impl TestServer {
     /// A value of `/metrics` (0 when absent).
     pub async fn metric(&self, name: &str) -> f64 {
         let (_, _, text) = self.get_text("/metrics", "content-type").await;
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
+        metric_in(&text, name)
     }
 
     /// Stop this server and start another on the same database (fresh memory, same
@@ -368,4 +364,13 @@ pub fn assert_statements_audited() {
         bad.is_empty(),
         "statements that lock, upsert or claim org rows without naming their orgs: {bad:#?}"
     );
+}
+
+/// The value of the first line of a `/metrics` text that starts with `name` (0 when absent).
+pub fn metric_in(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
