@@ -734,7 +734,7 @@ const ANALYSIS: &str = r#"## Reading the figures
   the raw read's two sums, the funding read at 0.20 ms and the session counts at 0.28 ms,
   and the page at 0.79 ms against 0.45 ms raw: a third statement, connection and backend
   on two cores for a count. The parked sessions are now counted in the funding read
-  (`PARKED_SESSIONS`, an index-only count on `sessions_org_phase`; the running ones are
+  (`PARKED_SESSIONS`, an index-only count on the index led by (org_id, phase); the running ones are
   the standing's, read with the window sums): two reads at once. Same day, the two
   builds in turns, two runs each: 1.98x and 2.07x before, 1.73x and 1.75x after; the
   two full runs after them 1.51x and 1.94x. Issue 18's 2x holds on PostgreSQL in every

@@ -7,6 +7,43 @@
 use super::sessions::{bind_sessions, claim_owners, column, SESSION_ARRAYS};
 use super::*;
 
+/// The open phases, bound in this order as the slot count's phase parameters.
+pub(super) const OPEN_PHASES: [Phase; 4] = [
+    Phase::Running,
+    Phase::Admitted,
+    Phase::Parked,
+    Phase::Silent,
+];
+
+/// The slots a key holds (the SQL twin of `gate::holds_slot`), with the lease's start as
+/// parameter `$since`, the key as `key_where` (`org_id = … AND key_id = …`) and the open
+/// phases (`OPEN_PHASES`) as the four parameters from `$phases`: its running sessions heard
+/// from within the lease or holding a slot taken since they were last heard, plus its other
+/// open sessions whose slot was taken within the lease. One count a phase, each a range of
+/// `sessions_org_phase_key` (org_id, phase, key_id, slot_at), so the count reads the
+/// sessions that may hold a slot, never the key's parked or ended history (migration 0012).
+/// The phases are parameters, not literals, so that a generic plan (`begin_hot`) cannot
+/// take the fleet's partial index over open phases (`sessions_open`) for a rare one. The
+/// far upper bound on `slot_at` (no slot is taken in 2^62 s) makes `slot_at >= $since` a
+/// range to a generic plan, which otherwise guesses a third of the table.
+fn slots_held(key_where: &str, since: usize, phases: usize) -> String {
+    let count = |phase: usize, rest: &str| {
+        format!("(SELECT COUNT(*) FROM sessions WHERE {key_where} AND phase = ${phase} AND {rest})")
+    };
+    let slot = format!("slot_at >= ${since} AND slot_at < 4611686018427387904");
+    let slot_since_heard = format!("{slot} AND (heard_at IS NULL OR heard_at <= slot_at)");
+    [
+        count(
+            phases,
+            &format!("(COALESCE(heard_at, last_at) >= ${since} OR ({slot_since_heard}))"),
+        ),
+        count(phases + 1, &slot),
+        count(phases + 2, &slot_since_heard),
+        count(phases + 3, &slot_since_heard),
+    ]
+    .join(" + ")
+}
+
 impl Pg {
     /// Claim session ids (`claim_owners`) and, on one PostgreSQL, count the keys' slots
     /// (`slot_counts`) and make the group's first reads of window sums and limits
@@ -37,8 +74,9 @@ impl Pg {
         let (owner_orgs, ids): (Vec<&str>, Vec<&str>) = wanted.iter().copied().unzip();
         let (reads_sql, p) = reads.sql();
         // Parameters: the reads' first, then the lease's start, the keys' orgs and ids, the
-        // shard's orgs, the claims' orgs and ids.
+        // shard's orgs, the claims' orgs and ids, the open phases.
         let (since_at, keys_at, orgs_at, claims_at) = (p, p + 1, p + 3, p + 4);
+        let phases_at = claims_at + 2;
         let padding = "CAST(NULL AS TEXT), CAST(NULL AS TEXT)";
         let zeros = "CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT)";
         let sql = format!(
@@ -53,18 +91,22 @@ impl Pg {
             claims_at + 1,
             slots_held(
                 &format!("org_id = ANY(${orgs_at}) AND org_id = u.org_id AND key_id = u.key_id"),
-                since_at
+                since_at,
+                phases_at,
             ),
             keys_at + 1,
         );
-        let rows = reads
+        let query = reads
             .bind(sqlx::query(&sql))
             .bind(since)
             .bind(key_orgs)
             .bind(key_ids)
             .bind(orgs)
             .bind(owner_orgs)
-            .bind(ids)
+            .bind(ids);
+        let rows = OPEN_PHASES
+            .iter()
+            .fold(query, |q, p| q.bind(p.as_str()))
             .fetch_all(&mut **tx)
             .await?;
         let mut claimed = Vec::with_capacity(wanted.len());
@@ -210,13 +252,14 @@ pub(super) async fn lock_keys(
 }
 
 /// The slot counts' statement: `$1` the lease's start, `$2 $3` the keys' orgs and ids, `$4`
-/// the shard's orgs.
+/// the shard's orgs, `$5` to `$8` the open phases (`OPEN_PHASES`).
 pub(super) fn slot_counts_sql() -> String {
     format!(
         "SELECT u.org_id, u.key_id, {} FROM UNNEST($2::text[], $3::text[]) AS u(org_id, key_id)",
         slots_held(
             "org_id = ANY($4) AND org_id = u.org_id AND key_id = u.key_id",
-            1
+            1,
+            5
         )
     )
 }
@@ -229,11 +272,15 @@ pub(super) async fn slot_counts(
     since: Secs,
 ) -> StoreResult<Vec<SlotCount>> {
     let (key_orgs, ids) = key_columns(keys);
-    Ok(sqlx::query_as(&slot_counts_sql())
+    let sql = slot_counts_sql();
+    let query = sqlx::query_as(&sql)
         .bind(since)
         .bind(key_orgs)
         .bind(ids)
-        .bind(orgs)
+        .bind(orgs);
+    Ok(OPEN_PHASES
+        .iter()
+        .fold(query, |q, p| q.bind(p.as_str()))
         .fetch_all(&mut **tx)
         .await?)
 }

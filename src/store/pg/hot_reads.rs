@@ -23,9 +23,14 @@ pub fn key_lock() -> String {
 }
 
 /// The slot counts' statement: `$1` the lease's start, `$2 $3` the keys' orgs and ids, `$4`
-/// the shard's orgs.
+/// the shard's orgs, `$5` to `$8` the open phases (`open_phases`).
 pub fn slot_counts() -> String {
     super::gate::slot_counts_sql()
+}
+
+/// The open phases the slot counts take as `$5` to `$8`, in order.
+pub fn open_phases() -> [&'static str; 4] {
+    super::gate::OPEN_PHASES.map(|p| p.as_str())
 }
 
 /// The window sums' statement for `orgs` org ids and these window edges (absent ones

@@ -106,7 +106,7 @@ fn funding_select(lock: &str) -> String {
     funding_select_with(lock, "")
 }
 
-/// An org's parked sessions, counted from `sessions_org_phase` alone without reading their
+/// An org's parked sessions, counted from the index led by (org_id, phase) without reading their
 /// rows (they pile up: a session parks between turns for days): a column for
 /// `funding_select_with`.
 const PARKED_SESSIONS: &str = ", (SELECT COUNT(*) FROM sessions s \

@@ -2,23 +2,6 @@
 // (`core::gate::decide_group`); this reads the facts under the right locks and writes what
 // was decided.
 
-/// The slots a key holds (the SQL twin of `gate::holds_slot`), with the lease's start as
-/// parameter `$since` and the key as `key_where` (`org_id = … AND key_id = …`): its running sessions heard
-/// from within the lease, plus its other open sessions whose slot was taken within it. Two
-/// disjoint counts, each an index range (`sessions_key_running`, `sessions_key_slot`), so
-/// the count reads the sessions that may hold a slot, never the key's parked ones. The far
-/// upper bound on `slot_at` (no slot is taken in 2^62 s) makes `slot_at >= $since` a range to a
-/// generic plan (`begin_hot`), which otherwise guesses a third of the table and scans it.
-fn slots_held(key_where: &str, since: usize) -> String {
-    let heard = format!("phase = 'running' AND COALESCE(heard_at, last_at) >= ${since}");
-    format!(
-        "(SELECT COUNT(*) FROM sessions WHERE {key_where} AND {heard}) + \
-         (SELECT COUNT(*) FROM sessions WHERE {key_where} AND phase <> 'ended' \
-            AND slot_at >= ${since} AND slot_at < 4611686018427387904 AND NOT ({heard}) \
-            AND (phase = 'admitted' OR heard_at IS NULL OR heard_at <= slot_at))"
-    )
-}
-
 /// What a group reads of the orgs that share `windows` (at most `CHUNK`): their window
 /// sums and, for those that set limits inside the org (`Org::sets_limits`; most set none,
 /// and pay nothing for the feature), the limits on `members`.

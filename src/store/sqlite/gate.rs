@@ -28,6 +28,22 @@ pub(super) async fn lock_keys(
     Ok(rows)
 }
 
+/// The slots a key holds (the SQL twin of `gate::holds_slot`), with the lease's start as
+/// parameter `$since` and the key as `key_where` (`org_id = … AND key_id = …`): its running
+/// sessions heard from within the lease, plus its other open sessions whose slot was taken
+/// within it. Two disjoint counts, each a range of a partial index (`sessions_key_running`,
+/// `sessions_key_slot`), so the count reads the sessions that may hold a slot, never the
+/// key's parked or ended ones. (PostgreSQL counts by phase instead: pg/gate.rs.)
+fn slots_held(key_where: &str, since: usize) -> String {
+    let heard = format!("phase = 'running' AND COALESCE(heard_at, last_at) >= ${since}");
+    format!(
+        "(SELECT COUNT(*) FROM sessions WHERE {key_where} AND {heard}) + \
+         (SELECT COUNT(*) FROM sessions WHERE {key_where} AND phase <> 'ended' \
+            AND slot_at >= ${since} AND slot_at < 4611686018427387904 AND NOT ({heard}) \
+            AND (phase = 'admitted' OR heard_at IS NULL OR heard_at <= slot_at))"
+    )
+}
+
 pub(super) async fn slot_counts(
     tx: &mut Tx,
     _orgs: &[&str],
