@@ -690,30 +690,32 @@ the largest.
 const ANALYSIS: &str = r#"## Reading the figures
 
 - **SQLite holds**: a decision, a heartbeat, the usage page and the breakdown cost the same
-  at 10⁷ heartbeats and 100,000 orgs as at 10⁴ and 10 orgs (1.00-1.10x).
-- **PostgreSQL**: a heartbeat 0.98x, the usage page 1.08x, the breakdown 1.03x; a decision
-  1.27x in this run (2026-12-05: 1.93 to 2.45 ms, flat to 10⁶ and the whole step from
-  10⁶ to 10⁷), past the target; on 2026-12-03 1.21x and 1.19x, and 1.11x and 1.12x in two
-  runs of `-- postgres 4` profiled that day: the run-to-run spread is as wide as the
-  target's margin. The 2026-12-03 reading follows. What grows, found with
-  auto_explain (`log_analyze`, `log_buffers`, over `-- postgres 4`, turned on after the
-  seeding): the decision's statements take 0.42 ms of the database's time at 10⁴ and
-  0.71 ms at 10⁷, the whole difference in the measured p50s, and nothing is read from disk
-  (every buffer a hit). Two statements grow: the write (sessions, decision record;
-  0.18 to 0.31 ms, inserts into indexes 40,000 times larger) and the slot count, 17 to 106
-  buffers. The slot count's two halves have an index each, (org_id, key_id, phase) and
-  (org_id, key_id, slot_at) (migration 0010); a generic plan judges a key by the average
-  one, about a row, prices the two alike, and took them crosswise in every database: the
-  running count read the key's sessions by `slot_at`, the slot count by `phase`, so each
-  read every session the key has run (4 at 10⁴, 46 at 10⁷), ended ones too. That bounds a
-  decision by a key's history (a key used for months holds thousands of ended sessions).
-  Tried and not kept: one index (org_id, key_id, phase, slot_at) with the open phases
-  named as `phase IN (…)`, which a generic plan took as a filter, not as the range's
-  bound (0.72 ms over a key of 5,000 sessions, worse); and one count a phase, which fell
-  to the global `sessions_open` for the rare phases, a read that grows with the fleet's
-  running sessions. What would end it: a key's slots kept in a row of their own (a
-  counter under the key's lock, written by the gate and the expiry job), or ended
-  sessions moved out of `sessions`; left for now.
+  at 10⁷ heartbeats and 100,000 orgs as at 10⁴ and 10 orgs (0.99-1.12x).
+- **PostgreSQL holds** since migration 0012: a decision 0.98x (1.47 and 1.44 ms), a
+  heartbeat 0.92x, the usage page 1.04x, the breakdown 1.01x. Before it (2026-12-05, same
+  benchmark) the decision was 1.27x, 1.93 to 2.45 ms with the whole step from 10⁶ to
+  10⁷ (1.11x to 1.21x in earlier runs). What grew, found with auto_explain
+  (`log_analyze`, `log_buffers`, `log_wal` per database over `-- postgres 4`, turned on
+  after the seeding): one statement, the group's claim with its slot counts
+  (`claim_owners_counting_slots`), 0.09 ms and 19 buffers at 10⁴, 0.20 ms and 109 buffers
+  at 10⁷; the write (0.15-0.16 ms) and every other statement stayed flat. The slot
+  count's two halves had an index each, (org_id, key_id, phase) and (org_id, key_id,
+  slot_at) (migration 0010). A generic plan judges a key by the average one, about a
+  session, prices both indexes alike and breaks the tie by their size: it counted the
+  running sessions through `slot_at` and the slots through `phase`, each reading all 46
+  sessions the key had run, ended ones too, to count 4. That bounds a decision by its
+  key's history, which a key used for months makes thousands. Asking each open phase by
+  equality did not end it alone: with the phase named, the fleet's partial index
+  `sessions_open` won for a rare phase (every open session of the fleet read), and with
+  the phase a parameter, (org_id, phase) won (the org's sessions of that phase over all
+  its keys). Migration 0012 leaves one index to choose: (org_id, phase, key_id, slot_at),
+  in place of those three; the count asks each open phase as a parameter, a range of it
+  each (13 buffers at 10⁷ where 98 were, 0.08 ms where 0.44 were, by hand), an org's
+  reads by phase use its first two columns as before, and a new session writes two index
+  entries fewer (the database 240 MB where it was 253).
+  `tests/generic_plans.rs::the_slot_count_reads_a_keys_open_sessions_not_its_history`
+  (a key of 500 sessions, 10 open, in an org of ten keys, over a fleet half running and
+  one mostly ended) fails without the migration (500 rows read and thrown away).
 - **One round trip fewer a group**: on one PostgreSQL the slot counts now come in the
   statement that claims the group's new session ids (`claim_owners_counting_slots`,
   src/store/pg/gate.rs; both need only the keys' locks); a group with sessions already known
@@ -745,6 +747,6 @@ const ANALYSIS: &str = r#"## Reading the figures
   history, the job catching up during the timing) left the org's 4,149 parked sessions
   to count on each usage page: SQLite's page grew 1.3-1.5x with them, an index range
   that grows with an org's parked sessions, which the week bounds.
-- **Size on disk**: 250-255 MB on PostgreSQL and 68 MB on SQLite for 41,496 session-hours
-  over 100,000 orgs, after VACUUM (docs/operations.md).
+- **Size on disk**: 240 MB on PostgreSQL (250-255 before migration 0012) and 68 MB on
+  SQLite for 41,496 session-hours over 100,000 orgs, after VACUUM (docs/operations.md).
 "#;
