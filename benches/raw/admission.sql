@@ -6,13 +6,15 @@
 -- measured the service on (same orgs, keys and rows), as the machine's own limit:
 --   pgbench -n -f benches/raw/admission.sql -D orgs=100 -D keys=1000 -D now=… \
 --     -D month_start=… -D week_start=… -c N -j 2 -T 8 <database>
+-- The open phases are named, not `phase <> 'ended'`, so that the count is a range of the
+-- index on (org_id, phase, key_id, slot_at) (migration 0012), as the service's is.
 \set k random(0, :keys - 1)
 \set o :k % :orgs
 \set s random(1, 1000000000000)
 BEGIN;
 SELECT concurrency_limit FROM api_keys WHERE org_id = 'org_' || :o AND key_id = 'k' || :k FOR UPDATE;
 SELECT plan_id, suspended, period_start, period_end FROM orgs WHERE org_id = 'org_' || :o;
-SELECT count(*) FROM sessions WHERE org_id = 'org_' || :o AND key_id = 'k' || :k AND phase <> 'ended' AND (COALESCE(heard_at, last_at) >= :now - 45 OR slot_at >= :now - 45);
+SELECT count(*) FROM sessions WHERE org_id = 'org_' || :o AND key_id = 'k' || :k AND phase IN ('admitted', 'running', 'parked', 'silent') AND (COALESCE(heard_at, last_at) >= :now - 45 OR slot_at >= :now - 45);
 SELECT COALESCE(SUM(CASE WHEN hour >= :month_start THEN seconds ELSE 0 END), 0), COALESCE(SUM(CASE WHEN hour >= :week_start THEN seconds ELSE 0 END), 0) FROM org_hourly WHERE org_id = 'org_' || :o AND hour >= LEAST(:month_start, :week_start) AND hour <= :now;
 INSERT INTO session_owners (session_id, org_id) VALUES ('raw_' || :client_id || '_' || :s, 'org_' || :o);
 INSERT INTO sessions (org_id, session_id, key_id, agent, phase, last_at, span_start, created_at, slot_at) VALUES ('org_' || :o, 'raw_' || :client_id || '_' || :s, 'k' || :k, 'codex', 'admitted', :now, :now, :now, :now);
