@@ -11,7 +11,7 @@ use rush_meter_core::plans::Plans;
 
 use super::group_commit::{GroupCommit, Shape, Work};
 use crate::clock::Clock;
-use crate::store::{Db, StoreResult};
+use crate::store::{Db, StoreResult, Written};
 
 /// The queues in front of the gate's writers.
 pub type Admitter = GroupCommit<Gate>;
@@ -58,6 +58,18 @@ impl Work for Gate {
     ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
         let now = self.clock.now();
         self.db.admit(&self.plans, jobs, now, &self.rules).await
+    }
+
+    async fn commit_telling(
+        &self,
+        jobs: &[AdmissionRequest],
+        _writer: usize,
+        written: Written,
+    ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
+        let now = self.clock.now();
+        self.db
+            .admit_telling(&self.plans, jobs, now, &self.rules, Some(written))
+            .await
     }
 
     fn db(&self) -> &Db {

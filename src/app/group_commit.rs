@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
-use crate::store::{Db, StoreError, StoreResult};
+use crate::store::{Db, StoreError, StoreResult, Written};
 
 /// A kind of work committed in groups.
 pub trait Work: Send + Sync + 'static {
@@ -35,6 +35,20 @@ pub trait Work: Send + Sync + 'static {
         jobs: &[Self::Job],
         writer: usize,
     ) -> impl Future<Output = StoreResult<Vec<Self::Done>>> + Send;
+
+    /// `commit`, telling `written` once only the group's COMMIT is left (its locks held,
+    /// its writes made): the writer then takes its next group while this one commits
+    /// (`writer`). Work that does not tell (by default) is committed one group after the
+    /// other.
+    fn commit_telling(
+        &self,
+        jobs: &[Self::Job],
+        writer: usize,
+        written: Written,
+    ) -> impl Future<Output = StoreResult<Vec<Self::Done>>> + Send {
+        drop(written);
+        self.commit(jobs, writer)
+    }
 
     /// The database, asked after a failed group whether it is down.
     fn db(&self) -> &Db;
@@ -133,44 +147,85 @@ impl<W: Work> GroupCommit<W> {
     }
 }
 
-/// One writer: take a group, commit it, answer it, again.
+/// One writer: take a group, commit it, answer it, again. While a group commits (an
+/// fsync, no work of the writer's), the next one may begin: once a group has told that only
+/// its COMMIT is left (`Work::commit_telling`), the writer takes what queued meanwhile and
+/// starts it, and waits for the committing group only before the one after. At most two
+/// transactions of a writer are open at once, the older one committing; the newer one's
+/// locks wait on the older one's, so it sees what the older one wrote. A group does not
+/// shrink for it: the next group is the requests that arrived while this one ran, as before.
 async fn writer<W: Work>(
     work: Arc<W>,
     rx: Arc<Mutex<mpsc::Receiver<Queued<W>>>>,
     max_weight: usize,
     number: usize,
 ) {
+    let mut committing: Option<JoinHandle<Option<Arc<StoreError>>>> = None;
     loop {
-        let group = {
-            let mut rx = rx.lock().await;
-            let Some(first) = rx.recv().await else { return };
-            let mut weight = W::weight(&first.job);
-            let mut group = vec![first];
-            while weight < max_weight {
-                match rx.try_recv() {
-                    Ok(next) => {
-                        weight += W::weight(&next.job);
-                        group.push(next);
-                    }
-                    Err(_) => break,
-                }
-            }
-            group
+        let Some(group) = take_group(&rx, max_weight).await else {
+            break;
         };
-        let Some(e) = commit_group(&*work, group, number).await else {
-            continue;
-        };
-        // What queued behind a group that waited out the acquire timeout has waited most
-        // of one already: if the database is down (not merely busy), answer it now rather
-        // than after another, so a request fails within one timeout, not two. A writer
-        // holding the queue is already taking it.
-        if work.db().reachable().await {
-            continue;
+        let (written, told) = oneshot::channel();
+        let group = tokio::spawn({
+            let work = Arc::clone(&work);
+            async move { commit_group(&*work, group, number, written).await }
+        });
+        // Told (only the COMMIT left), or the group is done without telling.
+        let overlapping = told.await.is_ok();
+        if let Some(older) = committing.take() {
+            after_group(&*work, &rx, older).await;
         }
-        if let Ok(mut rx) = rx.try_lock() {
-            while let Ok(queued) = rx.try_recv() {
-                let _ = queued.reply.send(Err(Arc::clone(&e)));
+        if overlapping {
+            committing = Some(group);
+        } else {
+            after_group(&*work, &rx, group).await;
+        }
+    }
+    if let Some(older) = committing {
+        after_group(&*work, &rx, older).await;
+    }
+}
+
+/// Everything queued at this moment, up to `max_weight` (at least one job); None once the
+/// queue is closed and drained.
+async fn take_group<W: Work>(
+    rx: &Mutex<mpsc::Receiver<Queued<W>>>,
+    max_weight: usize,
+) -> Option<Vec<Queued<W>>> {
+    let mut rx = rx.lock().await;
+    let first = rx.recv().await?;
+    let mut weight = W::weight(&first.job);
+    let mut group = vec![first];
+    while weight < max_weight {
+        match rx.try_recv() {
+            Ok(next) => {
+                weight += W::weight(&next.job);
+                group.push(next);
             }
+            Err(_) => break,
+        }
+    }
+    Some(group)
+}
+
+/// Wait for a group's commit. What queued behind a group that waited out the acquire
+/// timeout has waited most of one already: if the database is down (not merely busy),
+/// answer it now rather than after another, so a request fails within one timeout, not
+/// two. A writer holding the queue is already taking it.
+async fn after_group<W: Work>(
+    work: &W,
+    rx: &Mutex<mpsc::Receiver<Queued<W>>>,
+    group: JoinHandle<Option<Arc<StoreError>>>,
+) {
+    // A group whose task panicked has dropped its replies: its callers are told the
+    // writer crashed, and the writer goes on.
+    let Ok(Some(e)) = group.await else { return };
+    if work.db().reachable().await {
+        return;
+    }
+    if let Ok(mut rx) = rx.try_lock() {
+        while let Ok(queued) = rx.try_recv() {
+            let _ = queued.reply.send(Err(Arc::clone(&e)));
         }
     }
 }
@@ -180,10 +235,11 @@ async fn commit_group<W: Work>(
     work: &W,
     group: Vec<Queued<W>>,
     number: usize,
+    written: Written,
 ) -> Option<Arc<StoreError>> {
     let (jobs, replies): (Vec<W::Job>, Vec<_>) =
         group.into_iter().map(|q| (q.job, q.reply)).unzip();
-    match work.commit(&jobs, number).await {
+    match work.commit_telling(&jobs, number, written).await {
         Ok(done) => {
             for (reply, d) in replies.into_iter().zip(done) {
                 let _ = reply.send(Ok(d));
@@ -210,6 +266,167 @@ async fn commit_group<W: Work>(
                 let _ = reply.send(Err(Arc::clone(&e)));
             }
             e.is_unavailable().then_some(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex as StdMutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::PoolSettings;
+
+    /// Work whose groups each commit when the test lets them (`release`), recording when
+    /// each starts and ends; with `tells`, a group tells `written` as soon as it starts.
+    struct Steps {
+        db: Db,
+        tells: bool,
+        events: StdMutex<Vec<String>>,
+        gates: StdMutex<HashMap<String, oneshot::Receiver<()>>>,
+        releases: StdMutex<HashMap<String, oneshot::Sender<()>>>,
+    }
+
+    impl Steps {
+        async fn new(tells: bool, dir: &tempfile::TempDir) -> Arc<Steps> {
+            let url = format!("sqlite://{}/db.sqlite", dir.path().display());
+            let db = Db::connect(&url, PoolSettings::default()).await.unwrap();
+            // Connected on the real clock (its pool's timeouts would pass at once on a paused
+            // one), then paused for `settle`.
+            tokio::time::pause();
+            let (mut gates, mut releases) = (HashMap::new(), HashMap::new());
+            for job in ["a", "b", "c"] {
+                let (tx, rx) = oneshot::channel();
+                gates.insert(job.to_owned(), rx);
+                releases.insert(job.to_owned(), tx);
+            }
+            Arc::new(Steps {
+                db,
+                tells,
+                events: StdMutex::default(),
+                gates: StdMutex::new(gates),
+                releases: StdMutex::new(releases),
+            })
+        }
+
+        fn release(&self, job: &str) {
+            let tx = self.releases.lock().unwrap().remove(job).unwrap();
+            tx.send(()).unwrap();
+        }
+
+        fn events(&self) -> Vec<String> {
+            self.events.lock().unwrap().clone()
+        }
+
+        async fn run(&self, jobs: &[String], written: Option<Written>) -> Vec<String> {
+            let job = jobs.join("+");
+            self.events.lock().unwrap().push(format!("start {job}"));
+            if let Some(w) = written {
+                w.send(()).unwrap();
+            }
+            let gate = self.gates.lock().unwrap().remove(&jobs[0]).unwrap();
+            gate.await.unwrap();
+            self.events.lock().unwrap().push(format!("end {job}"));
+            jobs.to_vec()
+        }
+    }
+
+    impl Work for Steps {
+        type Job = String;
+        type Done = String;
+
+        async fn commit(&self, jobs: &[String], _writer: usize) -> StoreResult<Vec<String>> {
+            Ok(self.run(jobs, None).await)
+        }
+
+        async fn commit_telling(
+            &self,
+            jobs: &[String],
+            _writer: usize,
+            written: Written,
+        ) -> StoreResult<Vec<String>> {
+            Ok(self.run(jobs, self.tells.then_some(written)).await)
+        }
+
+        fn db(&self) -> &Db {
+            &self.db
+        }
+    }
+
+    /// Run every task that can run to its next wait: the paused clock moves on only once
+    /// the runtime has nothing else to do.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    fn shape() -> Shape {
+        Shape {
+            queues: 1,
+            writers_per_queue: 1,
+            max_weight: 16,
+            capacity: 16,
+            first_writer: 1,
+        }
+    }
+
+    /// Submit `jobs` one after another, each once the one before has started.
+    async fn submit_in_turn(
+        queue: &GroupCommit<Steps>,
+        jobs: &[&str],
+    ) -> Vec<JoinHandle<Reply<Steps>>> {
+        let mut answers = Vec::new();
+        for job in jobs {
+            let q = queue.clone();
+            let job = job.to_string();
+            answers.push(tokio::spawn(async move { q.submit(job).await }));
+            settle().await;
+        }
+        answers
+    }
+
+    #[tokio::test]
+    async fn a_group_that_tells_lets_the_next_begin_while_it_commits_and_no_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let steps = Steps::new(true, &dir).await;
+        let (queue, writers) = GroupCommit::start_shared(Arc::clone(&steps), shape());
+        let answers = submit_in_turn(&queue, &["a", "b", "c"]).await;
+        // b began while a commits; c waits for a, so that a writer holds two transactions
+        // at most.
+        assert_eq!(steps.events(), ["start a", "start b"]);
+        steps.release("a");
+        settle().await;
+        assert_eq!(steps.events(), ["start a", "start b", "end a", "start c"]);
+        steps.release("b");
+        steps.release("c");
+        for (answer, job) in answers.into_iter().zip(["a", "b", "c"]) {
+            assert_eq!(answer.await.unwrap().unwrap(), job);
+        }
+        drop(queue);
+        for w in writers {
+            w.await.unwrap();
+        }
+        assert_eq!(steps.events()[4..], ["end b", "end c"]);
+    }
+
+    #[tokio::test]
+    async fn a_group_that_does_not_tell_is_committed_before_the_next_begins() {
+        let dir = tempfile::tempdir().unwrap();
+        let steps = Steps::new(false, &dir).await;
+        let (queue, writers) = GroupCommit::start_shared(Arc::clone(&steps), shape());
+        let answers = submit_in_turn(&queue, &["a", "b"]).await;
+        assert_eq!(steps.events(), ["start a"]);
+        steps.release("a");
+        settle().await;
+        assert_eq!(steps.events(), ["start a", "end a", "start b"]);
+        steps.release("b");
+        for (answer, job) in answers.into_iter().zip(["a", "b"]) {
+            assert_eq!(answer.await.unwrap().unwrap(), job);
+        }
+        drop(queue);
+        for w in writers {
+            w.await.unwrap();
         }
     }
 }

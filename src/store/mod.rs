@@ -27,7 +27,7 @@ mod sqlite;
 
 pub use api::{
     Admin, AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore,
-    NotificationStore, OrgStore, OverageStore, PeriodStore, Store, StripeStore, TermsOf,
+    NotificationStore, OrgStore, OverageStore, PeriodStore, Store, StripeStore, TermsOf, Written,
 };
 pub use error::{StoreError, StoreResult};
 /// The texts of PostgreSQL's reads on generic plans, for tests/generic_plans.rs.

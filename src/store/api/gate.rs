@@ -8,6 +8,9 @@ use rush_meter_core::time::Secs;
 
 use super::super::StoreResult;
 
+/// Told when a group's writes are done and only its COMMIT is left (`admit_telling`).
+pub type Written = tokio::sync::oneshot::Sender<()>;
+
 /// The gate's writes and its record.
 #[async_trait]
 pub trait GateStore: Send + Sync {
@@ -19,6 +22,20 @@ pub trait GateStore: Send + Sync {
         requests: &[AdmissionRequest],
         now: Secs,
         rules: &Rules,
+    ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
+        self.admit_telling(plans, requests, now, rules, None).await
+    }
+    /// `admit`, telling `written` once the group's decisions are written and only its
+    /// COMMIT is left: from then on the group holds its keys' locks and reads nothing, so
+    /// a writer may begin its next group meanwhile, whose locks wait on this one's
+    /// (`app::group_commit`). Its answers still come only after the commit.
+    async fn admit_telling(
+        &self,
+        plans: &Plans,
+        requests: &[AdmissionRequest],
+        now: Secs,
+        rules: &Rules,
+        written: Option<Written>,
     ) -> StoreResult<Vec<Result<Decision, AdmitReject>>>;
     /// An org's decisions in `[from, to)`, oldest first, after the `(decided_at,
     /// decision_id)` cursor, at most `limit`; `only` keeps `allow` or `deny`.

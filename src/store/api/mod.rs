@@ -15,7 +15,7 @@ mod stripe;
 
 pub use audit::AuditStore;
 pub use funding::FundingStore;
-pub use gate::GateStore;
+pub use gate::{GateStore, Written};
 pub use ledger::LedgerStore;
 pub use members::MemberStore;
 pub use notifications::NotificationStore;

@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use super::api::{
     AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore, NotificationStore,
-    OrgStore, OverageStore, PeriodStore, StripeStore, TermsOf,
+    OrgStore, OverageStore, PeriodStore, StripeStore, TermsOf, Written,
 };
 use super::{
     FrozenOrgRow, OverageChargeRow, LineQuery, NotificationRow, OrgUpsert, PeriodRow, Rec,

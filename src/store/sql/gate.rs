@@ -164,6 +164,7 @@ async fn admit_once(
     requests: &[AdmissionRequest],
     now: Secs,
     rules: &Rules,
+    written: &std::sync::Mutex<Option<Written>>,
 ) -> StoreResult<Option<Vec<Result<Decision, AdmitReject>>>> {
     let mut tx = store.begin_hot().await?;
     let mut facts = GroupFacts::default();
@@ -347,21 +348,28 @@ async fn admit_once(
             return Ok(None);
         }
     }
+    if let Some(told) = written.lock().expect("written").take() {
+        let _ = told.send(());
+    }
     tx.commit().await?;
     Ok(Some(outcome.answers))
 }
 
 #[async_trait]
 impl GateStore for Backend {
-    async fn admit(
+    async fn admit_telling(
         &self,
         plans: &Plans,
         requests: &[AdmissionRequest],
         now: Secs,
         rules: &Rules,
+        written: Option<Written>,
     ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
+        // An attempt that tells `written` goes on to its COMMIT; one that starts over has
+        // not told it yet.
+        let written = &std::sync::Mutex::new(written);
         retry_group("sessions kept appearing during admission", || {
-            admit_once(self, plans, requests, now, rules)
+            admit_once(self, plans, requests, now, rules, written)
         })
         .await
     }
