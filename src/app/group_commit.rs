@@ -154,6 +154,9 @@ impl<W: Work> GroupCommit<W> {
 /// transactions of a writer are open at once, the older one committing; the newer one's
 /// locks wait on the older one's, so it sees what the older one wrote. A group does not
 /// shrink for it: the next group is the requests that arrived while this one ran, as before.
+/// (A group whose COMMIT fails and is tried again, whole or job by job, runs beside the
+/// newer one as two writers' groups do; and a group failed by an outage drains the queue
+/// once the newer one has failed too.)
 async fn writer<W: Work>(
     work: Arc<W>,
     rx: Arc<Mutex<mpsc::Receiver<Queued<W>>>>,
