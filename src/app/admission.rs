@@ -51,24 +51,18 @@ impl Work for Gate {
         (job.org_id.clone(), job.key_id.clone())
     }
 
+    /// Told before each group's COMMIT (on PostgreSQL; `GateStore::admit_telling`).
+    const TELLS: bool = true;
+
     async fn commit(
         &self,
         jobs: &[AdmissionRequest],
         _writer: usize,
-    ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
-        let now = self.clock.now();
-        self.db.admit(&self.plans, jobs, now, &self.rules).await
-    }
-
-    async fn commit_telling(
-        &self,
-        jobs: &[AdmissionRequest],
-        _writer: usize,
-        written: Written,
+        written: Option<Written>,
     ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
         let now = self.clock.now();
         self.db
-            .admit_telling(&self.plans, jobs, now, &self.rules, Some(written))
+            .admit_telling(&self.plans, jobs, now, &self.rules, written)
             .await
     }
 

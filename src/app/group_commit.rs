@@ -28,27 +28,19 @@ pub trait Work: Send + Sync + 'static {
     /// to the same writer, so one instance's writers never wait on each other's locks.
     fn lane(_job: &Self::Job) -> impl Hash {}
 
+    /// Whether `commit` tells its `written` once only the group's COMMIT is left (its locks
+    /// held, its writes made), so that the writer takes its next group while this one
+    /// commits (`writer`). Work that does not tell is committed one group after the other.
+    const TELLS: bool = false;
+
     /// Commit a group in one transaction; one answer per job, in order. `writer` numbers
-    /// the writer, from 1.
+    /// the writer, from 1. `written`, when given, is told (or dropped) as `TELLS` says.
     fn commit(
         &self,
         jobs: &[Self::Job],
         writer: usize,
+        written: Option<Written>,
     ) -> impl Future<Output = StoreResult<Vec<Self::Done>>> + Send;
-
-    /// `commit`, telling `written` once only the group's COMMIT is left (its locks held,
-    /// its writes made): the writer then takes its next group while this one commits
-    /// (`writer`). Work that does not tell (by default) is committed one group after the
-    /// other.
-    fn commit_telling(
-        &self,
-        jobs: &[Self::Job],
-        writer: usize,
-        written: Written,
-    ) -> impl Future<Output = StoreResult<Vec<Self::Done>>> + Send {
-        drop(written);
-        self.commit(jobs, writer)
-    }
 
     /// The database, asked after a failed group whether it is down.
     fn db(&self) -> &Db;
@@ -149,7 +141,7 @@ impl<W: Work> GroupCommit<W> {
 
 /// One writer: take a group, commit it, answer it, again. While a group commits (an
 /// fsync, no work of the writer's), the next one may begin: once a group has told that only
-/// its COMMIT is left (`Work::commit_telling`), the writer takes what queued meanwhile and
+/// its COMMIT is left (`Work::TELLS`), the writer takes what queued meanwhile and
 /// starts it, and waits for the committing group only before the one after. At most two
 /// transactions of a writer are open at once, the older one committing; the newer one's
 /// locks wait on the older one's, so it sees what the older one wrote. A group does not
@@ -168,25 +160,37 @@ async fn writer<W: Work>(
         let Some(group) = take_group(&rx, max_weight).await else {
             break;
         };
+        if !W::TELLS {
+            let failed = commit_group(&*work, group, number, None).await;
+            after_group(&*work, &rx, failed).await;
+            continue;
+        }
         let (written, told) = oneshot::channel();
         let group = tokio::spawn({
             let work = Arc::clone(&work);
-            async move { commit_group(&*work, group, number, written).await }
+            async move { commit_group(&*work, group, number, Some(written)).await }
         });
         // Told (only the COMMIT left), or the group is done without telling.
         let overlapping = told.await.is_ok();
         if let Some(older) = committing.take() {
-            after_group(&*work, &rx, older).await;
+            after_group(&*work, &rx, joined(older).await).await;
         }
         if overlapping {
             committing = Some(group);
         } else {
-            after_group(&*work, &rx, group).await;
+            after_group(&*work, &rx, joined(group).await).await;
         }
     }
     if let Some(older) = committing {
-        after_group(&*work, &rx, older).await;
+        after_group(&*work, &rx, joined(older).await).await;
     }
+}
+
+/// A spawned group's failure, if the database was unreachable. A group whose task
+/// panicked has dropped its replies: its callers are told the writer crashed, and the
+/// writer goes on.
+async fn joined(group: JoinHandle<Option<Arc<StoreError>>>) -> Option<Arc<StoreError>> {
+    group.await.ok().flatten()
 }
 
 /// Everything queued at this moment, up to `max_weight` (at least one job); None once the
@@ -211,18 +215,16 @@ async fn take_group<W: Work>(
     Some(group)
 }
 
-/// Wait for a group's commit. What queued behind a group that waited out the acquire
+/// After a group's commit: what queued behind a group that waited out the acquire
 /// timeout has waited most of one already: if the database is down (not merely busy),
 /// answer it now rather than after another, so a request fails within one timeout, not
 /// two. A writer holding the queue is already taking it.
 async fn after_group<W: Work>(
     work: &W,
     rx: &Mutex<mpsc::Receiver<Queued<W>>>,
-    group: JoinHandle<Option<Arc<StoreError>>>,
+    failed: Option<Arc<StoreError>>,
 ) {
-    // A group whose task panicked has dropped its replies: its callers are told the
-    // writer crashed, and the writer goes on.
-    let Ok(Some(e)) = group.await else { return };
+    let Some(e) = failed else { return };
     if work.db().reachable().await {
         return;
     }
@@ -238,11 +240,11 @@ async fn commit_group<W: Work>(
     work: &W,
     group: Vec<Queued<W>>,
     number: usize,
-    written: Written,
+    written: Option<Written>,
 ) -> Option<Arc<StoreError>> {
     let (jobs, replies): (Vec<W::Job>, Vec<_>) =
         group.into_iter().map(|q| (q.job, q.reply)).unzip();
-    match work.commit_telling(&jobs, number, written).await {
+    match work.commit(&jobs, number, written).await {
         Ok(done) => {
             for (reply, d) in replies.into_iter().zip(done) {
                 let _ = reply.send(Ok(d));
@@ -254,7 +256,7 @@ async fn commit_group<W: Work>(
             tracing::warn!(error = %e, jobs = jobs.len(), "group commit failed; committing jobs one by one");
             for (job, reply) in jobs.iter().zip(replies) {
                 let one = work
-                    .commit(std::slice::from_ref(job), number)
+                    .commit(std::slice::from_ref(job), number, None)
                     .await
                     .map(|mut d| d.pop().expect("one answer per job"))
                     .map_err(Arc::new);
@@ -283,17 +285,16 @@ mod tests {
     use crate::store::PoolSettings;
 
     /// Work whose groups each commit when the test lets them (`release`), recording when
-    /// each starts and ends; with `tells`, a group tells `written` as soon as it starts.
-    struct Steps {
+    /// each starts and ends; if it `TELLS`, a group tells `written` as soon as it starts.
+    struct Steps<const TELLS: bool> {
         db: Db,
-        tells: bool,
         events: StdMutex<Vec<String>>,
         gates: StdMutex<HashMap<String, oneshot::Receiver<()>>>,
         releases: StdMutex<HashMap<String, oneshot::Sender<()>>>,
     }
 
-    impl Steps {
-        async fn new(tells: bool, dir: &tempfile::TempDir) -> Arc<Steps> {
+    impl<const TELLS: bool> Steps<TELLS> {
+        async fn new(dir: &tempfile::TempDir) -> Arc<Steps<TELLS>> {
             let url = format!("sqlite://{}/db.sqlite", dir.path().display());
             let db = Db::connect(&url, PoolSettings::default()).await.unwrap();
             // Connected on the real clock (its pool's timeouts would pass at once on a paused
@@ -307,7 +308,6 @@ mod tests {
             }
             Arc::new(Steps {
                 db,
-                tells,
                 events: StdMutex::default(),
                 gates: StdMutex::new(gates),
                 releases: StdMutex::new(releases),
@@ -322,8 +322,19 @@ mod tests {
         fn events(&self) -> Vec<String> {
             self.events.lock().unwrap().clone()
         }
+    }
 
-        async fn run(&self, jobs: &[String], written: Option<Written>) -> Vec<String> {
+    impl<const TELLS: bool> Work for Steps<TELLS> {
+        type Job = String;
+        type Done = String;
+        const TELLS: bool = TELLS;
+
+        async fn commit(
+            &self,
+            jobs: &[String],
+            _writer: usize,
+            written: Option<Written>,
+        ) -> StoreResult<Vec<String>> {
             let job = jobs.join("+");
             self.events.lock().unwrap().push(format!("start {job}"));
             if let Some(w) = written {
@@ -332,25 +343,7 @@ mod tests {
             let gate = self.gates.lock().unwrap().remove(&jobs[0]).unwrap();
             gate.await.unwrap();
             self.events.lock().unwrap().push(format!("end {job}"));
-            jobs.to_vec()
-        }
-    }
-
-    impl Work for Steps {
-        type Job = String;
-        type Done = String;
-
-        async fn commit(&self, jobs: &[String], _writer: usize) -> StoreResult<Vec<String>> {
-            Ok(self.run(jobs, None).await)
-        }
-
-        async fn commit_telling(
-            &self,
-            jobs: &[String],
-            _writer: usize,
-            written: Written,
-        ) -> StoreResult<Vec<String>> {
-            Ok(self.run(jobs, self.tells.then_some(written)).await)
+            Ok(jobs.to_vec())
         }
 
         fn db(&self) -> &Db {
@@ -375,10 +368,10 @@ mod tests {
     }
 
     /// Submit `jobs` one after another, each once the one before has started.
-    async fn submit_in_turn(
-        queue: &GroupCommit<Steps>,
+    async fn submit_in_turn<const TELLS: bool>(
+        queue: &GroupCommit<Steps<TELLS>>,
         jobs: &[&str],
-    ) -> Vec<JoinHandle<Reply<Steps>>> {
+    ) -> Vec<JoinHandle<Reply<Steps<TELLS>>>> {
         let mut answers = Vec::new();
         for job in jobs {
             let q = queue.clone();
@@ -392,7 +385,7 @@ mod tests {
     #[tokio::test]
     async fn a_group_that_tells_lets_the_next_begin_while_it_commits_and_no_more() {
         let dir = tempfile::tempdir().unwrap();
-        let steps = Steps::new(true, &dir).await;
+        let steps = Steps::<true>::new(&dir).await;
         let (queue, writers) = GroupCommit::start_shared(Arc::clone(&steps), shape());
         let answers = submit_in_turn(&queue, &["a", "b", "c"]).await;
         // b began while a commits; c waits for a, so that a writer holds two transactions
@@ -416,7 +409,7 @@ mod tests {
     #[tokio::test]
     async fn a_group_that_does_not_tell_is_committed_before_the_next_begins() {
         let dir = tempfile::tempdir().unwrap();
-        let steps = Steps::new(false, &dir).await;
+        let steps = Steps::<false>::new(&dir).await;
         let (queue, writers) = GroupCommit::start_shared(Arc::clone(&steps), shape());
         let answers = submit_in_turn(&queue, &["a", "b"]).await;
         assert_eq!(steps.events(), ["start a"]);

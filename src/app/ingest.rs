@@ -19,7 +19,7 @@ use super::notifier::Watch;
 use super::standing::standings;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::store::{Db, StoreResult};
+use crate::store::{Db, StoreResult, Written};
 
 /// What a heartbeat answer tells a running session about its org, read after the commit:
 /// the org's room, and the room of each member the org limits (docs/limits.md).
@@ -264,7 +264,12 @@ impl Work for Ingest {
         job.first().map(|h| h.org_id.to_string())
     }
 
-    async fn commit(&self, jobs: &[Vec<Heartbeat>], writer: usize) -> StoreResult<Vec<Answer>> {
+    async fn commit(
+        &self,
+        jobs: &[Vec<Heartbeat>],
+        writer: usize,
+        _written: Option<Written>,
+    ) -> StoreResult<Vec<Answer>> {
         let started = std::time::Instant::now();
         let now = self.clock.now();
         let results = self
