@@ -51,8 +51,11 @@ impl Work for Gate {
         (job.org_id.clone(), job.key_id.clone())
     }
 
-    /// Told before each group's COMMIT (on PostgreSQL; `GateStore::admit_telling`).
-    const TELLS: bool = true;
+    /// Told before each group's COMMIT (`GateStore::admit_telling`), where the database
+    /// overlaps commits.
+    fn tells(&self) -> bool {
+        self.db.overlaps_commits()
+    }
 
     async fn commit(
         &self,

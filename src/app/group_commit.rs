@@ -30,11 +30,14 @@ pub trait Work: Send + Sync + 'static {
 
     /// Whether `commit` tells its `written` once only the group's COMMIT is left (its locks
     /// held, its writes made), so that the writer takes its next group while this one
-    /// commits (`writer`). Work that does not tell is committed one group after the other.
-    const TELLS: bool = false;
+    /// commits (`writer`). Work that does not tell is committed one group after the other,
+    /// inline, and is given no `written`.
+    fn tells(&self) -> bool {
+        false
+    }
 
     /// Commit a group in one transaction; one answer per job, in order. `writer` numbers
-    /// the writer, from 1. `written`, when given, is told (or dropped) as `TELLS` says.
+    /// the writer, from 1. `written`, given when the work `tells`, is told (or dropped).
     fn commit(
         &self,
         jobs: &[Self::Job],
@@ -141,7 +144,7 @@ impl<W: Work> GroupCommit<W> {
 
 /// One writer: take a group, commit it, answer it, again. While a group commits (an
 /// fsync, no work of the writer's), the next one may begin: once a group has told that only
-/// its COMMIT is left (`Work::TELLS`), the writer takes what queued meanwhile and
+/// its COMMIT is left (`Work::tells`), the writer takes what queued meanwhile and
 /// starts it, and waits for the committing group only before the one after. At most two
 /// transactions of a writer are open at once, the older one committing; the newer one's
 /// locks wait on the older one's, so it sees what the older one wrote. A group does not
@@ -160,7 +163,7 @@ async fn writer<W: Work>(
         let Some(group) = take_group(&rx, max_weight).await else {
             break;
         };
-        if !W::TELLS {
+        if !work.tells() {
             let failed = commit_group(&*work, group, number, None).await;
             after_group(&*work, &rx, failed).await;
             continue;
@@ -285,7 +288,7 @@ mod tests {
     use crate::store::PoolSettings;
 
     /// Work whose groups each commit when the test lets them (`release`), recording when
-    /// each starts and ends; if it `TELLS`, a group tells `written` as soon as it starts.
+    /// each starts and ends; if it `tells`, a group tells `written` as soon as it starts.
     struct Steps<const TELLS: bool> {
         db: Db,
         events: StdMutex<Vec<String>>,
@@ -327,7 +330,10 @@ mod tests {
     impl<const TELLS: bool> Work for Steps<TELLS> {
         type Job = String;
         type Done = String;
-        const TELLS: bool = TELLS;
+
+        fn tells(&self) -> bool {
+            TELLS
+        }
 
         async fn commit(
             &self,

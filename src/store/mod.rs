@@ -176,4 +176,12 @@ impl Db {
             Backend::Sqlite => 1,
         }
     }
+
+    /// Whether a writer may begin its next group while one commits
+    /// (`GateStore::admit_telling`). Not on SQLite: with one write connection, a group
+    /// begun beside a committing one would only wait for it in the pool, its acquire
+    /// timeout running.
+    pub fn overlaps_commits(&self) -> bool {
+        self.backend() == Backend::Postgres
+    }
 }

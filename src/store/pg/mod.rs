@@ -26,8 +26,6 @@ pub type DB = sqlx::Postgres;
 type Row = sqlx::postgres::PgRow;
 /// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
 const BEGIN_WRITE: &str = "BEGIN";
-/// A gate writer may begin its next group while one commits (`GateStore::admit_telling`).
-const OVERLAPS_COMMITS: bool = true;
 const FOR_UPDATE: &str = " FOR UPDATE";
 const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
 const LEAST: &str = "LEAST";

@@ -23,10 +23,6 @@ pub type DB = sqlx::Sqlite;
 type Row = sqlx::sqlite::SqliteRow;
 /// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
 const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
-/// A gate writer commits one group after the other: with one write connection, a group
-/// begun beside a committing one would only wait for it in the pool, its acquire timeout
-/// running.
-const OVERLAPS_COMMITS: bool = false;
 /// The single writer connection and BEGIN IMMEDIATE already serialise writers.
 const FOR_UPDATE: &str = "";
 const SKIP_LOCKED: &str = "";
