@@ -498,7 +498,60 @@ async fn bad_limits_are_refused_and_change_nothing(srv: TestServer) {
     assert_eq!(limits(&srv).await[0]["monthly_hours"], "40");
 }
 
+/// Rename the limits' table away: every read of a limited org's room fails from now on,
+/// while bookings (which read no limit) go on.
+async fn break_the_limits_table(srv: &TestServer) {
+    let sql = "ALTER TABLE member_limits RENAME TO member_limits_gone";
+    match srv.db.pools() {
+        rush_meter::store::Pools::Postgres(pool) => {
+            sqlx::query(sql).execute(pool).await.unwrap();
+        }
+        rush_meter::store::Pools::Sqlite { write, .. } => {
+            sqlx::query(sql).execute(write).await.unwrap();
+        }
+    }
+}
+
+/// Heartbeats committed before their answers' read of the org's room fails are answered,
+/// once: 200, not duplicates, their time booked, the answer from the room last read. (A
+/// failed group's jobs are committed again one by one: they would be told `duplicate` for
+/// what their own group booked, or be refused what was kept.)
+async fn heartbeats_committed_are_answered_when_the_room_cannot_be_read(backend: Backend) {
+    let Some((_plans, srv)) = acme_at_t0(backend).await else {
+        return;
+    };
+    put_limit(&srv, "project/web", json!({"weekly_hours": "1"})).await;
+    for s in ["s1", "s2"] {
+        assert_eq!(admit_as(&srv, s, "web", "u1").await["decision"], "allow");
+    }
+    let beats = |seq: i64, at: rush_meter_core::time::Secs| {
+        vec![
+            hb("acme", "s1", seq, "running", at),
+            hb("acme", "s2", seq, "running", at),
+        ]
+    };
+    let (status, first) = srv.heartbeats(beats(1, T0)).await;
+    assert_eq!(status, 200, "{first}");
+    break_the_limits_table(&srv).await;
+    // Past the answers' reuse (2 s of meter time): the group reads the room again, and fails.
+    srv.clock.set(T0 + 15);
+    let (status, v) = srv.heartbeats(beats(2, T0 + 15)).await;
+    assert_eq!(status, 200, "{v}");
+    for (i, s) in ["s1", "s2"].iter().enumerate() {
+        let r = &v["results"][i];
+        assert_eq!(
+            (&r["accepted"], &r["duplicate"]),
+            (&json!(true), &json!(false)),
+            "{v}"
+        );
+        assert_eq!(r["action"], first["results"][i]["action"], "{v}");
+        let session = srv.db.get_session(s).await.unwrap().unwrap();
+        assert_eq!(session.ledger.billed_seconds, 15, "{s}");
+    }
+}
+
 every_backend!(
+    heartbeats_committed_are_answered_when_the_room_cannot_be_read,
     a_member_past_its_limit_is_refused_and_parked_within_the_bound,
     user_and_key_limits_apply_across_projects,
     running_sessions_count_for_each_of_their_members,

@@ -7,8 +7,10 @@
 
 use std::future::Future;
 use std::hash::{Hash, Hasher};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
@@ -164,7 +166,13 @@ async fn writer<W: Work>(
             break;
         };
         if !work.tells() {
-            let failed = commit_group(&*work, group, number, None).await;
+            // Inline, but as a spawned group: one that panics has dropped its replies (its
+            // callers are told the writer crashed), and the writer goes on; a writer that
+            // died would leave its queue's callers only 503s until a restart.
+            let failed = AssertUnwindSafe(commit_group(&*work, group, number, None))
+                .catch_unwind()
+                .await
+                .unwrap_or(None);
             after_group(&*work, &rx, failed).await;
             continue;
         }
@@ -386,6 +394,66 @@ mod tests {
             settle().await;
         }
         answers
+    }
+
+    /// Work that panics on the job "boom" and answers any other.
+    struct Panics<const TELLS: bool> {
+        db: Db,
+    }
+
+    impl<const TELLS: bool> Work for Panics<TELLS> {
+        type Job = String;
+        type Done = String;
+
+        fn tells(&self) -> bool {
+            TELLS
+        }
+
+        async fn commit(
+            &self,
+            jobs: &[String],
+            _writer: usize,
+            _written: Option<Written>,
+        ) -> StoreResult<Vec<String>> {
+            assert!(!jobs.iter().any(|j| j == "boom"), "a bug in a group's work");
+            Ok(jobs.to_vec())
+        }
+
+        fn db(&self) -> &Db {
+            &self.db
+        }
+    }
+
+    /// A group whose work panics fails its callers, and its writer goes on with the next.
+    async fn a_panicking_group_leaves_its_writer_running<const TELLS: bool>() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/db.sqlite", dir.path().display());
+        let db = Db::connect(&url, PoolSettings::default()).await.unwrap();
+        let work = Arc::new(Panics::<TELLS> { db });
+        let (queue, writers) = GroupCommit::start_shared(work, shape());
+        let crashed = queue.submit("boom".to_owned()).await.unwrap_err();
+        assert!(
+            matches!(
+                &*crashed,
+                StoreError::Unavailable(sqlx::Error::WorkerCrashed)
+            ),
+            "{crashed:?}"
+        );
+        assert_eq!(queue.submit("next".to_owned()).await.unwrap(), "next");
+        drop(queue);
+        for w in writers {
+            w.await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_group_committed_inline_leaves_its_writer_running() {
+        a_panicking_group_leaves_its_writer_running::<false>().await;
+    }
+
+    #[tokio::test]
+    async fn a_panicking_group_committed_in_its_own_task_leaves_its_writer_running() {
+        a_panicking_group_leaves_its_writer_running::<true>().await;
     }
 
     #[tokio::test]

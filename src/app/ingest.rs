@@ -189,7 +189,7 @@ impl Ingest {
         let mut advice = HashMap::with_capacity(ids.len());
         let mut missing = Vec::new();
         {
-            let cache = self.advice.lock().expect("advice cache lock");
+            let cache = self.advice_cache();
             for id in ids {
                 match cache.get(id) {
                     Some((a, until)) if *until > now => {
@@ -204,7 +204,7 @@ impl Ingest {
         }
         let fresh = standings(&self.db, &self.plans, &missing, now, &self.rules).await?;
         let mut rooms = self.member_rooms(&fresh, now).await?;
-        let mut cache = self.advice.lock().expect("advice cache lock");
+        let mut cache = self.advice_cache();
         if cache.len() > 100_000 {
             cache.retain(|_, (_, until)| *until > now);
         }
@@ -226,6 +226,30 @@ impl Ingest {
             advice.insert(s.org.org_id, a);
         }
         Ok(advice)
+    }
+
+    /// The advice cache, even after a group panicked holding it (its writer goes on,
+    /// `group_commit::writer`): a map left whole by any panic, at worst an entry short.
+    fn advice_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Arc<OrgAdvice>, Secs)>> {
+        self.advice
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The advice last read for each org of a group, however old: what a committed group
+    /// is answered with when its fresh read fails. An org never read gets `OrgAdvice::NONE`
+    /// (park), erring on the side of its spend cap; the next heartbeat reads it again.
+    fn last_advice(&self, results: &[RequestOutcome]) -> HashMap<String, Arc<OrgAdvice>> {
+        let cache = self.advice_cache();
+        results
+            .iter()
+            .flatten()
+            .flatten()
+            .filter_map(|o| {
+                let (advice, _) = cache.get(o.org_id.as_str())?;
+                Some((o.org_id.clone(), Arc::clone(advice)))
+            })
+            .collect()
     }
 
     /// The room of the members each org limits (orgs that limit none are absent, and cost
@@ -278,7 +302,17 @@ impl Work for Ingest {
             .await?;
         self.metrics
             .observe_ingest_group(&results, started.elapsed());
-        let advice = Arc::new(self.advise(&results).await?);
+        // The heartbeats are committed: from here the group is answered, never failed (a
+        // failed group's jobs are run again one by one, and their callers would be told
+        // `duplicate` for what their own group booked).
+        let advice = match self.advise(&results).await {
+            Ok(advice) => advice,
+            Err(e) => {
+                tracing::warn!(error = %e, "org advice unread after a heartbeat commit; answering from the last advice read");
+                self.last_advice(&results)
+            }
+        };
+        let advice = Arc::new(advice);
         Ok(results
             .into_iter()
             .map(|r| (r, Arc::clone(&advice)))
