@@ -721,3 +721,80 @@ every_backend!(
     a_grant_funds_only_from_its_start_to_its_expiry_and_voiding_lapses_it,
     bad_input_is_refused_in_the_error_format_and_changes_nothing
 );
+
+/// A booking that waits for another's lock of its org reads the org's funding after the
+/// wait: what the other committed (here, funds of the month and week windows) is added to,
+/// never written over (a read in the statement that waited would see the funding from
+/// before it). PostgreSQL only: on SQLite a writer holds the database's write lock
+/// throughout its transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_booking_waiting_for_its_orgs_lock_reads_the_funding_committed_meanwhile() {
+    let dir = plans_dir();
+    let Some(srv) = start_with_plans(Backend::Postgres, dir.path()).await else {
+        return;
+    };
+    setup(&srv).await;
+    srv.clock.set(T0);
+    assert_eq!(admit(&srv, "s1").await["decision"], "allow");
+    for (seq, at) in [(1, T0), (2, T0 + 15)] {
+        srv.clock.set(at);
+        let (status, v) = srv
+            .heartbeats(vec![hb("acme", "s1", seq, "running", at)])
+            .await;
+        assert_eq!(status, 200, "{v}");
+    }
+    let rush_meter::store::Pools::Postgres(pool) = srv.db.pools() else {
+        unreachable!("a PostgreSQL server")
+    };
+    let month_plan_seconds = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT plan_seconds FROM funding_windows WHERE org_id = 'acme' AND kind = 'month'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(month_plan_seconds().await, 15);
+    // Another booking of acme, in the middle of its transaction: the org locked, and 100
+    // more seconds funded by the plan (of its 180 a week).
+    let mut other = pool.begin().await.unwrap();
+    sqlx::query("SELECT org_id FROM orgs WHERE org_id = $1 FOR NO KEY UPDATE")
+        .bind("acme")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE funding_windows SET plan_seconds = plan_seconds + 100 WHERE org_id = $1")
+        .bind("acme")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let commit_once_waited_for = async {
+        eventually(
+            30,
+            "the heartbeats' booking waits for the org's lock",
+            || async {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_one(pool)
+                .await
+                .unwrap();
+                waiting > 0
+            },
+        )
+        .await;
+        other.commit().await.unwrap();
+    };
+    srv.clock.set(T0 + 30);
+    let ((status, v), ()) = tokio::join!(
+        srv.heartbeats(vec![hb("acme", "s1", 3, "running", T0 + 30)]),
+        commit_once_waited_for
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        month_plan_seconds().await,
+        15 + 100 + 15,
+        "the waiting booking added its 15 s to what the other committed"
+    );
+}

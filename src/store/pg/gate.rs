@@ -157,7 +157,7 @@ impl Pg {
                FROM k WHERE k.org_id = f.org_id) AS locked_keys \
              FROM ({}) AS f",
             lock_keys_by_key_sql(1, 3),
-            funding_select("")
+            funding_select()
         );
         let rows = sqlx::query(&sql)
             .bind(org_list(orgs))

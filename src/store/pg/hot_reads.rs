@@ -10,7 +10,7 @@ pub const NO_EDGE: (Secs, Secs) = super::NO_EDGE;
 pub const RUNNING_SESSIONS: &str = super::RUNNING_SESSIONS;
 /// The usage page's read of orgs `$1` with their funding at `$2` and parked sessions.
 pub fn funding_counting_parked() -> String {
-    super::funding_select_with("", super::PARKED_SESSIONS)
+    super::funding_select_with(super::PARKED_SESSIONS)
 }
 
 /// The heartbeat group's lock of its sessions: orgs `$1`, session ids `$2`.

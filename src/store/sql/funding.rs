@@ -1,7 +1,8 @@
 // Funding (`core::funding`), written once for both dialects: each org's row read with its
-// funding state (the windows it funds in, its open grants) in one statement, locked by a
-// booking until it commits, so that what the booking attributes is exact on any number of
-// instances; and the reads the gate, heartbeat answers and the usage page make of it.
+// funding state (the windows it funds in, its open grants) in one statement, after a
+// booking has locked the rows until it commits, so that what the booking attributes is
+// exact on any number of instances; and the reads the gate, heartbeat answers and the
+// usage page make of it.
 
 const FUNDING_WINDOW_COLUMNS: &str = "org_id, kind, window_start, window_end, plan_seconds, \
      grant_seconds, overage_seconds, grace_seconds, charge_units";
@@ -101,9 +102,10 @@ impl<'r> sqlx::FromRow<'r, Row> for FundingRow {
 }
 
 /// Orgs of `$1` (one shard's) with the windows they fund in that end after `$2` and their
-/// grants open at `$2`; `lock` is appended (a booking's row lock, or nothing for readers).
-fn funding_select(lock: &str) -> String {
-    funding_select_with(lock, "")
+/// grants open at `$2`. Never with a lock in the same statement: a booking locks the rows
+/// first (`lock_orgs`), so that its read sees the bookings it waited for.
+fn funding_select() -> String {
+    funding_select_with("")
 }
 
 /// An org's parked sessions, counted from the index led by (org_id, phase) without reading their
@@ -113,7 +115,7 @@ const PARKED_SESSIONS: &str = ", (SELECT COUNT(*) FROM sessions s \
      WHERE s.org_id = o.org_id AND s.phase = 'parked') AS parked_sessions";
 
 /// `funding_select` with `more` columns of the org (each led by a comma).
-fn funding_select_with(lock: &str, more: &str) -> String {
+fn funding_select_with(more: &str) -> String {
     format!(
         "SELECT o.*, \
            (SELECT COALESCE(CAST({JSON_AGG}({JSON_ARRAY}(w.kind, w.window_start, w.window_end, \
@@ -128,7 +130,7 @@ fn funding_select_with(lock: &str, more: &str) -> String {
            {GREATEST}(COALESCE((SELECT MAX(p.period_end) FROM periods p), 0), \
              COALESCE((SELECT MAX(c.window_end) FROM overage_charges c WHERE c.org_id = o.org_id), 0)) \
              AS funding_floor{more} \
-         FROM orgs o WHERE o.{} ORDER BY o.org_id{BYTE_ORDER}{lock}",
+         FROM orgs o WHERE o.{} ORDER BY o.org_id{BYTE_ORDER}",
         org_in(1)
     )
 }
@@ -137,9 +139,8 @@ async fn select_funding<'e, E: sqlx::Executor<'e, Database = DB>>(
     ex: E,
     orgs: &[&str],
     since: Secs,
-    lock: &str,
 ) -> StoreResult<Vec<FundingRow>> {
-    Ok(sqlx::query_as::<_, FundingRow>(&funding_select(lock))
+    Ok(sqlx::query_as::<_, FundingRow>(&funding_select())
         .bind(org_list(orgs))
         .bind(since)
         .fetch_all(ex)
@@ -165,7 +166,11 @@ impl Backend {
         let mut rows = Vec::with_capacity(orgs.len());
         for shard in self.by_shard(tx, orgs.iter().map(String::as_str)).await?.values() {
             for chunk in shard.chunks(CHUNK) {
-                rows.extend(select_funding(&mut **tx, chunk, since, LOCK_ORGS).await?);
+                // Locked, then read: a statement reads from the snapshot it began with, so
+                // one that waited for the lock would miss what the booking holding it
+                // committed (its grants used, its windows' funds) and write over it.
+                lock_orgs(tx, chunk).await?;
+                rows.extend(select_funding(&mut **tx, chunk, since).await?);
             }
         }
         if let Some(missing) = orgs.iter().find(|o| !rows.iter().any(|r| &r.org.org_id == *o)) {
@@ -231,7 +236,7 @@ async fn funding_records(
 ) -> StoreResult<Vec<(Org, funding::Recorded)>> {
     let mut out = Vec::with_capacity(org_ids.len());
     for chunk in org_ids.chunks(CHUNK) {
-        for row in select_funding(pool, chunk, now, "").await? {
+        for row in select_funding(pool, chunk, now).await? {
             out.push((row.org, row.recorded));
         }
     }
@@ -259,6 +264,23 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Grant> {
             used_up_at: row.try_get("used_up_at")?,
         }))
     }
+}
+
+/// Lock the rows of `orgs` (one shard's, sorted) in byte order, as every booking does: the
+/// order every writer takes them in. Nothing to do where the transaction holds the
+/// database's write lock (SQLite's `BEGIN IMMEDIATE`).
+async fn lock_orgs(tx: &mut Tx, orgs: &[&str]) -> StoreResult<()> {
+    if LOCK_ORGS.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(&format!(
+        "SELECT o.org_id FROM orgs o WHERE o.{} ORDER BY o.org_id{BYTE_ORDER}{LOCK_ORGS}",
+        org_in(1)
+    ))
+    .bind(org_list(orgs))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// Lock an org's row as a booking does, so that a change to its funding is ordered with
@@ -289,7 +311,7 @@ impl FundingStore for Backend {
         now: Secs,
     ) -> StoreResult<Option<(Org, funding::Recorded, i64)>> {
         use sqlx::{FromRow, Row as _};
-        let row = sqlx::query(&funding_select_with("", PARKED_SESSIONS))
+        let row = sqlx::query(&funding_select_with(PARKED_SESSIONS))
             .bind(org_list(&[org_id]))
             .bind(now)
             .fetch_optional(self.keyed())

@@ -198,7 +198,7 @@ async fn admit_once(
             }
             let mut funding = Vec::with_capacity(org_ids.len());
             for chunk in org_ids.chunks(CHUNK) {
-                funding.extend(select_funding(&mut *tx, chunk, now, "").await?);
+                funding.extend(select_funding(&mut *tx, chunk, now).await?);
             }
             (locked, funding)
         }
