@@ -71,11 +71,50 @@ pub fn iso_week(now: Secs) -> Interval {
     }
 }
 
-/// The monthly window at `now`: the subscription's current period if `now` is inside it.
+/// The monthly window at `now`: the subscription's current period if `now` is inside it,
+/// the period it renews into once `now` is past its end (`renewal_at`: Stripe's renewal
+/// not heard of yet, a webhook late), and the calendar month without a subscription.
+/// (The calendar month in that gap would be a window of its own, with fresh plan hours
+/// and a spend cap of its own beside the renewed period's.)
 pub fn month_window(now: Secs, billing_period: Option<Interval>) -> Interval {
-    billing_period
-        .filter(|p| p.start <= now && now < p.end)
-        .unwrap_or_else(|| calendar_month(now))
+    match billing_period {
+        Some(p) if p.contains(now) => p,
+        Some(p) if now >= p.end => renewal_at(p, now).unwrap_or_else(|| calendar_month(now)),
+        _ => calendar_month(now),
+    }
+}
+
+/// The period that `period` (of whole months, each end on one anchor day) renews into and
+/// that contains `now`, as Stripe renews a subscription: as many months on, on the anchor
+/// day (the later of the period's days of the month, so that a period ending on a short
+/// month's last day still renews on the 31st), clamped to each month's last day, at the
+/// end's time of day. None for a period of less than a month.
+fn renewal_at(period: Interval, now: Secs) -> Option<Interval> {
+    let (start, end) = (to_datetime(period.start), to_datetime(period.end));
+    let months = (end.year() - start.year()) * 12 + end.month0() as i32 - start.month0() as i32;
+    if months < 1 {
+        return None;
+    }
+    let day = start.day().max(end.day());
+    let months_on = |k: i32| -> Option<Secs> {
+        let total = end.year() * 12 + end.month0() as i32 + k;
+        let (year, month) = (total.div_euclid(12), total.rem_euclid(12) as u32 + 1);
+        let last = (28..=31)
+            .rev()
+            .find(|d| NaiveDate::from_ymd_opt(year, month, *d).is_some())?;
+        let date = NaiveDate::from_ymd_opt(year, month, day.min(last))?;
+        Some(date.and_time(end.time()).and_utc().timestamp())
+    };
+    let mut from = period.end;
+    let mut k = months;
+    loop {
+        let to = months_on(k)?;
+        if now < to {
+            return Interval::new(from, to);
+        }
+        from = to;
+        k += months;
+    }
 }
 
 /// The two windows a decision or a usage page looks at.
@@ -276,14 +315,85 @@ mod tests {
         assert_eq!(w.start, t("2026-11-23T00:00:00Z"));
     }
 
+    fn period(start: &str, end: &str) -> Interval {
+        Interval::new(t(start), t(end)).unwrap()
+    }
+
     #[test]
-    fn billing_period_wins_only_while_current() {
-        let p = Interval::new(t("2026-11-14T09:23:17Z"), t("2026-12-14T09:23:17Z")).unwrap();
+    fn billing_period_wins_while_current_and_renews_past_its_end() {
+        let p = period("2026-11-14T09:23:17Z", "2026-12-14T09:23:17Z");
         assert_eq!(month_window(t("2026-12-01T00:00:00Z"), Some(p)), p);
+        // The renewal not heard of yet: the period Stripe renews into, not the calendar.
         assert_eq!(
             month_window(t("2026-12-20T00:00:00Z"), Some(p)),
-            calendar_month(t("2026-12-20T00:00:00Z"))
+            period("2026-12-14T09:23:17Z", "2027-01-14T09:23:17Z")
         );
+        assert_eq!(
+            month_window(t("2026-12-14T09:23:17Z"), Some(p)).start,
+            p.end
+        );
+        // Two renewals on.
+        assert_eq!(
+            month_window(t("2027-02-01T00:00:00Z"), Some(p)),
+            period("2027-01-14T09:23:17Z", "2027-02-14T09:23:17Z")
+        );
+        // Before the period: the calendar month; without one too.
+        let before = t("2026-11-01T00:00:00Z");
+        assert_eq!(month_window(before, Some(p)), calendar_month(before));
+        assert_eq!(month_window(before, None), calendar_month(before));
+    }
+
+    #[test]
+    fn a_renewal_keeps_the_anchor_day_through_short_months() {
+        // Anchored on the 31st: February's period ends on its last day, March's on the 31st.
+        let p = period("2027-01-31T00:00:00Z", "2027-02-28T00:00:00Z");
+        assert_eq!(
+            month_window(t("2027-03-05T00:00:00Z"), Some(p)),
+            period("2027-02-28T00:00:00Z", "2027-03-31T00:00:00Z")
+        );
+        assert_eq!(
+            month_window(t("2027-04-05T00:00:00Z"), Some(p)),
+            period("2027-03-31T00:00:00Z", "2027-04-30T00:00:00Z")
+        );
+        let p = period("2027-02-28T00:00:00Z", "2027-03-31T00:00:00Z");
+        assert_eq!(
+            month_window(t("2027-04-05T00:00:00Z"), Some(p)),
+            period("2027-03-31T00:00:00Z", "2027-04-30T00:00:00Z")
+        );
+        // A yearly period renews by a year; one shorter than a month is not renewed.
+        let y = period("2025-06-01T00:00:00Z", "2026-06-01T00:00:00Z");
+        assert_eq!(
+            month_window(t("2026-07-01T00:00:00Z"), Some(y)),
+            period("2026-06-01T00:00:00Z", "2027-06-01T00:00:00Z")
+        );
+        let short = period("2026-06-01T00:00:00Z", "2026-06-20T00:00:00Z");
+        let now = t("2026-06-25T00:00:00Z");
+        assert_eq!(month_window(now, Some(short)), calendar_month(now));
+    }
+
+    proptest::proptest! {
+        /// Renewals tile the time after a period: each contains the instant asked, and the
+        /// first starts where the period ended.
+        #[test]
+        fn renewals_contain_now_and_follow_the_period(
+            start in 1_700_000_000i64..1_900_000_000,
+            months in 1i32..13,
+            later in 0i64..200_000_000,
+        ) {
+            let s = to_datetime(start);
+            let total = s.year() * 12 + s.month0() as i32 + months;
+            let (year, month) = (total.div_euclid(12), total.rem_euclid(12) as u32 + 1);
+            let day = (1..=s.day()).rev().find(|d| NaiveDate::from_ymd_opt(year, month, *d).is_some()).unwrap();
+            let end = NaiveDate::from_ymd_opt(year, month, day).unwrap().and_time(s.time()).and_utc().timestamp();
+            let p = Interval::new(start, end).unwrap();
+            let now = end + later;
+            let w = month_window(now, Some(p));
+            proptest::prop_assert!(w.contains(now), "{w:?} {now}");
+            proptest::prop_assert!(w.start >= p.end);
+            let first = month_window(p.end, Some(p));
+            proptest::prop_assert_eq!(first.start, p.end);
+            proptest::prop_assert!(first.end > first.start);
+        }
     }
 
     #[test]
