@@ -247,18 +247,31 @@ pub fn end_session(
     (next, fx)
 }
 
-/// Time passing with no event: a running session silent for two leases becomes `Silent`
-/// (its last interval booked), and one idle for `PARKED_EXPIRY_SECS` (parked, admitted and
-/// never started, or silent) ends as `expired`.
+/// Leases of silence after which a running session becomes `Silent` (`expire`).
 ///
-/// Two leases, not one: a heartbeat may arrive up to a lease after it was sent and keep its
-/// own time, so only after two leases can no heartbeat still land within a lease of the
-/// last one. Running this at any moment therefore changes no total: `apply_heartbeat`
-/// books the same either way. (A session silent past one lease already holds no slot and
-/// counts as gone: that is read from `last_at`, not from this phase.)
+/// Three, not one: a heartbeat may arrive up to a lease after it was sent and keep its own
+/// time, and wait up to a lease more between its arrival and its commit (in a group
+/// commit's queue, behind a slow group), so only after three leases can no heartbeat still
+/// land within a lease of the last one. (With two, one sent a lease late and committed a
+/// second after arriving found its session made silent, and went unbilled.)
+pub const SILENT_AFTER_LEASES: i64 = 3;
+
+/// The last heartbeat before which a running session is silent at `now` (`expire`).
+pub fn silent_before(now: Secs, rules: &Rules) -> Secs {
+    now - SILENT_AFTER_LEASES * rules.lease
+}
+
+/// Time passing with no event: a running session silent for `SILENT_AFTER_LEASES` leases
+/// becomes `Silent` (its last interval booked), and one idle for `PARKED_EXPIRY_SECS`
+/// (parked, admitted and never started, or silent) ends as `expired`.
+///
+/// Running this at any moment changes no total, unless a heartbeat's commit waited more
+/// than a lease: `apply_heartbeat` books the same either way. (A session silent past one
+/// lease already holds no slot and counts as gone: that is read from `last_at`, not from
+/// this phase.)
 pub fn expire(led: &SessionLedger, now: Secs, rules: &Rules) -> Option<(SessionLedger, Effects)> {
     match led.phase {
-        Phase::Running if now - led.last_at > 2 * rules.lease => {
+        Phase::Running if led.last_at < silent_before(now, rules) => {
             let stop = led.last_at + rules.interval;
             let mut next = led.clone();
             let mut fx = Effects {
@@ -412,8 +425,9 @@ mod tests {
     #[test]
     fn expiry_books_one_interval_then_parked_sessions_expire_after_seven_days() {
         let a = run(SessionLedger::admitted(0), &[hb(1, 10, VmState::Running)]);
-        assert!(expire(&a, 100, &R).is_none());
-        let (b, _) = expire(&a, 101, &R).unwrap();
+        let silent = 10 + SILENT_AFTER_LEASES * R.lease;
+        assert!(expire(&a, silent, &R).is_none());
+        let (b, _) = expire(&a, silent + 1, &R).unwrap();
         assert_eq!((b.phase, b.billed_seconds), (Phase::Silent, 15));
 
         let p = run(SessionLedger::admitted(0), &[hb(1, 10, VmState::Parked)]);
@@ -421,6 +435,24 @@ mod tests {
         let (e, _) = expire(&p, 10 + PARKED_EXPIRY_SECS + 500, &R).unwrap();
         assert_eq!(e.end_status, Some(EndStatus::Expired));
         assert_eq!(e.ended_at, Some(10 + PARKED_EXPIRY_SECS));
+    }
+
+    /// A heartbeat sent a lease late (the latest the ingest takes it with its own time)
+    /// whose commit waits a little more is still billed in full: the expiry job running
+    /// meanwhile does not make its session silent first.
+    #[test]
+    fn a_heartbeat_a_lease_late_and_queued_keeps_its_time() {
+        let a = run(SessionLedger::admitted(0), &[hb(1, 100, VmState::Running)]);
+        let sent = 100 + R.lease;
+        let arrived = sent + R.lease;
+        for now in [arrived + 1, arrived + R.lease - 1] {
+            assert!(expire(&a, now, &R).is_none(), "expired at {now}");
+        }
+        let (b, fx) = apply_heartbeat(&a, &hb(2, sent, VmState::Running), &R);
+        assert_eq!(
+            (b.billed_seconds, fx.billed),
+            (45, Interval::new(100, sent))
+        );
     }
 
     #[test]

@@ -200,7 +200,7 @@ impl LedgerStore for Backend {
         plans: &Plans,
         limit: i64,
     ) -> StoreResult<usize> {
-        let silent_since = now - 2 * rules.lease;
+        let silent_since = ledger::silent_before(now, rules);
         let idle_since = now - ledger::PARKED_EXPIRY_SECS;
         let mut tx = begin_write(self.write()).await?;
         // Which orgs have sessions to expire: read first, so the locks name their orgs.
