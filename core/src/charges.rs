@@ -78,6 +78,17 @@ pub fn money(d: Decimal) -> Decimal {
     d.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero)
 }
 
+/// A price an hour as shown (the API, exports): exact, with 2 places, or as many as it has
+/// (a plan's `overage_unit_price` has at most 4): 0.60 and 0.6250, never 0.63 for 0.625.
+pub fn unit_price(d: Decimal) -> String {
+    let d = d.normalize();
+    if d.scale() <= 2 {
+        format!("{d:.2}")
+    } else {
+        d.to_string()
+    }
+}
+
 /// Hours given as a decimal (a plan's included hours), to 4 places.
 pub fn decimal_hours(d: Decimal) -> String {
     format!(
@@ -89,6 +100,17 @@ pub fn decimal_hours(d: Decimal) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn unit_prices_show_every_place_they_have() {
+        let d = |t: &str| t.parse::<Decimal>().unwrap();
+        assert_eq!(unit_price(d("0.6")), "0.60");
+        assert_eq!(unit_price(d("3.6000")), "3.60");
+        assert_eq!(unit_price(d("0.625")), "0.625");
+        assert_eq!(unit_price(d("0.6250")), "0.625");
+        assert_eq!(unit_price(d("0.0001")), "0.0001");
+        assert_eq!(unit_price(d("12")), "12.00");
+    }
 
     pub(crate) fn terms(price: &str, included: &str, unit: &str) -> Terms {
         Terms {

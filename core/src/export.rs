@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::charges::{charge, decimal_hours, money, Terms};
+use crate::charges::{charge, decimal_hours, unit_price, Terms};
 use crate::funding::{amount, GrantKind, Source};
 pub use crate::periods::{due_month, month_name, months_between, parse_month};
 use crate::time::{format_rfc3339, hours, write_rfc3339, Interval, Secs};
@@ -183,7 +183,7 @@ fn org_json<'a>(period: Interval, o: &'a OrgTotals) -> OrgJson<'a> {
         agent_hours: hours(o.agent_seconds),
         included_hours: decimal_hours(o.terms.included_hours),
         overage_hours: hours(c.overage_seconds),
-        unit_price: format!("{:.2}", money(o.terms.unit_price)),
+        unit_price: unit_price(o.terms.unit_price),
         amount: format!("{:.2}", c.amount),
         currency: &o.terms.currency,
         adjustment_seconds: o.adjustment_seconds,

@@ -31,7 +31,8 @@ pub struct OverageView {
     /// The highest cap the plan allows.
     #[schema(example = "200.00")]
     cap_max: String,
-    /// Price of an agent-hour past the plan and grants.
+    /// Price of an agent-hour past the plan and grants, exact: 2 places, or the 3 or 4 the
+    /// plan gives it.
     #[schema(example = "0.60")]
     unit_price: String,
     currency: String,
@@ -70,7 +71,7 @@ impl OverageView {
             enabled: org.overage.enabled,
             monthly_cap: format!("{cap:.2}"),
             cap_max: format!("{:.2}", plan.overage_cap_max),
-            unit_price: format!("{:.2}", plan.overage_unit_price),
+            unit_price: rush_meter_core::charges::unit_price(plan.overage_unit_price),
             currency: plan.currency.clone(),
             month_start: w.month.start,
             month_end: w.month.end,
