@@ -352,7 +352,89 @@ async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backe
     );
 }
 
+/// Run `sql` with `binds` (text) on the server's database, as a writer.
+async fn execute(srv: &TestServer, sql: &str, binds: &[&str]) {
+    match srv.db.pools() {
+        rush_meter::store::Pools::Postgres(pool) => {
+            let q = binds.iter().fold(sqlx::query(sql), |q, b| q.bind(*b));
+            q.execute(pool).await.unwrap();
+        }
+        rush_meter::store::Pools::Sqlite { write, .. } => {
+            let q = binds.iter().fold(sqlx::query(sql), |q, b| q.bind(*b));
+            q.execute(write).await.unwrap();
+        }
+    }
+}
+
+/// A charge Stripe refuses (its customer deleted) holds up no other org's: the billing
+/// job sends the next one and tries the refused one again.
+async fn a_refused_charge_holds_up_no_other(backend: Backend) {
+    let dir = mini_plans();
+    let Some(ls) = LocalStripe::start().await else {
+        return;
+    };
+    let now = real_now();
+    let Some(srv) = start(backend, &dir, stripe_at(&ls.url), now).await else {
+        return;
+    };
+    for org in ["gone", "acme"] {
+        srv.create_org(org, "mini").await;
+    }
+    let customer = ls.customer(Some("acme")).await;
+    execute(
+        &srv,
+        "UPDATE orgs SET stripe_customer_id = $1 WHERE org_id = $2",
+        &["cus_deleted", "gone"],
+    )
+    .await;
+    execute(
+        &srv,
+        "UPDATE orgs SET stripe_customer_id = $1 WHERE org_id = $2",
+        &[&customer, "acme"],
+    )
+    .await;
+    // Two charges recorded and not yet sent, the refused one first.
+    for (org, created) in [("gone", now - 20), ("acme", now - 10)] {
+        let (start, end, created) = (
+            (now - 90_000).to_string(),
+            (now - 3_600).to_string(),
+            created.to_string(),
+        );
+        execute(
+            &srv,
+            "INSERT INTO overage_charges (org_id, window_start, window_end, overage_seconds, \
+               charge_units, amount, currency, state, created_at) \
+             VALUES ($1, CAST($2 AS BIGINT), CAST($3 AS BIGINT), 100, 1000000, '0.10', 'usd', \
+               'pending', CAST($4 AS BIGINT))",
+            &[org, &start, &end, &created],
+        )
+        .await;
+    }
+    let state = |org: &'static str| {
+        let srv = &srv;
+        async move { srv.db.overage_charges(org).await.unwrap()[0].state.clone() }
+    };
+    eventually(60, "acme's charge is sent past the refused one", || async {
+        state("acme").await == "charged"
+    })
+    .await;
+    assert_eq!(
+        state("gone").await,
+        "pending",
+        "tried again on the next run"
+    );
+    let (_, items) = ls
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/invoiceitems?customer={customer}"),
+            &[],
+        )
+        .await;
+    assert_eq!(items["data"].as_array().map(Vec::len), Some(1), "{items}");
+}
+
 every_backend!(
     a_top_up_is_bought_in_checkout_and_granted_once_when_paid,
     pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent,
+    a_refused_charge_holds_up_no_other,
 );

@@ -151,6 +151,10 @@ pub async fn topup_paid(b: &Billing, object: &serde_json::Value) -> BillingResul
 /// and record the charge, then send each charge recorded and not yet sent. With `invoice`
 /// (a draft of `org_id`'s subscription), that org's charges go on it. Returns how many
 /// were sent.
+///
+/// A charge Stripe refuses (a customer deleted, say) holds up no other: the rest are sent,
+/// and it is tried again on the next run. The error is returned after them, except to an
+/// invoice's event, which fails only for its own org's charges.
 pub async fn charge_due(
     b: &Billing,
     before: i64,
@@ -164,14 +168,25 @@ pub async fn charge_due(
         }
     }
     let mut sent = 0;
+    let mut refused = None;
     for row in b.db.pending_overage_charges(100).await? {
         let on = invoice
             .filter(|(org, _)| *org == row.org_id)
             .map(|(_, i)| i);
-        send_charge(b, &row, on).await?;
-        sent += 1;
+        match send_charge(b, &row, on).await {
+            Ok(()) => sent += 1,
+            Err(e) if on.is_some() => return Err(e),
+            Err(e) => {
+                tracing::warn!(org_id = %row.org_id, window_start = row.window_start, error = %e,
+                    "pay-as-you-go charge not sent; the next run tries it again");
+                refused.get_or_insert(e);
+            }
+        }
     }
-    Ok(sent)
+    match refused {
+        Some(e) if invoice.is_none() => Err(e),
+        _ => Ok(sent),
+    }
 }
 
 /// Send one recorded charge: an invoice item keyed by the org and window (recorded before
