@@ -161,6 +161,18 @@ async fn a_member_past_its_limit_is_refused_and_parked_within_the_bound(backend:
         d["limit"]["week_used_seconds"], web["week"]["used_seconds"],
         "{d}"
     );
+    // A resume of a session of web that leaves out its project and user runs as web, and
+    // is refused by web's limit.
+    let resume = json!({"org_id": "acme", "key_id": "k1", "session_id": "s0", "agent": "codex"});
+    let (status, r) = srv
+        .call("POST", "/v1/admissions", Some(ADMIN), Some(&resume))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        (r["decision"].as_str(), r["reason"].as_str()),
+        (Some("deny"), Some("project_ceiling_reached")),
+        "{r}"
+    );
     // A denial consumes nothing (DESIGN.md): no session, no slot of the key.
     assert!(srv.db.get_session("late").await.unwrap().is_none());
     assert_eq!(d["concurrency"]["running"], 0, "{d}");

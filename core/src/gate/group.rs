@@ -57,14 +57,21 @@ pub struct GroupFacts {
     pub member_usage: HashMap<String, MemberUsage>,
 }
 
-/// The org's limits that apply to a run: on its user, its project and its key.
-fn limits_of(limits: &[Limit], req: &AdmissionRequest) -> Vec<Limit> {
+/// The org's limits that apply to a run: on its user, its project and its key. A resume
+/// that leaves out its project or user runs as the session's (`take_slot` keeps them), so
+/// theirs apply.
+fn limits_of(limits: &[Limit], req: &AdmissionRequest, session: Option<&Session>) -> Vec<Limit> {
+    fn kept<'a>(asked: &'a Option<String>, stored: Option<&'a Option<String>>) -> Option<&'a str> {
+        asked
+            .as_deref()
+            .or_else(|| stored.and_then(|s| s.as_deref()))
+    }
     limits
         .iter()
         .filter(|l| {
             let member = match l.kind {
-                LimitKind::User => req.started_by.as_deref(),
-                LimitKind::Project => req.project_id.as_deref(),
+                LimitKind::User => kept(&req.started_by, session.map(|s| &s.started_by)),
+                LimitKind::Project => kept(&req.project_id, session.map(|s| &s.project_id)),
                 LimitKind::Key => Some(req.key_id.as_str()),
             };
             member == Some(l.member_id.as_str())
@@ -145,7 +152,7 @@ pub fn decide_group(
             let applicable = facts
                 .limits
                 .get(&req.org_id)
-                .map(|l| limits_of(l, req))
+                .map(|l| limits_of(l, req, session))
                 .unwrap_or_default();
             let no_usage = MemberUsage::new();
             let usage = facts.member_usage.get(&req.org_id).unwrap_or(&no_usage);

@@ -272,6 +272,34 @@ async fn admit_once(
         // One of its sessions was created after its lock was looked for: start over.
         return Ok(None);
     }
+    // A resume that leaves out its project or user runs as the session's: their limits
+    // are read too (all the group's limits again, in statements of their own).
+    let mut also: Vec<&str> = Vec::new();
+    for r in requests {
+        if let Some(s) = facts.sessions.get(&r.session_id) {
+            if r.project_id.is_none() {
+                also.extend(s.project_id.as_deref());
+            }
+            if r.started_by.is_none() {
+                also.extend(s.started_by.as_deref());
+            }
+        }
+    }
+    also.retain(|m| members.binary_search(m).is_err());
+    let wider: Vec<&str>;
+    let (reads, read_rows) = if also.is_empty() {
+        (reads, read_rows)
+    } else {
+        wider = sorted_unique(members.iter().copied().chain(also));
+        let reads: Vec<GateReads> = by_windows
+            .iter()
+            .flat_map(|(windows, orgs)| {
+                orgs.chunks(CHUNK)
+                    .map(|chunk| GateReads::new(chunk, windows, &wider, now, rules))
+            })
+            .collect();
+        (reads, None)
+    };
     // Counts read before the group's existing sessions were locked are read again: a
     // heartbeat committed meanwhile may have moved one of them in or out of its slot.
     let counted = match counted {
