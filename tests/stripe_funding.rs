@@ -231,13 +231,20 @@ fn real_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
-async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backend: Backend) {
+/// A server on the mini plans at the real time, its Stripe a localstripe (None where
+/// localstripe or PostgreSQL is not here, outside CI).
+async fn on_localstripe(
+    backend: Backend,
+) -> Option<(tempfile::TempDir, LocalStripe, TestServer, i64)> {
     let dir = mini_plans();
-    let Some(ls) = LocalStripe::start().await else {
-        return;
-    };
+    let ls = LocalStripe::start().await?;
     let now = real_now();
-    let Some(srv) = start(backend, &dir, stripe_at(&ls.url), now).await else {
+    let srv = start(backend, &dir, stripe_at(&ls.url), now).await?;
+    Some((dir, ls, srv, now))
+}
+
+async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backend: Backend) {
+    let Some((dir, ls, srv, now)) = on_localstripe(backend).await else {
         return;
     };
     ls.register_webhook(&format!("{}/v1/stripe/webhook", srv.url), SECRET)
@@ -269,16 +276,7 @@ async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backe
 
     // The window ends; two hours on, the billing job charges it: one item of 10 cents.
     srv.clock.set(window.end + 2 * 3600 + 1);
-    let items = || async {
-        let (_, v) = ls
-            .call(
-                reqwest::Method::GET,
-                &format!("/v1/invoiceitems?customer={customer}"),
-                &[],
-            )
-            .await;
-        v["data"].as_array().cloned().unwrap_or_default()
-    };
+    let items = || ls.invoice_items(&customer);
     // The job records "charged" after Stripe answers, so wait on the record, not on
     // Stripe's item (which exists a moment before the record says so).
     eventually(60, "the window's pay-as-you-go is charged", || async {
@@ -369,12 +367,7 @@ async fn execute(srv: &TestServer, sql: &str, binds: &[&str]) {
 /// A charge Stripe refuses (its customer deleted) holds up no other org's: the billing
 /// job sends the next one and tries the refused one again.
 async fn a_refused_charge_holds_up_no_other(backend: Backend) {
-    let dir = mini_plans();
-    let Some(ls) = LocalStripe::start().await else {
-        return;
-    };
-    let now = real_now();
-    let Some(srv) = start(backend, &dir, stripe_at(&ls.url), now).await else {
+    let Some((_dir, ls, srv, now)) = on_localstripe(backend).await else {
         return;
     };
     for org in ["gone", "acme"] {
@@ -423,14 +416,8 @@ async fn a_refused_charge_holds_up_no_other(backend: Backend) {
         "pending",
         "tried again on the next run"
     );
-    let (_, items) = ls
-        .call(
-            reqwest::Method::GET,
-            &format!("/v1/invoiceitems?customer={customer}"),
-            &[],
-        )
-        .await;
-    assert_eq!(items["data"].as_array().map(Vec::len), Some(1), "{items}");
+    let items = ls.invoice_items(&customer).await;
+    assert_eq!(items.len(), 1, "{items:?}");
 }
 
 every_backend!(

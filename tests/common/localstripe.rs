@@ -165,6 +165,13 @@ impl LocalStripe {
             .to_owned()
     }
 
+    /// The invoice items Stripe holds for `customer`.
+    pub async fn invoice_items(&self, customer: &str) -> Vec<serde_json::Value> {
+        let path = format!("/v1/invoiceitems?customer={customer}");
+        let (_, v) = self.call(reqwest::Method::GET, &path, &[]).await;
+        v["data"].as_array().cloned().unwrap_or_default()
+    }
+
     pub async fn cancel(&self, subscription: &str) {
         let (status, v) = self
             .call(

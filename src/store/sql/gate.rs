@@ -153,6 +153,23 @@ const DECISION_COLUMNS: &str = "org_id, decision_id, decided_at, session_id, key
      funded_by, plan_room, grant_room, overage_room, limit_kind, limit_member, limit_month_used, \
      limit_month, limit_week_used, limit_week";
 
+/// The reads of a group's orgs, grouped by their windows (`standing::by_windows`), a chunk
+/// at a time, for the limits of `members`.
+fn gate_reads<'a>(
+    by_windows: &'a BTreeMap<Windows, Vec<&'a Org>>,
+    members: &'a [&'a str],
+    now: Secs,
+    rules: &'a Rules,
+) -> Vec<GateReads<'a>> {
+    by_windows
+        .iter()
+        .flat_map(|(windows, orgs)| {
+            orgs.chunks(CHUNK)
+                .map(|chunk| GateReads::new(chunk, windows, members, now, rules))
+        })
+        .collect()
+}
+
 /// One try of an admission group, in one transaction that holds the row lock of every key
 /// the group names (PostgreSQL, taken in byte order) or the database's write lock
 /// (SQLite), so that no number of callers on any number of instances gets past a key's
@@ -233,13 +250,7 @@ async fn admit_once(
             .map(String::as_str)
     }));
     let by_windows = rush_meter_core::standing::by_windows(facts.orgs.values(), now);
-    let reads: Vec<GateReads> = by_windows
-        .iter()
-        .flat_map(|(windows, orgs)| {
-            orgs.chunks(CHUNK)
-                .map(|chunk| GateReads::new(chunk, windows, &members, now, rules))
-        })
-        .collect();
+    let reads = gate_reads(&by_windows, &members, now, rules);
     // The slot counts, and the first reads of window sums and limits, may come with the
     // claim (two round trips fewer on one PostgreSQL): the counts are read after the keys
     // are locked, which is all a group of new sessions needs, and the sums need no lock.
@@ -291,14 +302,7 @@ async fn admit_once(
         (reads, read_rows)
     } else {
         wider = sorted_unique(members.iter().copied().chain(also));
-        let reads: Vec<GateReads> = by_windows
-            .iter()
-            .flat_map(|(windows, orgs)| {
-                orgs.chunks(CHUNK)
-                    .map(|chunk| GateReads::new(chunk, windows, &wider, now, rules))
-            })
-            .collect();
-        (reads, None)
+        (gate_reads(&by_windows, &wider, now, rules), None)
     };
     // Counts read before the group's existing sessions were locked are read again: a
     // heartbeat committed meanwhile may have moved one of them in or out of its slot.
