@@ -57,22 +57,46 @@ pub struct GroupFacts {
     pub member_usage: HashMap<String, MemberUsage>,
 }
 
-/// The org's limits that apply to a run: on its user, its project and its key. A resume
-/// that leaves out its project or user runs as the session's (`take_slot` keeps them), so
-/// theirs apply.
-fn limits_of(limits: &[Limit], req: &AdmissionRequest, session: Option<&Session>) -> Vec<Limit> {
-    fn kept<'a>(asked: &'a Option<String>, stored: Option<&'a Option<String>>) -> Option<&'a str> {
-        asked
-            .as_deref()
-            .or_else(|| stored.and_then(|s| s.as_deref()))
+/// The members a run runs as: its key, and its project and user as asked or, for a resume
+/// that leaves them out, as its session has them (`take_slot` keeps them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunMembers<'a> {
+    pub key: &'a str,
+    pub project: Option<&'a str>,
+    pub user: Option<&'a str>,
+}
+
+impl<'a> RunMembers<'a> {
+    pub fn of(req: &'a AdmissionRequest, session: Option<&'a Session>) -> RunMembers<'a> {
+        let kept = |asked: &'a Option<String>, stored: fn(&Session) -> &Option<String>| {
+            asked
+                .as_deref()
+                .or_else(|| session.and_then(|s| stored(s).as_deref()))
+        };
+        RunMembers {
+            key: &req.key_id,
+            project: kept(&req.project_id, |s| &s.project_id),
+            user: kept(&req.started_by, |s| &s.started_by),
+        }
     }
+
+    /// Every member named: the key, then the project and the user where there are any.
+    pub fn all(self) -> impl Iterator<Item = &'a str> {
+        [Some(self.key), self.project, self.user]
+            .into_iter()
+            .flatten()
+    }
+}
+
+/// The org's limits that apply to a run: on its user, its project and its key.
+fn limits_of(limits: &[Limit], run: RunMembers) -> Vec<Limit> {
     limits
         .iter()
         .filter(|l| {
             let member = match l.kind {
-                LimitKind::User => kept(&req.started_by, session.map(|s| &s.started_by)),
-                LimitKind::Project => kept(&req.project_id, session.map(|s| &s.project_id)),
-                LimitKind::Key => Some(req.key_id.as_str()),
+                LimitKind::User => run.user,
+                LimitKind::Project => run.project,
+                LimitKind::Key => Some(run.key),
             };
             member == Some(l.member_id.as_str())
         })
@@ -152,7 +176,7 @@ pub fn decide_group(
             let applicable = facts
                 .limits
                 .get(&req.org_id)
-                .map(|l| limits_of(l, req, session))
+                .map(|l| limits_of(l, RunMembers::of(req, session)))
                 .unwrap_or_default();
             let no_usage = MemberUsage::new();
             let usage = facts.member_usage.get(&req.org_id).unwrap_or(&no_usage);

@@ -11,7 +11,7 @@ use crate::plans::{Plan, Plans};
 use crate::standing::WindowUsage;
 use crate::time::Secs;
 
-pub use group::{decide_group, holds_slot, GroupFacts, GroupOutcome};
+pub use group::{decide_group, holds_slot, GroupFacts, GroupOutcome, RunMembers};
 
 named! {
     /// The coding agent a session runs.

@@ -16,7 +16,9 @@ use rush_meter_core::export::{PeriodFunding, SessionLine};
 use rush_meter_core::funding::{
     self, Funds, Grant, GrantKind, Overage, Source, WindowFunds, WindowKind,
 };
-use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision, GroupFacts, LimitFigures};
+use rush_meter_core::gate::{
+    AdmissionRequest, AdmitReject, Decision, GroupFacts, LimitFigures, RunMembers,
+};
 use rush_meter_core::heartbeats::{self, Heartbeat, RequestOutcome};
 use rush_meter_core::ledger::{self, EndStatus, Phase, Rules, SessionLedger, VmState};
 use rush_meter_core::members::{Dimension, Limit, LimitKind, MemberUsage};

@@ -243,12 +243,7 @@ async fn admit_once(
     let since = now - rules.lease;
     // Only the members the group names: an org may limit many more than one group touches,
     // and an admission never changes a member's use (only bookings do).
-    let members = sorted_unique(requests.iter().flat_map(|r| {
-        [Some(&r.key_id), r.project_id.as_ref(), r.started_by.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-    }));
+    let members = sorted_unique(requests.iter().flat_map(|r| RunMembers::of(r, None).all()));
     let by_windows = rush_meter_core::standing::by_windows(facts.orgs.values(), now);
     let reads = gate_reads(&by_windows, &members, now, rules);
     // The slot counts, and the first reads of window sums and limits, may come with the
@@ -283,20 +278,13 @@ async fn admit_once(
         // One of its sessions was created after its lock was looked for: start over.
         return Ok(None);
     }
-    // A resume that leaves out its project or user runs as the session's: their limits
-    // are read too (all the group's limits again, in statements of their own).
-    let mut also: Vec<&str> = Vec::new();
-    for r in requests {
-        if let Some(s) = facts.sessions.get(&r.session_id) {
-            if r.project_id.is_none() {
-                also.extend(s.project_id.as_deref());
-            }
-            if r.started_by.is_none() {
-                also.extend(s.started_by.as_deref());
-            }
-        }
-    }
-    also.retain(|m| members.binary_search(m).is_err());
+    // A resume that leaves out its project or user runs as the session's (`RunMembers`):
+    // their limits are read too (all the group's limits again, in statements of their own).
+    let also: Vec<&str> = requests
+        .iter()
+        .flat_map(|r| RunMembers::of(r, facts.sessions.get(&r.session_id)).all())
+        .filter(|m| members.binary_search(m).is_err())
+        .collect();
     let wider: Vec<&str>;
     let (reads, read_rows) = if also.is_empty() {
         (reads, read_rows)
