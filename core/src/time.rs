@@ -7,7 +7,7 @@
 //!   a person can be told ("resets Monday 00:00 UTC") and that lines up with the hourly
 //!   rollups; a rolling 7 days would make the reset time a moving target.
 
-use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, Datelike, Duration, Months, NaiveDate, TimeZone, Utc};
 
 /// Unix time in whole seconds (UTC).
 pub type Secs = i64;
@@ -84,37 +84,34 @@ pub fn month_window(now: Secs, billing_period: Option<Interval>) -> Interval {
     }
 }
 
-/// The period that `period` (of whole months, each end on one anchor day) renews into and
-/// that contains `now`, as Stripe renews a subscription: as many months on, on the anchor
-/// day (the later of the period's days of the month, so that a period ending on a short
-/// month's last day still renews on the 31st), clamped to each month's last day, at the
-/// end's time of day. None for a period of less than a month.
+/// The period that `period` (of whole months) renews into and that contains `now`, as
+/// Stripe renews a subscription: as many months on, on the anchor day (the later of the
+/// period's days of the month, so that a period ending on a short month's last day still
+/// renews on the 31st), clamped to a month's last day (chrono's `checked_add_months`).
+/// None for a period of less than a month.
 fn renewal_at(period: Interval, now: Secs) -> Option<Interval> {
     let (start, end) = (to_datetime(period.start), to_datetime(period.end));
     let months = (end.year() - start.year()) * 12 + end.month0() as i32 - start.month0() as i32;
-    if months < 1 {
-        return None;
-    }
-    let day = start.day().max(end.day());
-    let months_on = |k: i32| -> Option<Secs> {
-        let total = end.year() * 12 + end.month0() as i32 + k;
-        let (year, month) = (total.div_euclid(12), total.rem_euclid(12) as u32 + 1);
-        let last = (28..=31)
-            .rev()
-            .find(|d| NaiveDate::from_ymd_opt(year, month, *d).is_some())?;
-        let date = NaiveDate::from_ymd_opt(year, month, day.min(last))?;
-        Some(date.and_time(end.time()).and_utc().timestamp())
+    let months = u32::try_from(months).ok().filter(|m| *m >= 1)?;
+    // The bound on the anchor day, and how many months after it the period ended.
+    let (anchor, ended) = if start.day() >= end.day() {
+        (start, months)
+    } else {
+        (end, 0)
+    };
+    let end_of = |renewals: u32| {
+        let after = ended.checked_add(renewals.checked_mul(months)?)?;
+        Some(anchor.checked_add_months(Months::new(after))?.timestamp())
     };
     let mut from = period.end;
-    let mut k = months;
-    loop {
-        let to = months_on(k)?;
+    for renewals in 1.. {
+        let to = end_of(renewals)?;
         if now < to {
             return Interval::new(from, to);
         }
         from = to;
-        k += months;
     }
+    None
 }
 
 /// The two windows a decision or a usage page looks at.
