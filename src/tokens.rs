@@ -1,6 +1,9 @@
-//! API tokens: scopes, secrets, and the hashes that are all the database keeps.
+//! API tokens: scopes, secrets, the hashes that are all the database keeps, a token's
+//! life (expiry, revocation), and when each was last used.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Mutex;
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -98,6 +101,92 @@ pub fn new_token(
     (token_row(&secret, scopes, org_id, label, now), secret)
 }
 
+/// What a token to be made must hold to: a console token reads one org, so it must be
+/// bound to one. The error says what to fix.
+pub fn check_binding(scopes: &[Scope], org_id: Option<&str>) -> Result<(), String> {
+    if scopes.contains(&Scope::Console) && org_id.is_none() {
+        return Err("a console token reads one org; bind it to one".into());
+    }
+    Ok(())
+}
+
+/// The longest a token may be made to last by `expires_in` (ten years).
+pub const MAX_LIFETIME: Secs = 10 * 366 * 86_400;
+
+/// Why a token that exists is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    Revoked,
+    Expired,
+}
+
+rush_meter_core::named! {
+    /// Where a token stands.
+    pub enum TokenState {
+        /// It may be used.
+        Active = "active",
+        /// Past its `expires_at`.
+        Expired = "expired",
+        /// Revoked: refused everywhere within seconds (docs/api.md, "Tokens").
+        Revoked = "revoked",
+    }
+}
+
+impl TokenRow {
+    /// Where the token stands at `now`.
+    pub fn state_at(&self, now: Secs) -> TokenState {
+        match self.usable_at(now) {
+            Ok(()) => TokenState::Active,
+            Err(Refused::Revoked) => TokenState::Revoked,
+            Err(Refused::Expired) => TokenState::Expired,
+        }
+    }
+
+    /// Whether the token may be used at `now`.
+    pub fn usable_at(&self, now: Secs) -> Result<(), Refused> {
+        if self.revoked_at.is_some() {
+            return Err(Refused::Revoked);
+        }
+        match self.expires_at {
+            Some(at) if now >= at => Err(Refused::Expired),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// When each token was last used, gathered in memory and written in batches by a job
+/// (`app::jobs`): a write a request would be, on Citus, a distributed transaction on
+/// the tokens' reference table.
+#[derive(Debug, Default)]
+pub struct LastUsed(Mutex<HashMap<String, Secs>>);
+
+impl LastUsed {
+    pub fn touch(&self, token_id: &str, at: Secs) {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match seen.get_mut(token_id) {
+            Some(t) => *t = (*t).max(at),
+            None => {
+                seen.insert(token_id.to_owned(), at);
+            }
+        }
+    }
+
+    /// What was gathered since the last call, by token id.
+    pub fn take(&self) -> Vec<(String, Secs)> {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<(String, Secs)> = std::mem::take(&mut *seen).into_iter().collect();
+        out.sort();
+        out
+    }
+
+    /// Put back what could not be written, keeping anything newer.
+    pub fn restore(&self, batch: Vec<(String, Secs)>) {
+        for (id, at) in batch {
+            self.touch(&id, at);
+        }
+    }
+}
+
 /// The row for a given secret (the bootstrap admin token's secret comes from config).
 pub fn token_row(
     secret: &str,
@@ -114,6 +203,9 @@ pub fn token_row(
         org_id: org_id.map(str::to_owned),
         label: label.to_owned(),
         created_at: now,
+        expires_at: None,
+        revoked_at: None,
+        last_used_at: None,
     }
 }
 
@@ -129,6 +221,37 @@ mod tests {
         );
         assert!(parse_scopes("ingest,root").unwrap_err().contains("`root`"));
         assert!(parse_scopes(" , ").is_err());
+    }
+
+    #[test]
+    fn a_token_is_refused_once_revoked_or_from_its_expiry_on() {
+        let (mut row, _) = new_token(&[Scope::Ingest], None, "x", 0);
+        assert_eq!(row.usable_at(1_000_000), Ok(()));
+        row.expires_at = Some(100);
+        assert_eq!(row.usable_at(99), Ok(()));
+        assert_eq!(row.usable_at(100), Err(Refused::Expired));
+        row.revoked_at = Some(50);
+        assert_eq!(row.usable_at(10), Err(Refused::Revoked));
+    }
+
+    #[test]
+    fn last_used_keeps_the_latest_and_is_taken_once() {
+        let seen = LastUsed::default();
+        seen.touch("a", 10);
+        seen.touch("a", 5);
+        seen.touch("b", 7);
+        assert_eq!(seen.take(), vec![("a".into(), 10), ("b".into(), 7)]);
+        assert_eq!(seen.take(), vec![]);
+        seen.touch("a", 12);
+        seen.restore(vec![("a".into(), 11), ("c".into(), 3)]);
+        assert_eq!(seen.take(), vec![("a".into(), 12), ("c".into(), 3)]);
+    }
+
+    #[test]
+    fn console_tokens_are_bound() {
+        assert!(check_binding(&[Scope::Console], None).is_err());
+        assert!(check_binding(&[Scope::Console], Some("acme")).is_ok());
+        assert!(check_binding(&[Scope::Admin], None).is_ok());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! A sweep of every route with the tokens that must not reach another org's data: none, an
-//! unknown one, a console token of another org, and each scope the route does not grant.
-//! Each answer must be a refusal in the error format, the same as for an org (or session)
-//! that does not exist, so that it reveals nothing; and nothing may be written.
+//! unknown one, a console token of another org, each scope the route does not grant, and a
+//! token of every scope bound to another org. Each answer must be a refusal in the error
+//! format, the same as for an org (or session, or token) that does not exist, so that it
+//! reveals nothing; and nothing may be written.
 
 mod common;
 
@@ -11,7 +12,7 @@ use serde_json::{json, Value};
 
 struct Route {
     method: &'static str,
-    /// `{org}` and `{session}` are filled in.
+    /// `{org}`, `{session}` and `{token}` (a token bound to the org) are filled in.
     path: &'static str,
     body: fn(&str, &str) -> Option<Value>,
     /// Unbound scopes that may use the route for any org; `Console` too where the route
@@ -29,6 +30,24 @@ const ROUTES: &[Route] = &[
         path: "/v1/me",
         body: none,
         grants: &Scope::ALL,
+    },
+    Route {
+        method: "GET",
+        path: "/v1/tokens?org_id={org}",
+        body: none,
+        grants: &[],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/tokens",
+        body: |org, _| Some(json!({"scopes": ["ingest"], "org_id": org, "label": "x"})),
+        grants: &[],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/tokens/{token}/revoke",
+        body: none,
+        grants: &[],
     },
     Route {
         method: "GET",
@@ -241,7 +260,7 @@ async fn refusal(
     org: &str,
     session: &str,
 ) -> (u16, String) {
-    let path = r.path.replace("{org}", org).replace("{session}", session);
+    let path = fill(r.path, org, session);
     let (status, v) = srv
         .call(r.method, &path, token, (r.body)(org, session).as_ref())
         .await;
@@ -259,7 +278,14 @@ async fn refusal(
     (status, code.to_owned())
 }
 
-/// Two orgs, each with a key and a running session.
+/// `path` with an org's ids: its session, and the token `seed` bound to it.
+fn fill(path: &str, org: &str, session: &str) -> String {
+    path.replace("{org}", org)
+        .replace("{session}", session)
+        .replace("{token}", &format!("tok_{org}"))
+}
+
+/// Two orgs, each with a key, a running session and a token bound to it (`tok_<org>`).
 async fn seed(srv: &TestServer) {
     for org in ["org_a", "org_b"] {
         srv.create_org(org, "pro").await;
@@ -276,11 +302,24 @@ async fn seed(srv: &TestServer) {
             .heartbeats(vec![hb(org, &session, 1, "running", T0)])
             .await;
         assert_eq!(status, 200);
+        let mut row = rush_meter::tokens::token_row(
+            &format!("secret-of-{org}-0123456789"),
+            &[Scope::Ingest],
+            Some(org),
+            "seeded",
+            T0,
+        );
+        row.token_id = format!("tok_{org}");
+        srv.db
+            .insert_token(&row, &rush_meter_core::audit::Actor::system("test"))
+            .await
+            .unwrap();
     }
 }
 
 every_backend!(
     no_token_without_the_right_reaches_another_orgs_data,
+    a_token_bound_to_an_org_reaches_no_other_whatever_its_scopes,
     the_sweep_covers_every_protected_operation,
     each_operation_takes_exactly_the_scopes_it_documents
 );
@@ -361,6 +400,125 @@ async fn no_token_without_the_right_reaches_another_orgs_data(backend: Backend) 
         ),
     )
     .unwrap();
+}
+
+/// Routes over every org at once: refused (403) to a token bound to one, whatever its scopes.
+const SERVICE_WIDE: &[&str] = &[
+    "/v1/audit",
+    "/v1/periods",
+    "/v1/periods/2026-10/close",
+    "/v1/admin/stripe/events",
+    "/v1/admin/stripe/events/evt_1/retry",
+];
+
+/// Whether a route names an org's data: in its path or query, or in its body.
+fn names_org(r: &Route) -> bool {
+    r.path.contains('{')
+        || (r.body)("org_x", "ses_x").is_some_and(|b| b.to_string().contains("org_x"))
+}
+
+/// A token bound to org_a, of any scope (admin and finance included), gets from every route
+/// that names org_b's data what it gets for an org that does not exist, never a 2xx;
+/// routes that name no org answer it with org_a's data only, or refuse it when they cover
+/// every org; and on org_a's own data it passes as its scope says.
+async fn a_token_bound_to_an_org_reaches_no_other_whatever_its_scopes(backend: Backend) {
+    let Some(srv) = TestServer::start(backend).await else {
+        return;
+    };
+    seed(&srv).await;
+    let (status, doc) = srv.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(status, 200);
+    let mut tokens = Vec::new();
+    for scope in Scope::ALL {
+        tokens.push((scope, srv.token(&[scope], Some("org_a")).await));
+    }
+    let before = srv.db.digest().await.unwrap();
+    let mut named = 0;
+    for (scope, token) in &tokens {
+        for r in ROUTES {
+            if names_org(r) {
+                let real = refusal(&srv, r, Some(token), "org_b", "ses_org_b").await;
+                let ghost = refusal(&srv, r, Some(token), "org_zz", "ses_org_zz").await;
+                assert_eq!(
+                    real, ghost,
+                    "{} {} with a {scope} token bound to org_a: org_b's answer differs from a missing org's",
+                    r.method, r.path
+                );
+                named += 1;
+                continue;
+            }
+            let (status, v) = srv
+                .call(
+                    r.method,
+                    r.path,
+                    Some(token),
+                    (r.body)("org_a", "ses_org_a").as_ref(),
+                )
+                .await;
+            let text = v.to_string();
+            assert!(
+                !text.contains("org_b"),
+                "{} {} with a {scope} token bound to org_a shows org_b: {status} {text}",
+                r.method,
+                r.path
+            );
+            let listed = documented_scopes(&doc, r);
+            if SERVICE_WIDE.contains(&r.path) && listed.iter().any(|s| s == scope.as_str()) {
+                assert_eq!(status, 403, "{} {}: {v}", r.method, r.path);
+                assert!(v["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("bound to one org"));
+            }
+        }
+    }
+    assert_eq!(
+        srv.db.digest().await.unwrap(),
+        before,
+        "a refused request wrote something"
+    );
+    assert!(named > 100, "{named}");
+    // What lists every org's rows lists the bound org's only.
+    let finance = &tokens.iter().find(|(s, _)| *s == Scope::Finance).unwrap().1;
+    let (status, v) = srv
+        .call(
+            "GET",
+            "/v1/exports/usage?period=2026-11&by=session&format=jsonl",
+            Some(finance),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    // One line of JSONL reads as JSON: looked at as text either way.
+    let lines = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    assert!(
+        lines.contains("ses_org_a") && !lines.contains("org_b"),
+        "{lines}"
+    );
+    let (_, v) = srv.call("GET", "/v1/orgs", Some(finance), None).await;
+    assert_eq!(v["orgs"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["orgs"][0]["org_id"], "org_a");
+    // On its own org a bound token passes as its scope says (writes allowed from here on).
+    for (scope, token) in &tokens {
+        for r in ROUTES {
+            if SERVICE_WIDE.contains(&r.path)
+                || !documented_scopes(&doc, r)
+                    .iter()
+                    .any(|s| s == scope.as_str())
+            {
+                continue;
+            }
+            let path = fill(r.path, "org_a", "ses_org_a");
+            let body = (r.body)("org_a", "ses_org_a");
+            let (status, v) = srv.call(r.method, &path, Some(token), body.as_ref()).await;
+            assert!(
+                !(matches!(status, 401 | 403)
+                    || status == 404 && v["error"]["code"] == "org_not_found"),
+                "{} {path}: a {scope} token bound to org_a was refused its own org: {status} {v}",
+                r.method
+            );
+        }
+    }
 }
 
 /// The sweep is every protected operation the OpenAPI document names: a route added
@@ -463,10 +621,7 @@ async fn each_operation_takes_exactly_the_scopes_it_documents(backend: Backend) 
             "{} {}: document against the sweep",
             r.method, r.path
         );
-        let path = r
-            .path
-            .replace("{org}", "org_a")
-            .replace("{session}", "ses_org_a");
+        let path = fill(r.path, "org_a", "ses_org_a");
         for (scope, token) in &tokens {
             let body = (r.body)("org_a", "ses_org_a");
             let (status, v) = srv.call(r.method, &path, Some(token), body.as_ref()).await;

@@ -130,6 +130,76 @@ async fn token_create_prints_a_secret_once_and_stores_only_its_hash(backend: Bac
         .expect("the token is stored by its hash");
     assert_eq!(row.scopes, "ingest,admission");
     assert!(!row.secret_hash.contains(&secret[3..]));
+    assert_eq!(row.expires_at, None);
+
+    // A lifetime, a list that shows no secret, and a revocation.
+    let (code, _, err) = run(rush_meter().args([
+        "--database-url",
+        &url,
+        "token",
+        "create",
+        "--scope",
+        "ingest",
+        "--expires-in",
+        "soon",
+    ]));
+    assert_eq!(code, 2);
+    assert!(err.contains("--expires-in") && err.contains("90d"), "{err}");
+    let (code, second, err) = run(rush_meter().args([
+        "--database-url",
+        &url,
+        "token",
+        "create",
+        "--scope",
+        "finance",
+        "--expires-in",
+        "90d",
+        "--label",
+        "quarter close",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("expiring at"), "{err}");
+    let second = db
+        .token_by_hash(&rush_meter::tokens::hash_secret(second.trim()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.expires_at, Some(second.created_at + 90 * 86_400));
+    let (code, list, err) = run(rush_meter().args(["--database-url", &url, "token", "list"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !list.contains(secret) && !list.contains(&row.secret_hash),
+        "{list}"
+    );
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 3, "{list}");
+    assert!(lines[0].starts_with(
+        "token_id,label,scopes,org_id,state,created_at,last_used_at,expires_at,revoked_at"
+    ));
+    assert!(
+        list.contains(&format!(
+            "{},quarter close,finance,,active,",
+            second.token_id
+        )),
+        "{list}"
+    );
+    let (code, _, err) =
+        run(rush_meter().args(["--database-url", &url, "token", "revoke", &second.token_id]));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("within 5 s"), "{err}");
+    let (_, list, _) = run(rush_meter().args(["--database-url", &url, "token", "list"]));
+    assert!(
+        list.contains(&format!(
+            "{},quarter close,finance,,revoked,",
+            second.token_id
+        )),
+        "{list}"
+    );
+    let (code, _, err) =
+        run(rush_meter().args(["--database-url", &url, "token", "revoke", "tok_nothing"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("token list"), "{err}");
+    db.close().await;
 }
 
 every_backend!(token_create_prints_a_secret_once_and_stores_only_its_hash);

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::funding::{Grant, Overage};
 use crate::members::Limit;
 use crate::org::{Key, Org};
-use crate::time::Secs;
+use crate::time::{format_rfc3339, Secs};
 
 named! {
     /// Who made a change.
@@ -78,6 +78,7 @@ named! {
         GrantVoided = "grant.voided",
         OverageUpdated = "overage.updated",
         TokenCreated = "token.created",
+        TokenRevoked = "token.revoked",
         PeriodClosed = "period.closed",
     }
 }
@@ -181,8 +182,24 @@ pub fn overage_state(o: &Overage) -> Value {
 }
 
 /// A token as made: never its secret or the secret's hash.
-pub fn token_state(token_id: &str, scopes: &str, org_id: Option<&str>, label: &str) -> Value {
-    json!({ "token_id": token_id, "scopes": scopes, "org_id": org_id, "label": label })
+pub fn token_state(
+    token_id: &str,
+    scopes: &str,
+    org_id: Option<&str>,
+    label: &str,
+    expires_at: Option<Secs>,
+    revoked_at: Option<Secs>,
+) -> Value {
+    let mut state =
+        json!({ "token_id": token_id, "scopes": scopes, "org_id": org_id, "label": label });
+    // Only when set, so that a token made without them reads as before.
+    if let Some(at) = expires_at {
+        state["expires_at"] = json!(format_rfc3339(at));
+    }
+    if let Some(at) = revoked_at {
+        state["revoked_at"] = json!(format_rfc3339(at));
+    }
+    state
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! - `breakdown`, `timeline`, `prompt`, `thresholds`: what the console reads.
 //! - `charges`, `export`, `periods`: money, finance's export lines, billing periods.
 //! - `members`, `audit`: limits inside an org, and who changed what.
-//! - `signature`, `retry`, `wire`, `ids`, `names`: small rules several shells share.
+//! - `signature`, `retry`, `wire`, `ids`, `names`, `text`: small rules several shells share.
 
 #[macro_use]
 pub mod names;
@@ -37,6 +37,7 @@ pub mod retry;
 pub mod session;
 pub mod signature;
 pub mod standing;
+pub mod text;
 pub mod thresholds;
 pub mod time;
 pub mod timeline;

@@ -31,6 +31,7 @@ pub fn start(
         tokio::spawn(stripe_events(s.clone(), stop.clone())),
         tokio::spawn(statistics(s.clone(), stop.clone())),
         tokio::spawn(overage(s.clone(), stop.clone())),
+        tokio::spawn(last_used(s.clone(), stop.clone())),
     ];
     if let (Some(notify), Some(rx)) = (&config.notify, crossings) {
         let notifier = Notifier::new(
@@ -70,6 +71,28 @@ async fn overage(s: Services, mut stop: watch::Receiver<bool>) {
         let before = s.clock.now() - OVERAGE_SETTLE;
         if let Err(e) = crate::billing::funding::charge_due(&s.billing, before, None).await {
             tracing::warn!(error = %e, "charging pay-as-you-go failed; will retry");
+        }
+    }
+}
+
+/// How often the tokens' "last used" times are written.
+const LAST_USED_EVERY: Duration = Duration::from_secs(30);
+
+/// Write when tokens were last used, a batch every `LAST_USED_EVERY` (nothing when no
+/// token was used), and once more on the way out.
+async fn last_used(s: Services, mut stop: watch::Receiver<bool>) {
+    loop {
+        let stopping = tokio::select! {
+            _ = tokio::time::sleep(LAST_USED_EVERY) => false,
+            _ = stop.changed() => true,
+        };
+        let batch = s.last_used.take();
+        if let Err(e) = s.db.touch_tokens(&batch).await {
+            tracing::warn!(error = %e, "recording when tokens were last used failed; will retry");
+            s.last_used.restore(batch);
+        }
+        if stopping {
+            return;
         }
     }
 }

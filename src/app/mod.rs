@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod notifier;
 pub mod periods;
 pub mod standing;
+pub mod tokens;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -60,6 +61,8 @@ pub struct Services {
     pub breaker: Arc<Breaker>,
     /// Wakes the Stripe event job when a webhook stored a new event.
     pub stripe_wake: Arc<Notify>,
+    /// When each token was last used, written by a job in batches.
+    pub last_used: Arc<crate::tokens::LastUsed>,
 }
 
 /// A started service: database open and migrated, plans loaded, writers and jobs running.
@@ -94,6 +97,16 @@ impl App {
                 "bootstrap admin token (RUSH_METER_BOOTSTRAP_ADMIN_TOKEN)",
             );
             db.insert_token(&row, &actor).await?;
+            if db
+                .token_by_hash(&row.secret_hash)
+                .await?
+                .is_some_and(|t| t.revoked_at.is_some())
+            {
+                tracing::warn!(
+                    "the bootstrap admin token was revoked and stays revoked: set a new \
+                     RUSH_METER_BOOTSTRAP_ADMIN_TOKEN to have one"
+                );
+            }
         }
         let metrics = Arc::new(Metrics::default());
         let (watch, crossings) = match &config.notify {
@@ -138,6 +151,7 @@ impl App {
             metrics,
             breaker: Arc::default(),
             stripe_wake: Arc::default(),
+            last_used: Arc::default(),
         };
         let (stop_jobs, stop) = watch::channel(false);
         let jobs = jobs::start(&services, config, watch, crossings, &stop);

@@ -59,7 +59,9 @@ pub async fn export(
     // that both cores work (PostgreSQL writes its rows on one of them too).
     let run = {
         let db = db.clone();
-        tokio::spawn(async move { periods::produce(&db, &plans, q, by, format, now, tx).await })
+        tokio::spawn(
+            async move { periods::produce(&db, &plans, q, by, format, now, None, tx).await },
+        )
     };
     let write = async {
         let mut result = Ok(());

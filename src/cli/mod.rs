@@ -192,12 +192,27 @@ pub enum TokenCommand {
         /// Comma-separated scopes: ingest, admission, console, finance, admin.
         #[arg(long)]
         scope: String,
-        /// The org a console token reads (required for `console`).
+        /// The one org the token acts on, whatever its scopes (required for `console`).
         #[arg(long)]
         org: Option<String>,
         /// A note to recognise the token by.
         #[arg(long, default_value = "")]
         label: String,
+        /// How long it works: `90d`, `12h`, `30m`…; default until revoked.
+        #[arg(long)]
+        expires_in: Option<String>,
+    },
+    /// List tokens as CSV (id, label, scopes, org, state, created, last used, expiry,
+    /// revocation); never a secret.
+    List {
+        /// Only the tokens bound to this org.
+        #[arg(long)]
+        org: Option<String>,
+    },
+    /// Revoke a token: every instance refuses it within 5 seconds.
+    Revoke {
+        /// The token's id (`tok_…`, as `token list` shows it).
+        token_id: String,
     },
 }
 
@@ -206,9 +221,23 @@ pub async fn run(command: Option<Command>, config: &Config) -> CliResult {
     match command.unwrap_or(Command::Serve) {
         Command::Serve => serve::serve(config).await,
         Command::Migrate => serve::migrate(config).await,
-        Command::Token(TokenCommand::Create { scope, org, label }) => {
-            token::create(config, &scope, org.as_deref(), &label).await
+        Command::Token(TokenCommand::Create {
+            scope,
+            org,
+            label,
+            expires_in,
+        }) => {
+            token::create(
+                config,
+                &scope,
+                org.as_deref(),
+                &label,
+                expires_in.as_deref(),
+            )
+            .await
         }
+        Command::Token(TokenCommand::List { org }) => token::list(config, org.as_deref()).await,
+        Command::Token(TokenCommand::Revoke { token_id }) => token::revoke(config, &token_id).await,
         Command::Stripe(StripeCommand::Reconcile) => stripe::reconcile(config).await,
         Command::Stripe(StripeCommand::InvoiceReport { period }) => {
             stripe::invoice_report(config, &period).await

@@ -107,12 +107,28 @@ impl ApiError {
         )
     }
 
-    /// A token for one org asked for the service's own audit log.
-    pub fn service_log_forbidden() -> Self {
+    /// A token bound to one org called a route that acts on every org.
+    pub fn bound_token(what: &str) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            "a token for one org reads that org's log (GET /v1/orgs/{org_id}/audit), not the service's",
+            format!("this token is bound to one org, and {what} covers every org; use a token bound to no org"),
+        )
+    }
+
+    pub fn token_revoked() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "token_revoked",
+            "this token was revoked; ask an admin for a new one (rush-meter token create)",
+        )
+    }
+
+    pub fn token_expired() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "token_expired",
+            "this token has expired; ask an admin for a new one (rush-meter token create)",
         )
     }
 
@@ -400,6 +416,17 @@ impl From<BillingError> for ApiError {
                 )
             }
             BillingError::Store(s) => ApiError::from(s),
+        }
+    }
+}
+
+impl From<crate::app::tokens::TokenError> for ApiError {
+    fn from(e: crate::app::tokens::TokenError) -> Self {
+        use crate::app::tokens::TokenError;
+        match e {
+            TokenError::Invalid { field, message } => ApiError::invalid(field, message),
+            TokenError::OrgNotFound(org) => ApiError::org_not_found(&org).with_field("org_id"),
+            TokenError::Store(s) => s.into(),
         }
     }
 }

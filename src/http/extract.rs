@@ -182,7 +182,7 @@ pub struct SessionPath {
 }
 
 /// A path id: required, described, with the id pattern.
-fn id_param(name: &str, description: &str) -> Parameter {
+pub(crate) fn id_param(name: &str, description: &str) -> Parameter {
     ParameterBuilder::new()
         .name(name)
         .parameter_in(ParameterIn::Path)

@@ -46,9 +46,12 @@ pub struct Shared {
     pub rate_limiter: Option<rate_limit::RateLimiter>,
     /// How long an export waits on a client that reads nothing.
     pub export_stall: Duration,
-    /// Token hash to token, briefly: a token's scopes change rarely, and every request
-    /// would otherwise pay a database read for them.
-    pub tokens: moka::future::Cache<String, Arc<TokenRow>>,
+    /// Token hash and freshness epoch (`auth::TOKEN_FRESH_SECS`) to token: a token is
+    /// read from the database once an epoch, not once a request.
+    pub tokens: moka::future::Cache<(String, Secs), Arc<TokenRow>>,
+    /// Hashes of the tokens this instance revoked: refused at once, whatever the cache
+    /// holds (a read in flight when the revocation committed may cache the row before it).
+    pub revoked_here: std::sync::RwLock<std::collections::HashSet<String>>,
     /// Each org's billing period as last read, so its windows' sums are read beside it.
     pub periods: PeriodGuesses,
 }
@@ -61,8 +64,9 @@ impl Deref for AppState {
     }
 }
 
-/// How long a token stays cached after it was read.
-pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(60);
+/// How long a token stays in memory (its epoch says whether it is fresh): a bound on the
+/// cache's memory, not on how long a revoked token is honoured.
+pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(10);
 
 /// Bounds on what one caller may take, from the configuration.
 #[derive(Clone, Copy, Debug)]
@@ -93,6 +97,7 @@ impl AppState {
                 .time_to_live(TOKEN_CACHE_TTL)
                 .build(),
             periods: PeriodGuesses::default(),
+            revoked_here: Default::default(),
         }))
     }
 
@@ -186,6 +191,8 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use utoipa_axum::{router::OpenApiRouter, routes};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(me::me))
+        .routes(routes!(tokens::list_tokens, tokens::create_token))
+        .routes(routes!(tokens::revoke_token))
         .routes(routes!(orgs::list_orgs))
         .routes(routes!(orgs::put_org, orgs::get_org))
         .routes(routes!(orgs::put_key, orgs::get_key))

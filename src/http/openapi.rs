@@ -27,7 +27,8 @@ use super::error::ErrorBody;
         description = "Metering, quota and billing for cloud coding agents: the agent-hour \
             ledger, the admission gate, usage, exports and Stripe billing. Prose: docs/api.md.",
     ),
-    components(schemas(ErrorBody)),
+    // Schemas only a query parameter names: a body's types are gathered from the routes.
+    components(schemas(ErrorBody, rush_meter_core::export::By, rush_meter_core::export::Format)),
     modifiers(&BearerAuth),
     tags(
         (name = "orgs", description = "Orgs and their API keys"),
@@ -41,7 +42,7 @@ use super::error::ErrorBody;
         (name = "audit", description = "Who changed what"),
         (name = "admin", description = "Operators' queues"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
-        (name = "tokens", description = "The caller's own token"),
+        (name = "tokens", description = "API tokens: the caller's own, and an admin's list, making and revoking"),
         (name = "console", description = "The operator console's page and assets (docs/console.md)"),
     )
 )]
@@ -55,17 +56,18 @@ impl Modify for BearerAuth {
         doc.components
             .get_or_insert_with(Default::default)
             .add_security_scheme(
-                "bearer",
-                SecurityScheme::Http(
-                    HttpBuilder::new()
-                        .scheme(HttpAuthScheme::Bearer)
-                        .description(Some(
-                            "A token minted with `rush-meter token create`; its scopes say which \
-                         routes it may call, and a console token reads only its own org.",
-                        ))
-                        .build(),
-                ),
-            );
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A token minted with `rush-meter token create` or `POST /v1/tokens`; its \
+                         scopes say which routes it may call, and a token bound to an org acts \
+                         on that org only, whatever its scopes.",
+                    ))
+                    .build(),
+            ),
+        );
     }
 }
 
@@ -128,12 +130,18 @@ fn description(status: u16) -> &'static str {
             "`malformed_body` (or `invalid_signature` on the webhook): the body, query or \
                 path could not be read; `field` names the bad part when known"
         }
-        401 => "`unauthorized`: no token, or not a valid one",
-        403 => "`forbidden`: the token lacks the scope",
+        401 => {
+            "`unauthorized`: no token, or not a valid one; `token_revoked` or \
+                `token_expired`: one that no longer works"
+        }
+        403 => {
+            "`forbidden`: the token lacks the scope, or is bound to one org and the route \
+                covers every org"
+        }
         404 => {
             "`org_not_found`, `session_not_found`, `key_not_found` or `not_found`: \
-                nothing by that id, or an org a console token is not bound to (answered as \
-                if it did not exist)"
+                nothing by that id, or an org the token is not bound to (answered as if it \
+                did not exist)"
         }
         409 => {
             "`session_conflict` (the session is another org's), `session_ended`, \

@@ -29,6 +29,11 @@ pub struct TokenRow {
     pub org_id: Option<String>,
     pub label: String,
     pub created_at: i64,
+    /// Refused from this time on; `None`: never expires.
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+    /// As last written by the batches of `tokens::LastUsed` (up to a minute behind).
+    pub last_used_at: Option<i64>,
 }
 
 /// A Stripe webhook event as stored.

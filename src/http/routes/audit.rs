@@ -138,10 +138,8 @@ pub async fn service_audit(
     query: Query<AuditQuery>,
 ) -> ApiResult<Json<AuditPage>> {
     principal.require_any(&[Scope::Finance])?;
-    if principal.org_id.is_some() && !principal.has(Scope::Admin) {
-        // A token for one org reads that org's log, not the service's.
-        return Err(ApiError::service_log_forbidden());
-    }
+    // A token for one org reads that org's log (GET /v1/orgs/{org_id}/audit).
+    principal.require_unbound("the service's own log")?;
     let q = query.read()?;
     Ok(Json(page(&state, "", q).await?))
 }

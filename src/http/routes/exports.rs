@@ -12,6 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::app::periods::{close_through, line_query, produce, Chunk};
 use crate::http::auth::Principal;
+use crate::http::error::parse_id;
 use crate::http::extract::{named_param, Query};
 use crate::http::openapi::{BadPath, BadQuery, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};
@@ -29,6 +30,10 @@ pub struct ExportQuery {
     /// Default `csv`.
     #[param(value_type = Option<Format>)]
     format: Option<String>,
+    /// Only this org's lines; default every org's. A token bound to an org exports its
+    /// own org's lines only.
+    #[param(pattern = r"^[A-Za-z0-9_.-]{1,64}$")]
+    org_id: Option<String>,
 }
 
 /// `GET /v1/exports/usage?period=YYYY-MM&by=org|session&format=csv|jsonl`, streamed.
@@ -51,6 +56,17 @@ pub async fn get_usage_export(
 ) -> ApiResult<Response> {
     principal.require_any(&[Scope::Finance])?;
     let q = query.read()?;
+    let only = match q.org_id.as_deref() {
+        Some(org) => {
+            let org = parse_id("org_id", org)?;
+            principal.check_org(org.as_str())?;
+            if state.db.get_org(org.as_str()).await?.is_none() {
+                return Err(ApiError::org_not_found(org.as_str()));
+            }
+            Some(org.into_string())
+        }
+        None => principal.bound_org().map(str::to_owned),
+    };
     let period = q
         .period
         .as_deref()
@@ -64,7 +80,8 @@ pub async fn get_usage_export(
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Chunk>(4);
     let producer = state.clone();
     let run = tokio::spawn(async move {
-        produce(&producer.db, &producer.plans, lq, by, format, now, tx).await
+        let only = only.as_deref();
+        produce(&producer.db, &producer.plans, lq, by, format, now, only, tx).await
     });
     // The first chunk (the header and the first lines) comes before the status, so an
     // export that fails at once is answered with its error, not a 200 cut short.
@@ -182,6 +199,8 @@ pub async fn list_periods(
     principal: Principal,
 ) -> ApiResult<Json<PeriodList>> {
     principal.require_any(&[Scope::Finance])?;
+    // A period's totals are every org's.
+    principal.require_unbound("the list of closed periods")?;
     let periods: Vec<PeriodView> = state
         .db
         .list_periods()
@@ -221,6 +240,7 @@ pub async fn close_period(
     axum::extract::Path(period): axum::extract::Path<String>,
 ) -> ApiResult<Json<Closed>> {
     principal.require_any(&[Scope::Admin])?;
+    principal.require_unbound("closing a billing period")?;
     let month = parse_month(&period).map_err(|m| ApiError::invalid("period", m))?;
     let closed = close_through(
         &state.db,

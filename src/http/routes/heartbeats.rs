@@ -7,7 +7,6 @@ use rush_meter_core::ledger::Phase;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::sessions::bound_org;
 use crate::app::ingest::OrgAdvice;
 use crate::http::auth::Principal;
 use crate::http::extract::JsonBody;
@@ -52,7 +51,7 @@ pub async fn post_heartbeats(
 ) -> ApiResult<Json<BatchResults>> {
     principal.require_any(&[Scope::Ingest])?;
     let now = state.clock.now();
-    let bound = bound_org(&principal);
+    let bound = principal.bound_org();
     let heartbeats = heartbeats::validate(batch.heartbeats, bound, now, &state.rules)?;
     let (outcomes, advice) = state
         .ingestor

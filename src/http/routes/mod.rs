@@ -15,5 +15,6 @@ pub mod orgs;
 pub mod overage;
 pub mod sessions;
 pub mod stripe;
+pub mod tokens;
 pub mod topups;
 pub mod usage;

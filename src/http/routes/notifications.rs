@@ -76,11 +76,14 @@ pub async fn list_notifications(
     let only = named_param("state", q.state.as_deref(), DeliveryState::parse_named)?;
     if let Some(org) = q.org_id.as_deref() {
         parse_id("org_id", org)?;
+        principal.check_org(org)?;
     }
     let limit = Page::of(None, q.limit)?.limit;
+    // A token bound to an org lists that org's notifications only.
+    let org = q.org_id.as_deref().or(principal.bound_org());
     let rows = state
         .db
-        .list_notifications(q.org_id.as_deref(), only.map(DeliveryState::as_str), limit)
+        .list_notifications(org, only.map(DeliveryState::as_str), limit)
         .await?;
     let items: Vec<NotificationView> = rows
         .into_iter()

@@ -307,7 +307,12 @@ pub async fn list_orgs(
     let now = state.clock.now();
     let found = state
         .db
-        .search_orgs(text.trim(), after.as_ref().map(|a| a.as_str()), limit)
+        .search_orgs(
+            text.trim(),
+            after.as_ref().map(|a| a.as_str()),
+            limit,
+            principal.bound_org(),
+        )
         .await?;
     let ids: Vec<&str> = found.iter().map(String::as_str).collect();
     let mut standings: HashMap<String, Standing> =

@@ -20,15 +20,6 @@ use crate::http::openapi::{BadBody, BadId, BadQuery, Guarded};
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::tokens::Scope;
 
-/// The org an org-bound token is limited to (admin tokens are never limited).
-pub(super) fn bound_org(principal: &Principal) -> Option<&str> {
-    if principal.has(Scope::Admin) {
-        None
-    } else {
-        principal.org_id.as_deref()
-    }
-}
-
 #[derive(Deserialize, ToSchema)]
 pub struct EndBody {
     #[schema(value_type = EndStatus)]
@@ -124,7 +115,7 @@ pub async fn end_session(
         .db
         .end_session(
             session_id.as_str(),
-            bound_org(&principal),
+            principal.bound_org(),
             status,
             now,
             &state.rules,
@@ -170,7 +161,7 @@ pub async fn get_session(
         .db
         .get_session(session_id.as_str())
         .await?
-        .filter(|r| bound_org(&principal).is_none_or(|o| o == r.org_id))
+        .filter(|r| principal.bound_org().is_none_or(|o| o == r.org_id))
         .ok_or_else(|| ApiError::session_not_found(session_id.as_str()))?;
     let now = state.clock.now();
     let closed = state.db.session_spans(&row.org_id, &row.session_id).await?;

@@ -185,6 +185,7 @@ pub async fn list_events(
     query: Query<EventsQuery>,
 ) -> ApiResult<Json<EventPage>> {
     principal.require_any(&[Scope::Admin])?;
+    principal.require_unbound("Stripe's event queue")?;
     let q = query.read()?;
     let only = named_param("state", q.state.as_deref(), EventState::parse_named)?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
@@ -215,6 +216,7 @@ pub async fn retry_event(
     Path(event_id): Path<String>,
 ) -> ApiResult<Json<Requeued>> {
     principal.require_any(&[Scope::Admin])?;
+    principal.require_unbound("Stripe's event queue")?;
     if !state
         .db
         .requeue_stripe_event(&event_id, state.clock.now())

@@ -271,7 +271,7 @@ async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
     Ok(sqlx::query_as(
         "SELECT 'orgs', COUNT(*), CAST(COALESCE(SUM(updated_at), 0) AS BIGINT) FROM orgs \
          UNION ALL SELECT 'api_keys', COUNT(*), CAST(COALESCE(SUM(updated_at + COALESCE(concurrency_limit, 0)), 0) AS BIGINT) FROM api_keys \
-         UNION ALL SELECT 'tokens', COUNT(*), CAST(COALESCE(SUM(created_at), 0) AS BIGINT) FROM tokens \
+         UNION ALL SELECT 'tokens', COUNT(*), CAST(COALESCE(SUM(created_at + COALESCE(expires_at, 0) + COALESCE(revoked_at, 0)), 0) AS BIGINT) FROM tokens \
          UNION ALL SELECT 'sessions', COUNT(*), CAST(COALESCE(SUM(billed_seconds + heartbeats + last_at + COALESCE(last_seq, 0) + COALESCE(slot_at, 0)), 0) AS BIGINT) FROM sessions \
          UNION ALL SELECT 'spans', COUNT(*), CAST(COALESCE(SUM(end_at - start_at), 0) AS BIGINT) FROM spans \
          UNION ALL SELECT 'org_hourly', COUNT(*), CAST(COALESCE(SUM(seconds), 0) AS BIGINT) FROM org_hourly \

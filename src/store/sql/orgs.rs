@@ -1,5 +1,17 @@
 // Orgs, keys and tokens (`OrgStore`), written once for both dialects.
 
+/// A token as the audit log records it (never its secret).
+fn token_state(t: &TokenRow) -> serde_json::Value {
+    audit::token_state(
+        &t.token_id,
+        &t.scopes,
+        t.org_id.as_deref(),
+        &t.label,
+        t.expires_at,
+        t.revoked_at,
+    )
+}
+
 /// An org's row, locked for the change the transaction makes (its state before, for the
 /// audit log); `None` if there is no such org.
 async fn org_for_update(tx: &mut Tx, org_id: &str) -> StoreResult<Option<Org>> {
@@ -123,20 +135,25 @@ impl OrgStore for Backend {
         q: &str,
         after: Option<&str>,
         limit: i64,
+        only: Option<&str>,
     ) -> StoreResult<Vec<String>> {
-        Ok(
-            sqlx::query_scalar(&format!(
-                "SELECT org_id FROM orgs \
-                 WHERE (LOWER(org_id) LIKE LOWER($1) ESCAPE '\\' OR LOWER(name) LIKE LOWER($1) ESCAPE '\\') \
-                   AND ($2 IS NULL OR org_id{BYTE_ORDER} > $2) \
-                 ORDER BY org_id{BYTE_ORDER} LIMIT $3"
-            ))
+        // Named only when it is one org, so that Citus routes the search to its shard.
+        let one = if only.is_some() { " AND org_id = $4" } else { "" };
+        let sql = format!(
+            "SELECT org_id FROM orgs \
+             WHERE (LOWER(org_id) LIKE LOWER($1) ESCAPE '\\' OR LOWER(name) LIKE LOWER($1) ESCAPE '\\') \
+               AND ($2 IS NULL OR org_id{BYTE_ORDER} > $2){one} \
+             ORDER BY org_id{BYTE_ORDER} LIMIT $3"
+        );
+        let query = sqlx::query_scalar(&sql)
             .bind(contains_pattern(q))
             .bind(after)
-            .bind(limit)
-            .fetch_all(self.read())
-            .await?,
-        )
+            .bind(limit);
+        let query = match only {
+            Some(org) => query.bind(org),
+            None => query,
+        };
+        Ok(query.fetch_all(self.read()).await?)
     }
 
     async fn orgs_before(&self, end: Secs) -> StoreResult<Vec<Org>> {
@@ -236,10 +253,11 @@ impl OrgStore for Backend {
         .bind(&t.secret_hash)
         .fetch_optional(&mut *tx)
         .await?;
+        // A revoked secret stays revoked: the bootstrap token's row is updated in place.
         let after: TokenRow = sqlx::query_as(
-            "INSERT INTO tokens (token_id, secret_hash, scopes, org_id, label, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (secret_hash) DO UPDATE SET scopes = $3, org_id = $4, label = $5 \
+            "INSERT INTO tokens (token_id, secret_hash, scopes, org_id, label, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (secret_hash) DO UPDATE SET scopes = $3, org_id = $4, label = $5, expires_at = $7 \
              RETURNING *",
         )
         .bind(&t.token_id)
@@ -248,19 +266,92 @@ impl OrgStore for Backend {
         .bind(&t.org_id)
         .bind(&t.label)
         .bind(t.created_at)
+        .bind(t.expires_at)
         .fetch_one(&mut *tx)
         .await?;
-        let state = |r: &TokenRow| audit::token_state(&r.token_id, &r.scopes, r.org_id.as_deref(), &r.label);
         let entry = change(
             after.org_id.as_deref().unwrap_or(""),
             t.created_at,
             actor,
             Action::TokenCreated,
             format!("token:{}", after.token_id),
-            before.as_ref().map(state),
-            Some(state(&after)),
+            before.as_ref().map(token_state),
+            Some(token_state(&after)),
         );
         write_audit(&mut tx, entry).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_tokens(&self, org_id: Option<&str>) -> StoreResult<Vec<TokenRow>> {
+        let sql = match org_id {
+            Some(_) => "SELECT * FROM tokens WHERE org_id = $1 ORDER BY created_at, token_id",
+            None => "SELECT * FROM tokens ORDER BY created_at, token_id",
+        };
+        let query = sqlx::query_as::<_, TokenRow>(sql);
+        let query = match org_id {
+            Some(org) => query.bind(org),
+            None => query,
+        };
+        Ok(query.fetch_all(self.read()).await?)
+    }
+
+    async fn revoke_token(
+        &self,
+        token_id: &str,
+        within: Option<&str>,
+        now: Secs,
+        actor: &Actor,
+    ) -> StoreResult<Option<TokenRow>> {
+        let mut tx = begin_write(self.write()).await?;
+        let before: Option<TokenRow> = sqlx::query_as(&format!(
+            "SELECT * FROM tokens WHERE token_id = $1{FOR_UPDATE}"
+        ))
+        .bind(token_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(before) = before.filter(|t| within.is_none_or(|o| t.org_id.as_deref() == Some(o)))
+        else {
+            return Ok(None);
+        };
+        if before.revoked_at.is_some() {
+            return Ok(Some(before));
+        }
+        let after: TokenRow =
+            sqlx::query_as("UPDATE tokens SET revoked_at = $2 WHERE token_id = $1 RETURNING *")
+                .bind(token_id)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await?;
+        let entry = change(
+            after.org_id.as_deref().unwrap_or(""),
+            now,
+            actor,
+            Action::TokenRevoked,
+            format!("token:{}", after.token_id),
+            Some(token_state(&before)),
+            Some(token_state(&after)),
+        );
+        write_audit(&mut tx, entry).await?;
+        tx.commit().await?;
+        Ok(Some(after))
+    }
+
+    async fn touch_tokens(&self, used: &[(String, Secs)]) -> StoreResult<()> {
+        if used.is_empty() {
+            return Ok(());
+        }
+        let mut tx = begin_write(self.write()).await?;
+        for (token_id, at) in used {
+            sqlx::query(&format!(
+                "UPDATE tokens SET last_used_at = {GREATEST}(COALESCE(last_used_at, 0), $2) \
+                 WHERE token_id = $1"
+            ))
+            .bind(token_id)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
