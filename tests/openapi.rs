@@ -67,8 +67,111 @@ every_backend!(
     every_documented_operation_is_routed_and_no_other_method_is,
     every_error_status_is_described_in_the_error_format,
     the_frameworks_refusals_are_in_the_error_format,
-    path_parameters_are_each_declared_once_required_and_described
+    path_parameters_are_each_declared_once_required_and_described,
+    the_document_is_valid_and_a_client_generated_from_it_drives_the_service
 );
+
+const SPEC_VALIDATOR: &str = "openapi-spec-validator==0.9.0";
+const CLIENT_GENERATOR: &str = "openapi-python-client==0.29.1";
+
+/// Every `"$ref"` in `v` that does not resolve in `doc`, with where it was found.
+fn dangling_refs(doc: &Value, v: &Value, at: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(r)) = m.get("$ref") {
+                let pointer = r.strip_prefix('#').unwrap_or("!");
+                if doc.pointer(pointer).is_none() {
+                    out.push(format!("{at}: {r}"));
+                }
+            }
+            for (k, x) in m {
+                dangling_refs(doc, x, &format!("{at}/{k}"), out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                dangling_refs(doc, x, &format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A real validator accepts the document, every `$ref` in it resolves, and a Python client
+/// generated from it (openapi-python-client, as a caller would make one) admits a session,
+/// sends its heartbeats, reads the usage and ends it, parsing every answer into its models.
+async fn the_document_is_valid_and_a_client_generated_from_it_drives_the_service(backend: Backend) {
+    let (Some(validator), Some(generator)) = (
+        common::venv::tool("openapi-spec-validator", SPEC_VALIDATOR),
+        common::venv::tool("openapi-python-client", CLIENT_GENERATOR),
+    ) else {
+        return;
+    };
+    let Some(srv) = TestServer::start(backend).await else {
+        return;
+    };
+    let doc = document(&srv).await;
+    let mut dangling = Vec::new();
+    dangling_refs(&doc, &doc, "", &mut dangling);
+    assert!(dangling.is_empty(), "unresolved $refs: {dangling:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("openapi.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    let out = std::process::Command::new(&validator)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openapi-spec-validator refuses the document: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let package = dir.path().join("rush_meter_client");
+    let out = std::process::Command::new(&generator)
+        .args(["generate", "--meta", "none", "--path"])
+        .arg(&file)
+        .arg("--output-path")
+        .arg(&package)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && package.join("client.py").exists(),
+        "openapi-python-client could not generate a client: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let python = std::path::Path::new(common::venv::VENV).join("bin/python");
+    let out = std::process::Command::new(python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/drive_client.py"
+        ))
+        .env("PYTHONPATH", dir.path())
+        .env("RUSH_METER_URL", &srv.url)
+        .env("RUSH_METER_TOKEN", common::ADMIN)
+        .env("RUSH_METER_NOW", srv.clock.now().to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the generated client failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        seen,
+        serde_json::json!({
+            "plan": "pro", "decision": "allow", "actions": ["continue", "continue"],
+            "duplicates": [false, false], "running_sessions": 1,
+            "month_limit_seconds": 144000, "ended": "ended"
+        })
+    );
+    srv.finish().await;
+}
 
 async fn every_documented_operation_is_routed_and_no_other_method_is(backend: Backend) {
     let Some(srv) = TestServer::start(backend).await else {
