@@ -99,6 +99,7 @@ async fn sources_in_order(backend: Backend) {
     assert_eq!(u["funding"]["funded_by"], Value::Null);
     assert_eq!(u["funding"]["overage"]["spent"], "0.10");
     assert_eq!(u["funding"]["overage"]["remaining"], "0.00");
+    assert_eq!(u["funding"]["overage"]["cap_reached"], true);
 
     // The breakdown by who paid says the same.
     let b = srv
@@ -143,6 +144,27 @@ async fn sources_in_order(backend: Backend) {
         "{b}"
     );
 
+    // A cap lowered below what the month spent is taken, and the view says what it means:
+    // the spend stays what it was, nothing is left, and the cap is reached.
+    let (status, v) = srv
+        .call(
+            "PUT",
+            "/v1/orgs/acme/overage",
+            Some(ADMIN),
+            Some(&json!({"enabled": true, "monthly_cap": "0.05"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (
+            &v["monthly_cap"],
+            &v["spent"],
+            &v["remaining"],
+            &v["cap_reached"]
+        ),
+        (&json!("0.05"), &json!("0.10"), &json!("0.00"), &json!(true)),
+        "{v}"
+    );
     // Everything is spent: a new run is refused with the cap's reason, and nothing taken.
     srv.clock.set(end);
     let d = admit(&srv, "s2").await;

@@ -12,7 +12,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::{hb, Backend, Options, TestServer, ADMIN};
+use common::{hb, Backend, Options, TestServer};
 use rush_meter::config::StripeConfig;
 use secrecy::SecretString;
 use serde_json::json;
@@ -97,12 +97,15 @@ fn figure(out: &str, word: &str) -> Option<u64> {
     })
 }
 
+/// One pass, with an admin token of its own: schemathesis may revoke the token it finds
+/// (`POST /v1/tokens/{token_id}/revoke`), which must not be the harness's.
 async fn pass(
     st: &std::path::Path,
     srv: &TestServer,
     name: &'static str,
     config: Option<&str>,
 ) -> Pass {
+    let token = srv.token(&[rush_meter::tokens::Scope::Admin], None).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = tokio::process::Command::new(st);
     cmd.arg("--no-color");
@@ -119,7 +122,7 @@ async fn pass(
             "--url",
             &srv.url,
         ])
-        .args(["-H", &format!("Authorization: Bearer {ADMIN}")])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
         .args(["--checks", CHECKS, "--phases", "examples,coverage,fuzzing"])
         .args(["--max-examples", MAX_EXAMPLES, "--seed", SEED])
         .args(["--generation-database", "none"])
@@ -162,6 +165,19 @@ async fn schemathesis_finds_no_server_error_and_no_undocumented_answer(backend: 
         return;
     };
     seed(&srv).await;
+    // A token for the pass with real ids to revoke.
+    let mut decoy = rush_meter::tokens::token_row(
+        "decoy-secret-0123456789",
+        &[rush_meter::tokens::Scope::Ingest],
+        Some("acme"),
+        "decoy",
+        srv.clock.now(),
+    );
+    decoy.token_id = "tok_decoy".into();
+    srv.db
+        .insert_token(&decoy, &rush_meter_core::audit::Actor::system("test"))
+        .await
+        .unwrap();
     let pinned = r#"
 [parameters]
 "path.org_id" = "acme"
@@ -169,6 +185,7 @@ async fn schemathesis_finds_no_server_error_and_no_undocumented_answer(backend: 
 "path.session_id" = "s1"
 "body.org_id" = "acme"
 "body.key_id" = "k1"
+"path.token_id" = "tok_decoy"
 "#;
     let passes = [
         pass(&st, &srv, "made-up ids", None).await,
@@ -183,9 +200,13 @@ async fn schemathesis_finds_no_server_error_and_no_undocumented_answer(backend: 
             p.name, p.operations
         );
     }
-    // The server still answers, and its ledger is readable end to end.
-    let usage = srv.usage("acme").await;
-    assert_eq!(usage["org_id"], "acme");
+    // The server still answers, and its ledger is readable end to end (with a token made
+    // now: schemathesis revokes the tokens it lists, the harness's among them).
+    let token = srv.token(&[rush_meter::tokens::Scope::Admin], None).await;
+    let (status, usage) = srv
+        .call("GET", "/v1/orgs/acme/usage", Some(&token), None)
+        .await;
+    assert_eq!((status, &usage["org_id"]), (200, &json!("acme")), "{usage}");
     // Both backends take the same cases; the report is PostgreSQL's, production's database.
     if backend == Backend::Postgres {
         write_report(&passes, backend, stripe_calls.load(Ordering::Relaxed));

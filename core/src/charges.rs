@@ -21,6 +21,19 @@ pub fn price_units(price: Decimal) -> Option<i64> {
         .flatten()
 }
 
+/// A decimal as the API writes one: digits, then optionally a point and more digits, after
+/// an optional `-`. `rust_decimal`'s own parser also takes `1e2`, `+5` and `1_000`, which
+/// the contract does not; spaces are not trimmed.
+pub fn parse_decimal(text: &str) -> Option<Decimal> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, "0"));
+    let plain = |s: &str| !s.is_empty() && s.len() <= 28 && s.bytes().all(|b| b.is_ascii_digit());
+    if !(plain(whole) && plain(fraction)) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 /// Charge units as money, rounded once to the cent, half away from zero.
 pub fn amount(units: i64) -> Decimal {
     money(Decimal::from(units) / Decimal::from(UNITS_PER_HOUR))
@@ -100,6 +113,22 @@ pub fn decimal_hours(d: Decimal) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_are_read_as_the_contract_writes_them_only() {
+        for plain in ["0", "12.5", "-3.25", "0.0001", "40"] {
+            assert_eq!(
+                parse_decimal(plain),
+                Some(plain.parse().unwrap()),
+                "{plain}"
+            );
+        }
+        for odd in [
+            "1e2", " 5 ", "+5", "1_000", "", ".5", "5.", "-", "1.2.3", "0x10", "١٢",
+        ] {
+            assert_eq!(parse_decimal(odd), None, "{odd:?}");
+        }
+    }
 
     #[test]
     fn unit_prices_show_every_place_they_have() {

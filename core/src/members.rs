@@ -143,7 +143,7 @@ pub fn parse_hours(
         ),
     }
     };
-    let h: Decimal = text.trim().parse().map_err(|_| bad())?;
+    let h = crate::charges::parse_decimal(text).ok_or_else(bad)?;
     if h.is_sign_negative() || h > Decimal::from(MAX_LIMIT_HOURS) || h.round_dp(4) != h {
         return Err(bad());
     }

@@ -47,6 +47,105 @@ pub struct Data {
     pub object: serde_json::Value,
 }
 
+/// An event as the webhook stores it. One it cannot store as sent (not JSON, not an
+/// event, an id Stripe does not make, a type or version that is not one line) is stored
+/// under an id derived from its bytes, quarantined with `refused` saying why: a refusal
+/// would be retried by Stripe for days, and its bytes are kept for an admin to look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    pub id: String,
+    pub kind: String,
+    pub created: Secs,
+    pub api_version: Option<String>,
+    pub payload: String,
+    pub refused: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Head {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    created: Secs,
+    api_version: Option<String>,
+}
+
+/// The longest event id kept: Stripe's ids are far shorter.
+pub const EVENT_ID_MAX: usize = 255;
+
+/// Why `id` is not an event id as Stripe makes them (`evt_…`: letters, digits, `_`).
+fn odd_id(id: &str) -> Option<String> {
+    if id.is_empty() || id.len() > EVENT_ID_MAX {
+        return Some(format!(
+            "its id is {} bytes long (1 to {EVENT_ID_MAX} are kept)",
+            id.len()
+        ));
+    }
+    id.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
+        .map(|c| format!("its id holds {c:?}, which no Stripe id does"))
+}
+
+/// Read a signed webhook body: what to store, and whether to quarantine it.
+pub fn arrival(body: &[u8], now: Secs) -> Arrival {
+    use rush_meter_core::text::Text;
+    use sha2::{Digest, Sha256};
+    // NUL cannot be stored as text; everything else of the bytes is kept as sent.
+    let payload = String::from_utf8_lossy(body).replace('\0', "\u{FFFD}");
+    let head = std::str::from_utf8(body)
+        .map_err(|_| "it is not UTF-8".to_owned())
+        .and_then(|t| {
+            serde_json::from_str::<Head>(t)
+                .map_err(|e| format!("it is not a Stripe event (id, type, created): {e}"))
+        });
+    let refused = match &head {
+        Err(why) => Some(why.clone()),
+        Ok(h) => odd_id(&h.id)
+            .or_else(|| {
+                Text::Line
+                    .check(&h.kind, 255)
+                    .err()
+                    .map(|m| format!("its type {m}"))
+            })
+            .or_else(|| {
+                let version = h.api_version.as_deref().unwrap_or("");
+                Text::Line
+                    .check(version, 64)
+                    .err()
+                    .map(|m| format!("its api_version {m}"))
+            }),
+    };
+    match (head, refused) {
+        (Ok(h), None) => Arrival {
+            id: h.id,
+            kind: h.kind,
+            created: h.created,
+            api_version: h.api_version,
+            payload,
+            refused: None,
+        },
+        // An unreadable head always has a reason (the first arm of `refused`).
+        (head, why) => {
+            let why = why.unwrap_or_default();
+            let digest = hex::encode(Sha256::digest(body));
+            let kind = head
+                .as_ref()
+                .ok()
+                .map(|h| h.kind.clone())
+                .filter(|k| Text::Line.check(k, 255).is_ok())
+                .unwrap_or_else(|| "unreadable".to_owned());
+            Arrival {
+                id: format!("evt_unreadable_{}", &digest[..32]),
+                kind,
+                created: head.as_ref().map_or(now, |h| h.created),
+                api_version: None,
+                payload,
+                refused: Some(format!("stored as sent but not processed: {why}")),
+            }
+        }
+    }
+}
+
 /// The subscription an event is about, wherever its type puts it.
 pub fn subscription_id(kind: &str, object: &serde_json::Value) -> Option<String> {
     let id_of = |v: &serde_json::Value| match v {
@@ -244,6 +343,48 @@ fn parse_subscription(object: &serde_json::Value) -> BillingResult<Subscription>
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn events_that_cannot_be_stored_as_sent_are_kept_under_a_derived_id() {
+        let ok = arrival(
+            br#"{"id": "evt_1", "type": "invoice.paid", "created": 5}"#,
+            9,
+        );
+        assert_eq!((ok.id.as_str(), ok.refused.as_deref()), ("evt_1", None));
+        for (body, why) in [
+            (
+                r#"{"id": "evt_\u0000", "type": "invoice.paid", "created": 5}"#.to_owned(),
+                "holds",
+            ),
+            (
+                format!(
+                    r#"{{"id": "evt_{}", "type": "x", "created": 5}}"#,
+                    "a".repeat(5000)
+                ),
+                "bytes long",
+            ),
+            (
+                r#"{"id": "evt_2", "type": "a\u001bb", "created": 5}"#.to_owned(),
+                "its type",
+            ),
+            (
+                r#"{"id": "evt_3", "type": "x", "created": 5, "api_version": "\u0000"}"#.to_owned(),
+                "api_version",
+            ),
+            ("not json at all".to_owned(), "not a Stripe event"),
+        ] {
+            let a = arrival(body.as_bytes(), 9);
+            assert!(
+                a.id.starts_with("evt_unreadable_") && a.id.len() <= EVENT_ID_MAX,
+                "{a:?}"
+            );
+            assert!(a.refused.as_deref().unwrap().contains(why), "{a:?}");
+            assert!(!a.payload.contains('\0') && !a.kind.contains('\0'));
+            // The same bytes again are the same event: a redelivery stores nothing new.
+            assert_eq!(arrival(body.as_bytes(), 10).id, a.id);
+        }
+        assert!(arrival(b"{\"id\":\"\0\"}", 9).payload.contains('\u{FFFD}'));
+    }
 
     #[test]
     fn failures_retry_with_backoff_then_quarantine() {

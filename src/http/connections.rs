@@ -1,5 +1,6 @@
-//! The listener `serve` accepts on: at most `max` connections open at once, and a connection
-//! that moves no byte for `idle` closed.
+//! The listener `serve` accepts on: at most `max` connections open at once, a connection
+//! that moves no byte for `idle` closed, and hyper's own answers to requests it cannot
+//! parse put in the error format.
 //!
 //! Under more load than the instance can serve, clients time out and retry on new
 //! connections while the old ones wait to be served, so sockets pile up: the fleet
@@ -110,6 +111,9 @@ pub struct Connection<S> {
     timer: Pin<Box<Sleep>>,
     write_blocked: bool,
     metrics: ConnectionMetrics,
+    /// The error-format answer being written in place of one of hyper's, how much of it
+    /// is written, and the length of hyper's (what its write reports).
+    refusal: Option<(Vec<u8>, usize, usize)>,
 }
 
 impl<S> Drop for Connection<S> {
@@ -134,6 +138,7 @@ impl<S> Connection<S> {
             quiet_since: Instant::now(),
             timer: Box::pin(tokio::time::sleep(idle)),
             write_blocked: false,
+            refusal: None,
         }
     }
 
@@ -179,12 +184,35 @@ impl<S: AsyncRead + Unpin> AsyncRead for Connection<S> {
     }
 }
 
+/// Hyper answers a request it cannot parse (a head past its buffer, a bad request line or
+/// header, a URI too long) itself, with an empty body and no hook to shape it; it writes
+/// that answer alone and then closes. Such a write is recognised here (a 4xx head with
+/// `content-length: 0`, which no answer of the service has: each carries the error body)
+/// and the error-format answer of the same status is written in its place.
+fn hyper_refusal(bytes: &[u8]) -> Option<Vec<u8>> {
+    let status = bytes.strip_prefix(b"HTTP/1.1 ")?.get(..3)?;
+    let status: u16 = std::str::from_utf8(status).ok()?.parse().ok()?;
+    let head = bytes.len() < 1024 && bytes.ends_with(b"\r\n\r\n");
+    let empty = bytes
+        .to_ascii_lowercase()
+        .windows(19)
+        .any(|w| w == b"content-length: 0\r\n");
+    (head && empty && matches!(status, 400 | 414 | 431))
+        .then(|| super::error::ApiError::unparsed(status).into_raw_response())
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for Connection<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.refusal.is_none() {
+            self.refusal = hyper_refusal(buf).map(|r| (r, 0, buf.len()));
+        }
+        if self.refusal.is_some() {
+            return self.write_refusal(cx);
+        }
         let r = Pin::new(&mut self.stream).poll_write(cx, buf);
         self.wrote(r)
     }
@@ -194,6 +222,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Connection<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if self.refusal.is_none() && bufs.first().is_some_and(|b| b.starts_with(b"HTTP/1.1 4")) {
+            let whole: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            self.refusal = hyper_refusal(&whole).map(|r| (r, 0, whole.len()));
+        }
+        if self.refusal.is_some() {
+            return self.write_refusal(cx);
+        }
         let r = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
         self.wrote(r)
     }
@@ -203,11 +238,41 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Connection<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.refusal.is_some() {
+            ready!(self.as_mut().write_refusal(cx))?;
+        }
         Pin::new(&mut self.stream).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.refusal.is_some() {
+            ready!(self.as_mut().write_refusal(cx))?;
+        }
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Connection<S> {
+    /// Write the rest of the refusal; once it is all out, report hyper's write as done.
+    fn write_refusal(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        loop {
+            let Some((bytes, done, claimed)) = self.refusal.as_mut() else {
+                return Poll::Ready(Ok(0));
+            };
+            if *done == bytes.len() {
+                let claimed = *claimed;
+                self.refusal = None;
+                return Poll::Ready(Ok(claimed));
+            }
+            let r = Pin::new(&mut self.stream).poll_write(cx, &bytes[*done..]);
+            let n = ready!(self.wrote(r))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            if let Some((_, done, _)) = self.refusal.as_mut() {
+                *done += n;
+            }
+        }
     }
 }
 

@@ -157,6 +157,20 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// A body sent as something other than JSON.
+    pub fn unsupported_media_type(sent: Option<&str>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "the body must be JSON sent with `Content-Type: application/json` (it came as {})",
+                sent.map_or("no content type".to_owned(), |t| {
+                    format!("`{}`", t.chars().take(100).collect::<String>())
+                })
+            ),
+        )
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -189,6 +203,51 @@ impl ApiError {
             format!("this token is over its request rate (RUSH_METER_RATE_LIMIT_PER_SEC); retry in {wait} s"),
         )
         .retry_after(wait)
+    }
+
+    /// A request hyper could not parse (`connections`): it answers before any route does.
+    pub fn unparsed(status: u16) -> Self {
+        match status {
+            431 => Self::new(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers_too_large",
+                "the request's headers are more than the service reads (at most 100 headers, \
+                 about 400 KiB in all); send fewer or smaller ones",
+            ),
+            414 => Self::new(
+                StatusCode::URI_TOO_LONG,
+                "uri_too_long",
+                "the request's URI is longer than the service reads; send a shorter path and query",
+            ),
+            _ => Self::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_request",
+                "the request line or a header is not valid HTTP/1.1",
+            ),
+        }
+    }
+
+    /// This error as a whole HTTP/1.1 answer that closes the connection, for one hyper has
+    /// given up on (`connections`).
+    pub fn into_raw_response(self) -> Vec<u8> {
+        let body = serde_json::to_vec(&ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+                field: self.field,
+            },
+        })
+        .expect("an error body serializes");
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             cache-control: no-store\r\nconnection: close\r\n\r\n",
+            self.status.as_u16(),
+            self.status.canonical_reason().unwrap_or(""),
+            body.len()
+        )
+        .into_bytes();
+        out.extend(body);
+        out
     }
 
     pub fn internal() -> Self {
@@ -292,6 +351,10 @@ impl From<&StoreError> for ApiError {
 
 impl From<DecodeError> for ApiError {
     fn from(e: DecodeError) -> Self {
+        if e.invalid {
+            return ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_value", e.message)
+                .with_field(e.field.unwrap_or_default());
+        }
         let err = ApiError::malformed(e.message);
         match e.field {
             Some(f) => err.with_field(f),
@@ -391,12 +454,16 @@ impl From<BillingError> for ApiError {
             BillingError::NoItem | BillingError::Conflict(_) | BillingError::Unmatched(_) => {
                 ApiError::new(StatusCode::CONFLICT, "stripe_conflict", e.to_string())
             }
-            BillingError::Stripe(StripeFailure::Unreachable(m)) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "stripe_unavailable",
-                format!("Stripe did not answer ({m}); nothing changed, retry shortly"),
-            )
-            .retry_after(5),
+            BillingError::Stripe(StripeFailure::Unreachable(m)) => {
+                // Its words name the API's address and the request: for operators only.
+                tracing::warn!(error = %m, "Stripe did not answer");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "stripe_unavailable",
+                    "Stripe did not answer; nothing changed, retry shortly",
+                )
+                .retry_after(5)
+            }
             BillingError::Stripe(StripeFailure::ServerError { status, .. }) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "stripe_unavailable",
@@ -458,4 +525,24 @@ pub fn parse_named<T>(
     parse: fn(&str) -> Result<T, rush_meter_core::names::Unknown>,
 ) -> ApiResult<T> {
     parse(value).map_err(|e| ApiError::invalid(name, format!("{name} {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What Stripe's client says of a failure names the API's address and the request:
+    /// logged for operators, never shown to a caller.
+    #[test]
+    fn stripe_unavailable_names_no_internal_address() {
+        let e = ApiError::from(BillingError::Stripe(StripeFailure::Unreachable(
+            "error sending request for url (http://10.0.0.7:12111/v1/customers/search): \
+             POST create_customer"
+                .into(),
+        )));
+        assert_eq!(e.code, "stripe_unavailable");
+        for internal in ["http", "10.0.0.7", "12111", "customers", "create_customer"] {
+            assert!(!e.message.contains(internal), "{internal}: {}", e.message);
+        }
+    }
 }

@@ -22,14 +22,33 @@ use super::error::{parse_id, ApiError, ApiResult};
 use super::AppState;
 use crate::tokens::Scope;
 
-/// Like `axum::Json`, with errors in the API's format (400 with the field's path, 413).
-/// An empty body, or `null`, reads as `{}`.
+/// Like `axum::Json`, with errors in the API's format (400 with the field's path, 413, 415
+/// for a body that says it is not JSON). An empty body, or `null`, reads as `{}`.
 pub struct JsonBody<T>(pub T);
+
+/// Whether a `Content-Type` says JSON: `application/json` or `application/…+json`, with
+/// or without parameters (`; charset=utf-8`).
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|t| t.ends_with("+json"))
+}
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let content_type = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .map(|v| v.to_str().map(str::to_owned).unwrap_or_default());
         let bytes = Bytes::from_request(req, state).await.map_err(|r| {
             if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::too_large()
@@ -37,12 +56,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ApiError::malformed(format!("the body could not be read: {}", r.body_text()))
             }
         })?;
-        let bytes: &[u8] =
-            if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
-                b"{}"
-            } else {
-                &bytes
-            };
+        let empty = bytes.iter().all(u8::is_ascii_whitespace);
+        if !empty && !content_type.as_deref().is_some_and(is_json) {
+            return Err(ApiError::unsupported_media_type(content_type.as_deref()));
+        }
+        let bytes: &[u8] = if empty || bytes.trim_ascii() == b"null" {
+            b"{}"
+        } else {
+            &bytes
+        };
         parse_json(bytes).map(JsonBody)
     }
 }
@@ -53,12 +75,13 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 }
 
 /// Query parameters, read when the handler asks (`read()`), after its access checks: a
-/// caller without access learns nothing from a 400 about the parameters.
-pub struct Query<T>(Result<T, QueryRejection>);
+/// caller without access learns nothing from a 400 about the parameters. A parameter
+/// holding NUL (`%00`), which no database column keeps, is a 422 naming it.
+pub struct Query<T>(Result<T, ApiError>);
 
 impl<T> Query<T> {
     pub fn read(self) -> ApiResult<T> {
-        self.0.map_err(|e| ApiError::malformed(e.body_text()))
+        self.0
     }
 }
 
@@ -66,12 +89,29 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Infallible> {
+        if let Some(name) = parts.uri.query().and_then(nul_parameter) {
+            return Ok(Query(Err(ApiError::invalid(
+                name.clone(),
+                format!("{name} may not contain NUL (%00)"),
+            ))));
+        }
         Ok(Query(
             axum::extract::Query::<T>::from_request_parts(parts, state)
                 .await
-                .map(|q| q.0),
+                .map(|q| q.0)
+                .map_err(|e: QueryRejection| ApiError::malformed(e.body_text())),
         ))
     }
+}
+
+/// The name of the first query parameter whose value (or name) holds NUL.
+fn nul_parameter(query: &str) -> Option<String> {
+    if !query.contains("%00") {
+        return None;
+    }
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(k, v)| k.contains('\0') || v.contains('\0'))
+        .map(|(k, _)| k.replace('\0', "\\0"))
 }
 
 /// A time parameter (RFC 3339), or the 422 that names it.
@@ -142,9 +182,11 @@ impl Page {
     }
 }
 
-/// A `time.id` cursor as this service gives them out.
+/// A `time.id` cursor as this service gives them out (an id of one line, as long as a
+/// Stripe event's at most).
 fn parse_cursor(c: &str) -> ApiResult<(Secs, String)> {
     c.split_once('.')
+        .filter(|(_, id)| rush_meter_core::text::Text::Line.check(id, 255).is_ok())
         .and_then(|(t, id)| Some((t.parse().ok()?, id.to_owned())))
         .ok_or_else(|| ApiError::invalid("cursor", "cursor is not one this service gave out"))
 }

@@ -149,6 +149,7 @@ fn description(status: u16) -> &'static str {
                 the change"
         }
         413 => "`body_too_large`: over RUSH_METER_MAX_BODY_BYTES",
+        415 => "`unsupported_media_type`: a body not sent as `application/json`",
         422 => "`invalid_value`: a value out of range or ill-formed; `field` names it",
         429 => "`rate_limited`: this token is over its rate; wait `Retry-After` seconds",
         500 => "`internal`: an unexpected error, logged with the request id",
@@ -212,8 +213,8 @@ error_group!(
     Guarded = [401, 403, 429, 500, 503]
 );
 error_group!(
-    /// A JSON body: unreadable, too large, or a value out of range.
-    BadBody = [400, 413, 422]
+    /// A JSON body: unreadable, too large, not JSON, or a value out of range.
+    BadBody = [400, 413, 415, 422]
 );
 error_group!(
     /// Query parameters: unreadable or out of range.

@@ -1,4 +1,40 @@
-//! The store's one error type, sorted by what the caller should do about it.
+//! The store's one error type, sorted by what the caller should do about it; and when a
+//! connection was last found read-only.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// When a database was last found to accept no writes, as nanoseconds since `EPOCH` (0:
+/// never): a primary that came back as a standby, or a promoted one not yet writable.
+static READ_ONLY_AT: AtomicU64 = AtomicU64::new(0);
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// Record that a connection found the database read-only: every connection opened before
+/// now is closed instead of reused (`connection_outlived_read_only`), so the pools
+/// reconnect, to the host that accepts writes once there is one.
+pub fn note_read_only() {
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    let at = u64::try_from(epoch.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    READ_ONLY_AT.fetch_max(at, Ordering::AcqRel);
+}
+
+/// Whether a connection of this `age` was opened before a database was last found
+/// read-only (its server may be a standby now).
+pub fn connection_outlived_read_only(age: Duration) -> bool {
+    let at = READ_ONLY_AT.load(Ordering::Acquire);
+    let Some(epoch) = EPOCH.get() else {
+        return false;
+    };
+    at != 0 && epoch.elapsed().saturating_sub(age) < Duration::from_nanos(at)
+}
+
+/// SQLSTATE 25006 (PostgreSQL) and SQLITE_READONLY (8): the database took no write.
+fn is_read_only(code: &str) -> bool {
+    code == "25006" || code == "8"
+}
 
 /// A failure of the store.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +95,12 @@ impl From<sqlx::Error> for StoreError {
                 ErrorKind::CheckViolation | ErrorKind::NotNullViolation => {
                     StoreError::Invalid(d.message().to_owned())
                 }
+                // A database that accepts no writes is as good as unreachable for a
+                // writer: a 503 the caller retries, and its connections are replaced.
+                _ if d.code().is_some_and(|c| is_read_only(&c)) => {
+                    note_read_only();
+                    StoreError::Unavailable(e)
+                }
                 // Connection-level failures, admin shutdown, and SQLite's busy/locked.
                 _ if d.code().is_some_and(|c| {
                     c.starts_with("08") || c.starts_with("57P") || c == "5" || c == "6"
@@ -78,6 +120,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
+
+    use std::time::Duration;
 
     use super::StoreError;
     use sqlx::error::ErrorKind;
@@ -143,6 +187,23 @@ mod tests {
             StoreError::from(sqlx::Error::PoolTimedOut),
             StoreError::Unavailable(_)
         ));
+    }
+
+    /// A write refused because the database is read-only (a primary come back as a
+    /// standby) is an outage, never a 500, and the connections opened before it are
+    /// replaced rather than reused.
+    #[test]
+    fn a_read_only_database_is_unavailable_and_its_connections_are_replaced() {
+        let long_ago = Duration::from_secs(3600);
+        for code in ["25006", "8"] {
+            assert!(
+                matches!(from_code(code), StoreError::Unavailable(_)),
+                "{code}"
+            );
+            assert!(super::connection_outlived_read_only(long_ago));
+        }
+        // A connection opened after it is kept.
+        assert!(!super::connection_outlived_read_only(Duration::ZERO));
     }
 
     /// Constraint violations are the caller's to fix (409, 422), never a 500.

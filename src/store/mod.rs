@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod api;
-mod error;
+pub(crate) mod error;
 mod pg;
 mod rows;
 mod sqlite;
@@ -130,6 +130,11 @@ impl PoolSettings {
             .test_before_acquire(false)
             .before_acquire(|conn: &mut DB::Connection, meta| {
                 Box::pin(async move {
+                    // Opened before a database was found read-only: close it, so that a
+                    // new one finds the host that accepts writes.
+                    if error::connection_outlived_read_only(meta.age) {
+                        return Ok(false);
+                    }
                     if meta.idle_for >= Duration::from_secs(1) {
                         conn.ping().await?;
                     }

@@ -65,8 +65,8 @@ impl GrantAsk {
             }
         }
         if let Some(note) = &self.note {
-            if note.chars().count() > 500 {
-                return invalid("note", "note must be at most 500 characters");
+            if let Err(m) = crate::text::Text::Lines.check(note, 500) {
+                return invalid("note", format!("note {m}"));
             }
         }
         if let Some(key) = &self.idempotency_key {

@@ -48,6 +48,8 @@ pub struct ExportQuery {
                 (String = "text/csv"),
                 (String = "application/x-ndjson"),
             )),
+        (status = 404, description = "`org_not_found`: no org `org_id` (or one the token is not bound to)",
+            body = crate::http::error::ErrorBody),
         Guarded, BadQuery))]
 pub async fn get_usage_export(
     State(state): State<AppState>,

@@ -6,6 +6,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use rush_meter_core::org::{Key, Org};
 use rush_meter_core::standing::{Standing, WindowUsage};
+use rush_meter_core::text::Text;
 use rush_meter_core::time::{rfc3339, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -102,12 +103,15 @@ pub async fn put_org(
     principal.require_any(&[Scope::Admin])?;
     let org_id = parse_id("org_id", &org_id)?;
     if let Some(name) = &body.name {
-        if name.trim().is_empty() || name.chars().count() > 200 {
+        if name.trim().is_empty() {
             return Err(ApiError::invalid(
                 "name",
                 "name must be 1 to 200 characters",
             ));
         }
+        Text::Line
+            .check(name, 200)
+            .map_err(|m| ApiError::invalid("name", format!("name {m}")))?;
     }
     if let Some(plan) = &body.plan {
         if state.plans.get(plan).is_none() {
@@ -292,9 +296,9 @@ pub async fn list_orgs(
     principal.require_any(&[Scope::Finance])?;
     let q = query.read()?;
     let text = q.q.unwrap_or_default();
-    if text.chars().count() > 200 {
-        return Err(ApiError::invalid("q", "q must be at most 200 characters"));
-    }
+    Text::Line
+        .check(&text, 200)
+        .map_err(|m| ApiError::invalid("q", format!("q {m}")))?;
     let after = q
         .cursor
         .as_deref()

@@ -44,12 +44,16 @@ pub struct OverageView {
     month_end: Secs,
     /// Paid as it went this month, running sessions counted up to now.
     overage_seconds: i64,
-    /// What that costs: never more than the cap.
+    /// What that cost. Never more than the cap in force when it was spent: above
+    /// `monthly_cap` only when the cap was lowered (or pay-as-you-go turned off) after.
     #[schema(example = "12.34")]
     spent: String,
-    /// Left under the cap (0 while off).
+    /// Left under the cap (0 while off, and once `spent` reaches `monthly_cap`).
     #[schema(example = "37.66")]
     remaining: String,
+    /// On, and `spent` has reached `monthly_cap`: nothing more is paid as it goes this
+    /// month (runs past the plan and grants are refused with `spend_cap_reached`).
+    cap_reached: bool,
 }
 
 impl OverageView {
@@ -60,7 +64,8 @@ impl OverageView {
         let funds = s.funding.funds(WindowKind::Month, w.month);
         let spent = funds.overage_amount();
         let cap = org.overage.monthly_cap;
-        let remaining = if s.funding.terms.pay_as_you_go() {
+        let on = s.funding.terms.pay_as_you_go();
+        let remaining = if on {
             (cap - spent).max(rust_decimal::Decimal::ZERO)
         } else {
             rust_decimal::Decimal::ZERO
@@ -78,6 +83,7 @@ impl OverageView {
             overage_seconds: funds.overage,
             spent: format!("{spent:.2}"),
             remaining: format!("{remaining:.2}"),
+            cap_reached: on && spent >= cap,
         }
     }
 }
@@ -129,7 +135,7 @@ pub async fn put_overage(
         .monthly_cap
         .as_deref()
         .map(|c| {
-            c.trim().parse::<rust_decimal::Decimal>().map_err(|_| {
+            rush_meter_core::charges::parse_decimal(c).ok_or_else(|| {
                 ApiError::invalid(
                     "monthly_cap",
                     format!("monthly_cap `{c}` is not a decimal amount such as \"50.00\""),

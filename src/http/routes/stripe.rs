@@ -20,18 +20,10 @@ use crate::http::{ApiError, ApiResult, AppState};
 use crate::store::StripeEventRow;
 use crate::tokens::Scope;
 
-#[derive(Deserialize)]
-struct EventHead {
-    id: String,
-    #[serde(rename = "type")]
-    kind: String,
-    created: Secs,
-    api_version: Option<String>,
-}
-
 /// `POST /v1/stripe/webhook`: verify the signature, store the raw event (a redelivery is a
 /// no-op), answer 200, then process it in the background. Authenticated by the signature
-/// alone; anything refused is a 400 and stores nothing.
+/// alone: an unsigned body is a 400 and stores nothing. A signed one that cannot be
+/// processed as sent is stored quarantined and acknowledged (`billing::events::arrival`).
 #[utoipa::path(post, path = "/v1/stripe/webhook", tag = "billing",
     params(("Stripe-Signature" = String, Header,
         description = "`t=<unix time>,v1=<HMAC-SHA256 hex>` as Stripe signs")),
@@ -60,26 +52,40 @@ pub async fn webhook(
         state.metrics.stripe_webhooks_refused.inc();
         ApiError::from(e)
     })?;
-    let text =
-        std::str::from_utf8(&body).map_err(|_| ApiError::malformed("the event is not UTF-8"))?;
-    let head: EventHead = serde_json::from_str(text).map_err(|e| {
-        ApiError::malformed(format!(
-            "the event is not a Stripe event (id, type, created): {e}"
-        ))
-    })?;
+    let event = crate::billing::events::arrival(&body, now);
+    if let Some(why) = &event.refused {
+        let stored = state
+            .db
+            .quarantine_stripe_event(
+                &event.id,
+                &event.kind,
+                event.created,
+                &event.payload,
+                why,
+                now,
+            )
+            .await?;
+        if stored {
+            tracing::error!(event = %event.id, %why, "a signed Stripe event could not be processed as sent: quarantined");
+        }
+        return Ok(Json(Received {
+            received: true,
+            duplicate: !stored,
+        }));
+    }
     let stored = state
         .db
         .insert_stripe_event(
-            &head.id,
-            &head.kind,
-            head.created,
-            head.api_version.as_deref(),
-            text,
+            &event.id,
+            &event.kind,
+            event.created,
+            event.api_version.as_deref(),
+            &event.payload,
             now,
         )
         .await?;
     if stored {
-        note_version(&state, &head);
+        note_version(&state, &event);
         state.stripe_wake.notify_one();
     }
     Ok(Json(Received {
@@ -91,7 +97,7 @@ pub async fn webhook(
 /// Count and warn about an event rendered in another API version than the service sends:
 /// its objects may lack fields, or carry them elsewhere (the service reads both shapes it
 /// knows, but the endpoint should be moved to the service's version).
-fn note_version(state: &AppState, head: &EventHead) {
+fn note_version(state: &AppState, head: &crate::billing::events::Arrival) {
     let ours = crate::billing::api::stripe_version();
     let Some(theirs) = head.api_version.as_deref().filter(|v| *v != ours) else {
         return;
@@ -209,6 +215,8 @@ pub async fn list_events(
     responses((status = 200, description = "Queued again", body = Requeued),
         (status = 404, description = "`not_found`: no quarantined event by that id",
             body = crate::http::error::ErrorBody),
+        (status = 422, description = "`invalid_value`: not an id this service keeps (one line, at most 255 characters)",
+            body = crate::http::error::ErrorBody),
         Guarded, BadPath))]
 pub async fn retry_event(
     State(state): State<AppState>,
@@ -217,6 +225,15 @@ pub async fn retry_event(
 ) -> ApiResult<Json<Requeued>> {
     principal.require_any(&[Scope::Admin])?;
     principal.require_unbound("Stripe's event queue")?;
+    if rush_meter_core::text::Text::Line
+        .check(&event_id, crate::billing::events::EVENT_ID_MAX)
+        .is_err()
+    {
+        return Err(ApiError::invalid(
+            "event_id",
+            "event_id is not one this service keeps: one line of at most 255 characters",
+        ));
+    }
     if !state
         .db
         .requeue_stripe_event(&event_id, state.clock.now())

@@ -24,6 +24,17 @@ pub trait StripeStore: Send + Sync {
         payload: &str,
         now: Secs,
     ) -> StoreResult<bool>;
+    /// Store a webhook event that cannot be processed as sent (`billing::events::arrival`)
+    /// quarantined, with why; false if its id was stored before.
+    async fn quarantine_stripe_event(
+        &self,
+        event_id: &str,
+        kind: &str,
+        created: Secs,
+        payload: &str,
+        why: &str,
+        now: Secs,
+    ) -> StoreResult<bool>;
     /// Take up to `limit` pending events that are due, oldest first, and hold them for
     /// `hold` seconds; each take counts as an attempt.
     async fn claim_stripe_events(

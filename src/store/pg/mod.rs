@@ -147,6 +147,19 @@ const HOT_TABLES: [&str; 13] = [
 /// new table is about as low).
 const STATISTICS_FROM_ROWS: i64 = 100;
 
+/// `transaction_read_only` as a server reports it: `on` is an outage for a writer.
+fn writable(read_only: &str) -> StoreResult<()> {
+    if read_only == "off" {
+        return Ok(());
+    }
+    crate::store::error::note_read_only();
+    Err(StoreError::Unavailable(sqlx::Error::Protocol(
+        "the database accepts no writes (transaction_read_only is on): a standby, or a \
+         primary not yet writable"
+            .into(),
+    )))
+}
+
 /// Connections of the keyed-read pool (`Pg::keyed`) beside the main pool's: a page view
 /// holds at most three at once, and the main pool keeps the writers and exports.
 fn keyed_connections(max_connections: u32) -> u32 {
@@ -397,14 +410,26 @@ impl super::Admin for Pg {
             .map_err(|e| sqlx::migrate::MigrateError::Execute(sqlx::Error::Protocol(e.to_string())))
     }
 
+    /// Ready only while the database accepts writes: `transaction_read_only` is what a
+    /// write would meet (a standby, and a promoted primary still read-only, say `on`;
+    /// `pg_is_in_recovery()` misses the latter).
     async fn ping(&self) -> StoreResult<()> {
-        ping(&self.pool).await
+        let read_only: String =
+            sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
+                .fetch_one(&self.pool)
+                .await?;
+        writable(&read_only)
     }
 
     async fn connect_fresh(&self) -> StoreResult<()> {
         use sqlx::{ConnectOptions, Connection};
-        self.pool.connect_options().connect().await?.close().await?;
-        Ok(())
+        let mut conn = self.pool.connect_options().connect().await?;
+        let read_only: String =
+            sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
+                .fetch_one(&mut conn)
+                .await?;
+        conn.close().await?;
+        writable(&read_only)
     }
 
     async fn close(&self) {

@@ -261,11 +261,6 @@ where
     Ok(query.fetch_all(&mut **tx).await?)
 }
 
-async fn ping(pool: &Pool<DB>) -> StoreResult<()> {
-    sqlx::query("SELECT 1").execute(pool).await?;
-    Ok(())
-}
-
 /// Row counts and sums of every table: equal digests mean no write happened between them.
 async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
     Ok(sqlx::query_as(

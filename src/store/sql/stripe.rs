@@ -78,6 +78,32 @@ impl StripeStore for Backend {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn quarantine_stripe_event(
+        &self,
+        event_id: &str,
+        kind: &str,
+        created: Secs,
+        payload: &str,
+        why: &str,
+        now: Secs,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "INSERT INTO stripe_events (event_id, type, created, payload, received_at, state, \
+               attempts, next_attempt_at, last_error) \
+             VALUES ($1, $2, $3, $4, $5, 'quarantined', 0, $5, $6) \
+             ON CONFLICT (event_id) DO NOTHING",
+        )
+        .bind(event_id)
+        .bind(kind)
+        .bind(created)
+        .bind(payload)
+        .bind(now)
+        .bind(why)
+        .execute(self.write())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn claim_stripe_events(
         &self,
         now: Secs,
