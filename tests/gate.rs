@@ -411,3 +411,62 @@ every_backend! {
     }
 
 }
+
+/// A decision that waits for its key's lock reads the org after the wait: a suspension
+/// (or a plan change) committed meanwhile applies to it, never the org from before (which
+/// a read in the statement that waited would return). PostgreSQL only: on SQLite a writer
+/// holds the database's write lock throughout its transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_waiting_for_its_keys_lock_reads_the_org_committed_meanwhile() {
+    for (change, want) in [
+        (
+            json!({"suspended": true}),
+            ("deny", Some("org_suspended"), "team"),
+        ),
+        (json!({"plan": "free"}), ("allow", None, "free")),
+    ] {
+        let Some(srv) = TestServer::start(Backend::Postgres).await else {
+            return;
+        };
+        srv.clock.set(T0);
+        setup(&srv, "team", 4).await;
+        let rush_meter::store::Pools::Postgres(pool) = srv.db.pools() else {
+            unreachable!("a PostgreSQL server")
+        };
+        let mut holder = pool.begin().await.unwrap();
+        sqlx::query("SELECT key_id FROM api_keys WHERE org_id = $1 AND key_id = $2 FOR UPDATE")
+            .bind("acme")
+            .bind("k1")
+            .execute(&mut *holder)
+            .await
+            .unwrap();
+        let change_then_release = async {
+            eventually(30, "the admission waits for the key's lock", || async {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT COUNT(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_one(pool)
+                .await
+                .unwrap()
+                    > 0
+            })
+            .await;
+            srv.admin("PUT", "/v1/orgs/acme", Some(change.clone()))
+                .await;
+            holder.commit().await.unwrap();
+        };
+        let ((status, v), ()) = tokio::join!(admit(&srv, "acme", "k1", "s1"), change_then_release);
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(
+            (
+                v["decision"].as_str(),
+                v["reason"].as_str(),
+                v["plan"].as_str()
+            ),
+            (Some(want.0), want.1, Some(want.2)),
+            "after {change}: {v}"
+        );
+        srv.finish().await;
+    }
+}

@@ -195,31 +195,21 @@ async fn admit_once(
             .copied()
             .collect()
     };
-    // Keys first, shard after shard, then sessions: the order every writer locks in. On
-    // one PostgreSQL the orgs and their funding come with the key lock (one round trip).
+    // Keys first, shard after shard, then sessions: the order every writer locks in. The
+    // orgs and their funding are read after every key lock is held, in statements of their
+    // own: a statement that waited for a lock reads from the snapshot it began with, and
+    // would miss a suspension, a plan change or a booking committed while it waited.
     let org_ids = sorted_unique(requests.iter().map(|r| r.org_id.as_str()));
-    let together = match shards.values().next() {
-        Some(orgs) if shards.len() == 1 => {
-            store.lock_keys_reading_funding(&mut tx, orgs, &keys, now).await?
+    let mut locked = Vec::with_capacity(keys.len());
+    for orgs in shards.values() {
+        for chunk in keys_of(orgs).chunks(CHUNK) {
+            locked.extend(lock_keys(&mut tx, orgs, chunk).await?);
         }
-        _ => None,
-    };
-    let (locked, funding) = match together {
-        Some((locked, funding)) => (locked, funding),
-        None => {
-            let mut locked = Vec::with_capacity(keys.len());
-            for orgs in shards.values() {
-                for chunk in keys_of(orgs).chunks(CHUNK) {
-                    locked.extend(lock_keys(&mut tx, orgs, chunk).await?);
-                }
-            }
-            let mut funding = Vec::with_capacity(org_ids.len());
-            for chunk in org_ids.chunks(CHUNK) {
-                funding.extend(select_funding(&mut *tx, chunk, now).await?);
-            }
-            (locked, funding)
-        }
-    };
+    }
+    let mut funding = Vec::with_capacity(org_ids.len());
+    for chunk in org_ids.chunks(CHUNK) {
+        funding.extend(select_funding(&mut *tx, chunk, now).await?);
+    }
     for k in locked {
         facts.keys.insert((k.org_id.clone(), k.key_id.clone()), k);
     }

@@ -165,19 +165,6 @@ impl Lite {
         &self.write
     }
 
-    /// The keys locked and the orgs' funding read in one statement: never here (the
-    /// write lock is already held, and statements cost no round trip), so the caller makes
-    /// the two reads.
-    async fn lock_keys_reading_funding(
-        &self,
-        _tx: &mut Tx,
-        _orgs: &[&str],
-        _keys: &[(&str, &str)],
-        _now: Secs,
-    ) -> StoreResult<Option<(Vec<Key>, Vec<FundingRow>)>> {
-        Ok(None)
-    }
-
     /// Claim session ids (`claim_owners`); the slots are counted, and the window sums
     /// read, after it (statements cost
     /// no round trip here, so there is nothing to save by merging them).
