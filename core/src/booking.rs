@@ -95,7 +95,11 @@ impl Booking {
                 .or_default()
                 .extend(state.fund(session, *interval));
             let s = &self.sessions[session];
-            for (bucket, seconds) in buckets(*interval, |t| state.windows_at(t)) {
+            // Funded in the open month (late time is an adjustment there), but rolled up
+            // where it ran, as org_hourly is: a member's use in a window never passes its
+            // org's, which the gate relies on (`members::within_reach`).
+            let ran_in = |t| crate::time::Windows::at(t, state.billing_period);
+            for (bucket, seconds) in buckets(*interval, ran_in) {
                 for dim in Dimension::ALL {
                     *members
                         .entry((org.clone(), bucket, *dim, member_of(s, *dim).to_owned()))
@@ -227,6 +231,50 @@ mod tests {
             "the running span closed at the park"
         );
         assert_eq!(booking.sessions["s"].ledger.billed_seconds, 30);
+    }
+
+    /// Time that arrives after its month closed is funded in the open month but rolled up
+    /// by member in the hour it ran, as by org: the two rollups hold the same seconds in the
+    /// same hours.
+    #[test]
+    fn late_member_time_keeps_its_hour_as_the_org_rollup_does() {
+        const DEC: Secs = 1_796_083_200; // 2026-12-01 00:00 UTC; November closed
+        let late = Interval::new(DEC - 2 * 3600, DEC - 2 * 3600 + 1800).unwrap();
+        let mut s = Session::admitted("o", "s", late.start);
+        s.started_by = Some("ann".into());
+        s.project_id = Some("web".into());
+        let mut b = Booking::default();
+        let fx = Effects {
+            billed: Some(late),
+            closed: vec![],
+            ignored: false,
+        };
+        b.add(&s, &fx);
+        let terms = funding::Terms {
+            month_limit: 36_000,
+            week_limit: 36_000,
+            price_units: 0,
+            cap_units: 0,
+        };
+        let state = funding::State::new(terms, None, DEC, [], vec![]);
+        let mut states = BTreeMap::from([("o".to_owned(), state)]);
+        b.fund(&mut states);
+        let december = crate::time::calendar_month(DEC);
+        let funds = states["o"].funds(funding::WindowKind::Month, december);
+        assert_eq!(funds.plan, 1800, "funded in the open month");
+        assert_eq!(
+            b.org_hours,
+            BTreeMap::from([(("o".into(), DEC - 7200), 1800)])
+        );
+        for dim in Dimension::ALL {
+            let key = (
+                "o".to_owned(),
+                DEC - 7200,
+                *dim,
+                member_of(&s, *dim).to_owned(),
+            );
+            assert_eq!(b.member_hours.get(&key), Some(&1800), "{dim:?}");
+        }
     }
 
     #[test]

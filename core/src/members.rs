@@ -4,7 +4,9 @@
 //! Member time is rolled up in the transaction that books it, by *bucket*: a UTC hour, cut
 //! where the org's month window starts inside it (a Stripe period starts at any second), so
 //! that a window's use is the sum of the buckets that start in it, to the second, and an
-//! hour's is the sum of the buckets that start in it.
+//! hour's is the sum of the buckets that start in it. Time is filed where it ran, late time
+//! too (funding counts that in the open month), so that a member's buckets of an hour
+//! hold the seconds the org's rollup holds for it.
 
 use std::collections::BTreeMap;
 

@@ -172,3 +172,41 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Whatever the billing period and however late the time arrives (before the floor of
+    /// a closed period), each member's buckets of an hour hold exactly the seconds the
+    /// org's rollup holds for that hour: a member never used more than its org in any
+    /// window (`within_reach` relies on it).
+    #[test]
+    fn member_time_is_filed_in_the_hours_of_the_org_time(
+        floor in 0i64..(20 * DAY),
+        period_start in proptest::option::of(0i64..(20 * DAY)),
+        stretches in proptest::collection::vec((0i64..(40 * DAY), 1i64..(5 * HOUR)), 1..6),
+    ) {
+        use rush_meter_core::booking::Booking;
+        use rush_meter_core::funding::{State, Terms};
+        use rush_meter_core::ledger::Effects;
+        use rush_meter_core::session::Session;
+        let period = period_start.map(|s| Interval::new(T0 + s, T0 + s + 30 * DAY).unwrap());
+        let mut b = Booking::default();
+        for (i, (start, len)) in stretches.iter().enumerate() {
+            let mut s = Session::admitted("o", &format!("s{i}"), T0 + start);
+            s.started_by = Some(format!("u{}", i % 2));
+            let billed = Interval::new(T0 + start, T0 + start + len);
+            b.add(&s, &Effects { billed, closed: vec![], ignored: false });
+        }
+        let terms = Terms { month_limit: i64::MAX / 4, week_limit: i64::MAX / 4, price_units: 0, cap_units: 0 };
+        let mut states = BTreeMap::from([("o".to_owned(), State::new(terms, period, T0 + floor, [], vec![]))]);
+        b.fund(&mut states);
+        for dim in Dimension::ALL {
+            let mut by_hour: BTreeMap<(String, Secs), i64> = BTreeMap::new();
+            for ((org, bucket, d, _), secs) in &b.member_hours {
+                if d == dim {
+                    *by_hour.entry((org.clone(), bucket.div_euclid(HOUR) * HOUR)).or_default() += secs;
+                }
+            }
+            prop_assert_eq!(&by_hour, &b.org_hours, "{:?}", dim);
+        }
+    }
+}
