@@ -32,6 +32,33 @@ async fn setup(srv: &TestServer, plan: &str, limit: i64) {
 }
 
 every_backend! {
+    // A session holding one key's slot asked for under another moves to it, counted once
+    // (the first key has room again); a session running without an admission, asked for,
+    // takes a slot of the key it is asked for under, within the key's limit.
+    async fn a_session_asked_for_under_another_key_is_counted_once(srv: TestServer) {
+        srv.clock.set(T0);
+        srv.create_org("acme", "team").await;
+        for key in ["k1", "k2"] {
+            srv.admin("PUT", &format!("/v1/orgs/acme/keys/{key}"), Some(json!({"concurrency_limit": 1}))).await;
+        }
+        assert_eq!(admit(&srv, "acme", "k1", "a").await.1["decision"], "allow");
+        let (_, moved) = admit(&srv, "acme", "k2", "a").await;
+        assert_eq!((&moved["decision"], &moved["rule"], &moved["concurrency"]["running"]),
+            (&json!("allow"), &json!("within_limits"), &json!(1)), "{moved}");
+        let (_, b) = admit(&srv, "acme", "k1", "b").await;
+        assert_eq!(b["decision"], "allow", "k1's slot left with a: {b}");
+        let (_, c) = admit(&srv, "acme", "k2", "c").await;
+        assert_eq!(c["reason"], "concurrency_limit_reached", "{c}");
+        // Unadmitted and running, then asked for under k3: it takes k3's one slot.
+        srv.admin("PUT", "/v1/orgs/acme/keys/k3", Some(json!({"concurrency_limit": 1}))).await;
+        let (status, _) = srv.heartbeats(vec![hb("acme", "u", 1, "running", T0)]).await;
+        assert_eq!(status, 200);
+        let (_, u) = admit(&srv, "acme", "k3", "u").await;
+        assert_eq!((&u["decision"], &u["concurrency"]["running"]), (&json!("allow"), &json!(1)), "{u}");
+        let (_, v) = admit(&srv, "acme", "k3", "v").await;
+        assert_eq!(v["reason"], "concurrency_limit_reached", "{v}");
+    }
+
     async fn two_orgs_naming_one_new_session_in_a_group_leave_it_to_the_one_allowed(srv: TestServer) {
         srv.clock.set(T0);
         for org in ["acme", "beta"] {

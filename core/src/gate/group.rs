@@ -149,7 +149,14 @@ pub fn decide_group(
                 }
             }
             let holds = session.is_some_and(|s| holds_slot(s, now, lease));
+            // Rule 1 is a slot of this key. A session holding another key's slot (or running
+            // unadmitted, on none) asked for under this one moves to it: decided against
+            // this key, and, if allowed, its slot leaves the other key.
             let own = holds && session.is_some_and(|s| s.key_id.as_deref() == Some(&req.key_id));
+            let moved_from = session
+                .filter(|_| holds && !own)
+                .and_then(|s| s.key_id.clone())
+                .map(|k| (req.org_id.clone(), k));
             let slots = facts.slots.entry(key_id).or_default();
             let running = *slots - i64::from(own);
             let windows = Windows::at(now, org.billing_period());
@@ -188,7 +195,7 @@ pub fn decide_group(
                 week: &week,
                 running,
                 limit,
-                holds_slot: holds,
+                holds_slot: own,
                 funding: &state,
                 now,
                 spent_limit: spent_member.map(|l| l.kind),
@@ -271,6 +278,9 @@ pub fn decide_group(
             };
             if rule == Rule::WithinLimits {
                 *slots += 1;
+                if let Some(n) = moved_from.and_then(|k| facts.slots.get_mut(&k)) {
+                    *n -= 1;
+                }
                 if session.is_none() {
                     created.insert(req.session_id.clone());
                 } else if !created.contains(&req.session_id) {
@@ -379,6 +389,65 @@ mod tests {
             .created
             .iter()
             .all(|s| s.slot_at == Some(1000) && s.ledger.phase == Phase::Admitted));
+    }
+
+    /// Two keys of one org: `k` with `k_limit` and `k_held` slots held, `a` with one slot
+    /// (limit 1) held by the session `s`, admitted on `a` and running.
+    fn two_keys(k_limit: i64, k_held: i64) -> GroupFacts {
+        let mut facts = group_facts(k_limit, k_held);
+        let a = Key {
+            key_id: "a".into(),
+            concurrency_limit: Some(1),
+            ..facts.keys[&("o".to_owned(), "k".to_owned())].clone()
+        };
+        facts.keys.insert(("o".into(), "a".into()), a);
+        facts.slots.insert(("o".into(), "a".into()), 1);
+        let mut s = Session::admitted("o", "s", 990);
+        s.key_id = Some("a".into());
+        s.slot_at = Some(990);
+        facts.sessions.insert("s".into(), s);
+        facts
+    }
+
+    /// A session holding key `a`'s slot, asked for under `k`, moves to `k`: decided against
+    /// `k`'s limit, counted once there (not on both keys, not on none), and, allowed,
+    /// leaves `a` a slot for another session of the same group.
+    #[test]
+    fn a_session_asked_for_under_another_key_moves_its_slot() {
+        // k full: refused on k's limit; its slot stays on a.
+        let out = decide_group(&plans(), &[request("s")], two_keys(2, 2), 1000, 60, ids());
+        let d = out.answers[0].as_ref().unwrap();
+        assert_eq!((d.rule.as_str(), d.running), ("concurrency_limit_reached", 2));
+        assert!(out.resumed.is_empty());
+        // k with room: allowed, k counts it, and a is free for t in the same group.
+        let mut on_a = request("t");
+        on_a.key_id = "a".into();
+        let out = decide_group(
+            &plans(),
+            &[request("s"), on_a],
+            two_keys(3, 1),
+            1000,
+            60,
+            ids(),
+        );
+        let d: Vec<_> = out.answers.iter().map(|a| a.as_ref().unwrap()).collect();
+        assert_eq!((d[0].rule.as_str(), d[0].running), ("within_limits", 2));
+        assert_eq!((d[1].rule.as_str(), d[1].running), ("within_limits", 1));
+        assert_eq!(out.resumed[0].key_id.as_deref(), Some("k"));
+    }
+
+    /// A session running without the gate's admission holds a slot on no key: asked for
+    /// under a key, it takes one of that key's, within its limit.
+    #[test]
+    fn an_unadmitted_running_session_asked_for_takes_a_slot_of_the_key() {
+        let mut facts = group_facts(1, 1);
+        let mut u = Session::unadmitted("o", "u", "vm", 990);
+        u.ledger.phase = Phase::Running;
+        u.heard_at = Some(995);
+        facts.sessions.insert("u".into(), u);
+        let out = decide_group(&plans(), &[request("u")], facts, 1000, 60, ids());
+        let d = out.answers[0].as_ref().unwrap();
+        assert_eq!((d.rule.as_str(), d.running), ("concurrency_limit_reached", 1));
     }
 
     #[test]
