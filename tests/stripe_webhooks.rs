@@ -24,7 +24,69 @@ every_backend!(
     signatures_are_checked_before_anything_is_stored,
     events_delivered_five_times_at_once_take_effect_once,
     events_in_any_order_leave_stripes_state,
+    a_subscription_of_an_unknown_shape_is_retried_and_the_org_keeps_its_plan,
 );
+
+/// A subscription whose price maps to no plan (or whose status is unknown) is not guessed
+/// at: its event fails (retried with backoff, quarantined after its tries), its last error
+/// names what is unknown, and the org keeps its plan.
+async fn a_subscription_of_an_unknown_shape_is_retried_and_the_org_keeps_its_plan(
+    backend: Backend,
+) {
+    let Some(srv) = start(backend, webhooks_only(), common::T0).await else {
+        return;
+    };
+    srv.create_org("org_1", "free").await;
+    let now = common::T0;
+    let send = |id: &str, created: Secs, obj: Value| {
+        let body = event(id, "customer.subscription.updated", created, obj);
+        let header = sign(SECRET, now, body.as_bytes());
+        let srv = &srv;
+        async move {
+            let (status, v) = deliver(srv, &body, &header).await;
+            assert_eq!(status, 200, "{v}");
+        }
+    };
+    send(
+        "evt_1",
+        now - 10,
+        subscription("sub_1", "org_1", "active", "pro_monthly"),
+    )
+    .await;
+    eventually(30, "the first event is processed", || all_done(&srv)).await;
+    let mut odd_status = subscription("sub_1", "org_1", "frozen", "pro_monthly");
+    odd_status["id"] = json!("sub_1");
+    for (id, obj, unknown) in [
+        (
+            "evt_2",
+            subscription("sub_1", "org_1", "active", "mystery_monthly"),
+            "mystery_monthly",
+        ),
+        ("evt_3", odd_status, "`frozen`"),
+    ] {
+        send(id, now - 5, obj).await;
+        eventually(30, "the event fails with its reason", || async {
+            let v = srv
+                .admin("GET", "/v1/admin/stripe/events?limit=10", None)
+                .await;
+            v["events"].as_array().unwrap().iter().any(|e| {
+                e["event_id"] == id
+                    && e["state"] == "pending"
+                    && e["attempts"].as_i64() >= Some(1)
+                    && e["last_error"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(unknown))
+            })
+        })
+        .await;
+        let org = srv.db.get_org("org_1").await.unwrap().unwrap();
+        assert_eq!(
+            (org.plan_id.as_str(), org.subscription_status.as_deref()),
+            ("pro", Some("active")),
+            "{id}: the org keeps its plan"
+        );
+    }
+}
 
 async fn signatures_are_checked_before_anything_is_stored(backend: Backend) {
     let Some(srv) = start(backend, webhooks_only(), common::T0).await else {

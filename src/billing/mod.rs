@@ -49,6 +49,10 @@ pub enum BillingError {
     /// The org changed meanwhile (linked to another customer, say).
     #[error("{0}")]
     Conflict(String),
+    /// A subscription of a shape the service does not know (`Subscription::recognized`):
+    /// nothing applied, the org keeps its plan; retried, as the plans may be fixed.
+    #[error("{0}; the org keeps its plan until the service knows it")]
+    Unrecognized(String),
 }
 
 pub type BillingResult<T> = Result<T, BillingError>;
@@ -158,6 +162,8 @@ impl Billing {
         read_at: Secs,
         source: &str,
     ) -> BillingResult<Applied> {
+        sub.recognized(&self.plans)
+            .map_err(BillingError::Unrecognized)?;
         let org = self.org_for(sub, hint).await?;
         let plans = &self.plans;
         // Decided again on the row as locked: another instance may have applied a newer

@@ -101,7 +101,49 @@ impl Item {
     }
 }
 
+/// The statuses Stripe gives a subscription; what each grants is the core's.
+pub const KNOWN_STATUSES: [&str; 8] = [
+    "active",
+    "trialing",
+    "past_due",
+    "incomplete",
+    "incomplete_expired",
+    "unpaid",
+    "canceled",
+    "paused",
+];
+
 impl Subscription {
+    /// Whether the service knows what this subscription grants: one that has not ended
+    /// needs a status it knows and an item whose price maps to a plan. Otherwise the
+    /// error says what is unknown, so that an event carrying it is retried and then
+    /// quarantined while its org keeps its plan, rather than guessed at.
+    pub fn recognized(&self, plans: &Plans) -> Result<(), String> {
+        if self.is_over() {
+            return Ok(());
+        }
+        if !KNOWN_STATUSES.contains(&self.acting_status()) {
+            return Err(format!(
+                "subscription {} has the status `{}`, which this service does not know",
+                self.id, self.status
+            ));
+        }
+        if self.plan(plans).is_none() {
+            let names: Vec<&str> = self.items.data.iter().flat_map(Item::names).collect();
+            return Err(format!(
+                "no item of subscription {} maps to a plan (its prices: {}); add the price to \
+                 a plan's stripe_prices in plans/*.toml",
+                self.id,
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            ));
+        }
+        Ok(())
+    }
+
     /// The plan the subscription pays for: the dearest plan any item maps to through the
     /// plans' `stripe_prices`. `None` when no item maps to a plan.
     pub fn plan<'p>(&self, plans: &'p Plans) -> Option<&'p Plan> {
@@ -179,6 +221,22 @@ mod tests {
 
     fn sub(json: serde_json::Value) -> Subscription {
         serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_live_subscription_must_map_to_a_plan_with_a_known_status() {
+        let p = plans();
+        let of = |status: &str, price: &str| {
+            sub(serde_json::json!({"id": "sub_1", "status": status, "customer": "cus_1",
+                "items": {"data": [{"id": "si_1", "price": {"id": price}}]}}))
+        };
+        assert_eq!(of("active", "pro_monthly").recognized(&p), Ok(()));
+        let e = of("active", "price_mystery").recognized(&p).unwrap_err();
+        assert!(e.contains("price_mystery") && e.contains("stripe_prices"), "{e}");
+        let e = of("frozen", "pro_monthly").recognized(&p).unwrap_err();
+        assert!(e.contains("`frozen`"), "{e}");
+        // Ended, whatever it was: it grants Free, nothing to know.
+        assert_eq!(of("canceled", "price_mystery").recognized(&p), Ok(()));
     }
 
     #[test]

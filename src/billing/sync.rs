@@ -15,17 +15,6 @@ fn is_live(status: &str) -> bool {
     matches!(status, "active" | "trialing" | "past_due")
 }
 
-const KNOWN_STATUSES: [&str; 8] = [
-    "active",
-    "trialing",
-    "past_due",
-    "incomplete",
-    "incomplete_expired",
-    "unpaid",
-    "canceled",
-    "paused",
-];
-
 /// The state `sub`, read from Stripe at `synced_at`, gives `org`; `None` when it must not
 /// touch the org (an old subscription of the org ending after a new one began).
 pub fn state_for(
@@ -47,19 +36,13 @@ pub fn state_for(
     if status != sub.status {
         tracing::warn!(org_id = %org.org_id, subscription = %sub.id, stripe_status = %sub.status, status, "Stripe paused the subscription on a failed payment: held as past due, with the plan's grace");
     }
-    if !KNOWN_STATUSES.contains(&status) {
-        tracing::error!(org_id = %org.org_id, subscription = %sub.id, status = %sub.status, "unknown Stripe subscription status: the org is on Free until it is understood");
-    }
+    // A subscription of a shape the service does not know is refused before it gets here
+    // (`Subscription::recognized`): the org keeps its plan.
     let plan_id = if sub.is_over() {
         plans.free().id.clone()
     } else {
-        match sub.plan(plans) {
-            Some(p) => p.id.clone(),
-            None => {
-                tracing::error!(org_id = %org.org_id, subscription = %sub.id, "no item of the subscription maps to a plan (see stripe_prices in plans/*.toml): the org is on Free until one does");
-                plans.free().id.clone()
-            }
-        }
+        sub.plan(plans)
+            .map_or_else(|| org.plan_id.clone(), |p| p.id.clone())
     };
     let past_due_since = (status == "past_due").then(|| {
         let was_past_due = org.subscription_status.as_deref() == Some("past_due")

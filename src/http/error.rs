@@ -451,7 +451,10 @@ impl From<BillingError> for ApiError {
                     .with_field("plan")
             }
             BillingError::NoPrice(_) => ApiError::invalid("plan", e.to_string()),
-            BillingError::NoItem | BillingError::Conflict(_) | BillingError::Unmatched(_) => {
+            BillingError::NoItem
+            | BillingError::Conflict(_)
+            | BillingError::Unmatched(_)
+            | BillingError::Unrecognized(_) => {
                 ApiError::new(StatusCode::CONFLICT, "stripe_conflict", e.to_string())
             }
             BillingError::Stripe(StripeFailure::Unreachable(m)) => {

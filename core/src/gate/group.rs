@@ -417,7 +417,10 @@ mod tests {
         // k full: refused on k's limit; its slot stays on a.
         let out = decide_group(&plans(), &[request("s")], two_keys(2, 2), 1000, 60, ids());
         let d = out.answers[0].as_ref().unwrap();
-        assert_eq!((d.rule.as_str(), d.running), ("concurrency_limit_reached", 2));
+        assert_eq!(
+            (d.rule.as_str(), d.running),
+            ("concurrency_limit_reached", 2)
+        );
         assert!(out.resumed.is_empty());
         // k with room: allowed, k counts it, and a is free for t in the same group.
         let mut on_a = request("t");
@@ -447,7 +450,10 @@ mod tests {
         facts.sessions.insert("u".into(), u);
         let out = decide_group(&plans(), &[request("u")], facts, 1000, 60, ids());
         let d = out.answers[0].as_ref().unwrap();
-        assert_eq!((d.rule.as_str(), d.running), ("concurrency_limit_reached", 1));
+        assert_eq!(
+            (d.rule.as_str(), d.running),
+            ("concurrency_limit_reached", 1)
+        );
     }
 
     #[test]
