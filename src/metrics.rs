@@ -45,6 +45,7 @@ pub struct Metrics {
     pub session_ends: Counter,
     pub decisions: Family<DecisionLabels, Counter>,
     pub stripe_webhooks_refused: Counter,
+    pub overage_charges_failed: Counter,
     pub stripe_events: Family<ResultLabels, Counter>,
     pub stripe_event_versions_other: Family<VersionLabels, Counter>,
     pub notifications: Family<ResultLabels, Counter>,
@@ -129,6 +130,12 @@ impl Default for Metrics {
             "Stripe webhook deliveries refused for their signature (wrong secret, tampered, or older than the tolerance)",
             stripe_webhooks_refused.clone(),
         );
+        let overage_charges_failed = Counter::default();
+        registry.register(
+            "overage_charges_failed",
+            "Pay-as-you-go charges given up after their tries (alert on any): each waits for POST /v1/orgs/{org_id}/overage/charges/retry",
+            overage_charges_failed.clone(),
+        );
         let stripe_events = Family::<ResultLabels, Counter>::default();
         registry.register(
             "stripe_events",
@@ -169,6 +176,7 @@ impl Default for Metrics {
             breaker_open,
             notifications,
             stripe_webhooks_refused,
+            overage_charges_failed,
             stripe_events,
             stripe_event_versions_other,
             decisions,

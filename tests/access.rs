@@ -123,6 +123,18 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/v1/orgs/{org}/overage/charges",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/orgs/{org}/overage/charges/retry",
+        body: none,
+        grants: &[],
+    },
+    Route {
+        method: "GET",
         path: "/v1/orgs/{org}/limits",
         body: none,
         grants: &[Scope::Finance],

@@ -411,13 +411,62 @@ async fn a_refused_charge_holds_up_no_other(backend: Backend) {
         state("acme").await == "charged"
     })
     .await;
-    assert_eq!(
-        state("gone").await,
-        "pending",
-        "tried again on the next run"
-    );
     let items = ls.invoice_items(&customer).await;
     assert_eq!(items.len(), 1, "{items:?}");
+    // The refused one is tried again after a backoff, not at every run: the meter's clock
+    // stands still, so it has been tried once.
+    let gone = || async { srv.db.overage_charges("gone").await.unwrap()[0].clone() };
+    let row = gone().await;
+    assert_eq!(
+        (row.state.as_str(), row.attempts, row.next_attempt_at),
+        ("pending", 1, now + rush_meter_core::retry::backoff(1)),
+        "{row:?}"
+    );
+    assert!(row.last_error.is_some(), "{row:?}");
+    // Its last try: then it is failed, audited and counted, and tried no more.
+    let last = (rush_meter_core::retry::MAX_ATTEMPTS - 1).to_string();
+    execute(
+        &srv,
+        "UPDATE overage_charges SET attempts = CAST($1 AS BIGINT) WHERE org_id = $2",
+        &[&last, "gone"],
+    )
+    .await;
+    srv.clock.advance(rush_meter_core::retry::backoff(1));
+    eventually(60, "the charge is given up after its tries", || async {
+        gone().await.state == "failed"
+    })
+    .await;
+    assert_eq!(
+        srv.metric("rush_meter_overage_charges_failed_total").await,
+        1.0
+    );
+    let (_, log) = srv
+        .call("GET", "/v1/orgs/gone/audit", Some(ADMIN), None)
+        .await;
+    assert!(log.to_string().contains("overage_charge.failed"), "{log}");
+    let (status, v) = srv
+        .call("GET", "/v1/orgs/gone/overage/charges", Some(ADMIN), None)
+        .await;
+    assert_eq!(
+        (status, &v["charges"][0]["state"]),
+        (200, &json!("failed")),
+        "{v}"
+    );
+    // An admin puts it back once the cause is fixed: tried at once.
+    let (status, v) = srv
+        .call(
+            "POST",
+            "/v1/orgs/gone/overage/charges/retry",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!((status, &v["requeued"]), (200, &json!(1)), "{v}");
+    eventually(60, "the charge put back is tried again", || async {
+        let r = gone().await;
+        r.state == "pending" && r.attempts == 1
+    })
+    .await;
 }
 
 every_backend!(

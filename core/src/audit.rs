@@ -79,6 +79,9 @@ named! {
         OverageUpdated = "overage.updated",
         TokenCreated = "token.created",
         TokenRevoked = "token.revoked",
+        /// A pay-as-you-go charge given up after its tries, or put back by an admin.
+        OverageChargeFailed = "overage_charge.failed",
+        OverageChargeRequeued = "overage_charge.requeued",
         PeriodClosed = "period.closed",
     }
 }
@@ -200,6 +203,11 @@ pub fn token_state(
         state["revoked_at"] = json!(format_rfc3339(at));
     }
     state
+}
+
+/// A pay-as-you-go charge's standing, as the audit log records it.
+pub fn charge_state(state: &str, attempts: i64, last_error: Option<&str>) -> Value {
+    json!({ "state": state, "attempts": attempts, "last_error": last_error })
 }
 
 #[cfg(test)]

@@ -152,9 +152,11 @@ pub async fn topup_paid(b: &Billing, object: &serde_json::Value) -> BillingResul
 /// (a draft of `org_id`'s subscription), that org's charges go on it. Returns how many
 /// were sent.
 ///
-/// A charge Stripe refuses (a customer deleted, say) holds up no other: the rest are sent,
-/// and it is tried again on the next run. The error is returned after them, except to an
-/// invoice's event, which fails only for its own org's charges.
+/// A charge Stripe refuses (a customer deleted, say), or cannot be reached for, holds up no
+/// other: the rest are sent, and it is tried again after a backoff (`core::retry`); after
+/// its tries it is `failed`, audited, until an admin puts it back. The error is returned
+/// after them, except to an invoice's event, which fails only for its own org's charges
+/// (which it tries whatever their backoff: the invoice is open for them now).
 pub async fn charge_due(
     b: &Billing,
     before: i64,
@@ -169,16 +171,19 @@ pub async fn charge_due(
     }
     let mut sent = 0;
     let mut refused = None;
-    for row in b.db.pending_overage_charges(100).await? {
+    let now = b.clock.now();
+    let invoiced_org = invoice.map(|(org, _)| org);
+    for row in b.db.pending_overage_charges(now, invoiced_org, 100).await? {
         let on = invoice
             .filter(|(org, _)| *org == row.org_id)
             .map(|(_, i)| i);
         match send_charge(b, &row, on).await {
             Ok(()) => sent += 1,
-            Err(e) if on.is_some() => return Err(e),
             Err(e) => {
-                tracing::warn!(org_id = %row.org_id, window_start = row.window_start, error = %e,
-                    "pay-as-you-go charge not sent; the next run tries it again");
+                retry_later(b, &row, &e).await?;
+                if on.is_some() {
+                    return Err(e);
+                }
                 refused.get_or_insert(e);
             }
         }
@@ -187,6 +192,35 @@ pub async fn charge_due(
         Some(e) if invoice.is_none() => Err(e),
         _ => Ok(sent),
     }
+}
+
+/// Record a failed try of `row`: due again after the backoff, or, after its tries, failed
+/// (audited, counted, logged at error level).
+async fn retry_later(b: &Billing, row: &OverageChargeRow, e: &BillingError) -> BillingResult<()> {
+    use rush_meter_core::retry::{backoff, MAX_ATTEMPTS};
+    let tries = row.attempts + 1;
+    let now = b.clock.now();
+    let give_up = tries >= MAX_ATTEMPTS;
+    let actor = Actor::system("pay-as-you-go charges");
+    b.db.retry_overage_charge(
+        &row.org_id,
+        row.window_start,
+        &e.to_string(),
+        now + backoff(tries),
+        give_up,
+        now,
+        &actor,
+    )
+    .await?;
+    if give_up {
+        b.metrics.overage_charges_failed.inc();
+        tracing::error!(org_id = %row.org_id, window_start = row.window_start, error = %e, tries,
+            "pay-as-you-go charge given up after its tries: POST /v1/orgs/{{org_id}}/overage/charges/retry once its cause is fixed");
+    } else {
+        tracing::warn!(org_id = %row.org_id, window_start = row.window_start, error = %e, tries,
+            next_in_secs = backoff(tries), "pay-as-you-go charge not sent; tried again after a backoff");
+    }
+    Ok(())
 }
 
 /// Send one recorded charge: an invoice item keyed by the org and window (recorded before

@@ -227,12 +227,17 @@ mod tests {
     fn a_live_subscription_must_map_to_a_plan_with_a_known_status() {
         let p = plans();
         let of = |status: &str, price: &str| {
-            sub(serde_json::json!({"id": "sub_1", "status": status, "customer": "cus_1",
-                "items": {"data": [{"id": "si_1", "price": {"id": price}}]}}))
+            sub(
+                serde_json::json!({"id": "sub_1", "status": status, "customer": "cus_1",
+                "items": {"data": [{"id": "si_1", "price": {"id": price}}]}}),
+            )
         };
         assert_eq!(of("active", "pro_monthly").recognized(&p), Ok(()));
         let e = of("active", "price_mystery").recognized(&p).unwrap_err();
-        assert!(e.contains("price_mystery") && e.contains("stripe_prices"), "{e}");
+        assert!(
+            e.contains("price_mystery") && e.contains("stripe_prices"),
+            "{e}"
+        );
         let e = of("frozen", "pro_monthly").recognized(&p).unwrap_err();
         assert!(e.contains("`frozen`"), "{e}");
         // Ended, whatever it was: it grants Free, nothing to know.

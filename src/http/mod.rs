@@ -200,6 +200,8 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(grants::post_grant, grants::list_grants))
         .routes(routes!(grants::void_grant))
         .routes(routes!(overage::get_overage, overage::put_overage))
+        .routes(routes!(overage::list_charges))
+        .routes(routes!(overage::retry_charges))
         .routes(routes!(topups::post_topup))
         .routes(routes!(limits::list_limits))
         .routes(routes!(limits::put_limit, limits::delete_limit))

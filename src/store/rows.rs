@@ -105,12 +105,18 @@ pub struct OverageChargeRow {
     /// Decimal, in `currency`: the window's overage, rounded once to the cent.
     pub amount: String,
     pub currency: String,
-    /// `pending`, `charged` or `none`.
+    /// `pending`, `charged`, `none`, or `failed` (given up after its tries, until an admin
+    /// puts it back).
     pub state: String,
     pub stripe_invoice_id: Option<String>,
     pub stripe_invoice_item_id: Option<String>,
     pub created_at: i64,
     pub charged_at: Option<i64>,
+    /// Tries that failed so far.
+    pub attempts: i64,
+    /// Not tried again before this (0: at once).
+    pub next_attempt_at: i64,
+    pub last_error: Option<String>,
 }
 
 /// An org's line of a closed period, with the plan's terms frozen as text.

@@ -158,3 +158,109 @@ pub async fn put_overage(
         .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
     Ok(Json(overage_view(&state, org_id.as_str()).await?))
 }
+
+/// A pay-as-you-go charge: one billing window's overage, as sent to Stripe (or not).
+#[derive(Serialize, ToSchema)]
+pub struct ChargeView {
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    window_start: Secs,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    window_end: Secs,
+    overage_seconds: i64,
+    /// Decimal, in `currency`.
+    #[schema(example = "12.34")]
+    amount: String,
+    currency: String,
+    /// `pending` (to send, after `next_attempt_at`), `charged`, `none` (nothing to send:
+    /// no Stripe customer, or nothing owed) or `failed` (given up after its tries: retry
+    /// it with `POST …/overage/charges/retry` once the cause is fixed).
+    state: String,
+    stripe_invoice_id: Option<String>,
+    stripe_invoice_item_id: Option<String>,
+    /// Tries that failed.
+    attempts: i64,
+    #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    next_attempt_at: Option<Secs>,
+    /// Why the last try failed.
+    last_error: Option<String>,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    created_at: Secs,
+    #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    charged_at: Option<Secs>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ChargeList {
+    charges: Vec<ChargeView>,
+}
+
+/// `GET /v1/orgs/{org_id}/overage/charges`: the org's pay-as-you-go charges, newest window
+/// first, with how each was sent (finance, admin).
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/overage/charges", tag = "funding", params(OrgPath),
+    security(("bearer" = ["finance", "admin"])),
+    responses((status = 200, description = "The org's charges, newest window first", body = ChargeList),
+        Guarded, BadId))]
+pub async fn list_charges(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(OrgPath { org_id }): Path<OrgPath>,
+) -> ApiResult<Json<ChargeList>> {
+    principal.require_any(&[Scope::Finance])?;
+    let org_id = parse_id("org_id", &org_id)?;
+    state.org(org_id.as_str()).await?;
+    let charges = state
+        .db
+        .overage_charges(org_id.as_str())
+        .await?
+        .into_iter()
+        .map(|c| ChargeView {
+            next_attempt_at: (c.state == "pending" && c.next_attempt_at > 0)
+                .then_some(c.next_attempt_at),
+            window_start: c.window_start,
+            window_end: c.window_end,
+            overage_seconds: c.overage_seconds,
+            amount: c.amount,
+            currency: c.currency,
+            state: c.state,
+            stripe_invoice_id: c.stripe_invoice_id,
+            stripe_invoice_item_id: c.stripe_invoice_item_id,
+            attempts: c.attempts,
+            last_error: c.last_error,
+            created_at: c.created_at,
+            charged_at: c.charged_at,
+        })
+        .collect();
+    Ok(Json(ChargeList { charges }))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Requeued {
+    /// Failed charges put back: each is sent at the billing job's next run.
+    requeued: u64,
+}
+
+/// `POST /v1/orgs/{org_id}/overage/charges/retry`: put the org's failed charges back to be
+/// sent at once (admin); audited. Charges not failed are left as they are.
+#[utoipa::path(post, path = "/v1/orgs/{org_id}/overage/charges/retry", tag = "funding",
+    params(OrgPath), security(("bearer" = ["admin"])),
+    responses((status = 200, description = "How many failed charges were put back", body = Requeued),
+        Guarded, BadId))]
+pub async fn retry_charges(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(OrgPath { org_id }): Path<OrgPath>,
+) -> ApiResult<Json<Requeued>> {
+    principal.require_any(&[Scope::Admin])?;
+    let org_id = parse_id("org_id", &org_id)?;
+    state.org(org_id.as_str()).await?;
+    let requeued = state
+        .db
+        .requeue_overage_charges(org_id.as_str(), state.clock.now(), &principal.actor())
+        .await?;
+    Ok(Json(Requeued { requeued }))
+}

@@ -1,6 +1,7 @@
 //! Pay-as-you-go charges (`OverageStore`; its SQL: store/sql/overage.rs).
 
 use async_trait::async_trait;
+use rush_meter_core::audit::Actor;
 use rush_meter_core::time::{Interval, Secs};
 
 use super::super::rows::OverageChargeRow;
@@ -36,8 +37,34 @@ pub trait OverageStore: Send + Sync {
         item_id: Option<&str>,
         now: Secs,
     ) -> StoreResult<()>;
-    /// Charges recorded and not yet sent, oldest first, at most `limit`.
-    async fn pending_overage_charges(&self, limit: i64) -> StoreResult<Vec<OverageChargeRow>>;
+    /// Charges recorded, not yet sent and due by `now` (all of `org_id`'s, due or not: an
+    /// invoice of that org is open for them), oldest first, at most `limit`.
+    async fn pending_overage_charges(
+        &self,
+        now: Secs,
+        org_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<OverageChargeRow>>;
+    /// Record a failed try of a charge: tried again at `next_at`, or, with `failed`, given
+    /// up (audited as `actor`'s). Returns the row as it now stands.
+    #[allow(clippy::too_many_arguments)]
+    async fn retry_overage_charge(
+        &self,
+        org_id: &str,
+        window_start: Secs,
+        error: &str,
+        next_at: Secs,
+        failed: bool,
+        now: Secs,
+        actor: &Actor,
+    ) -> StoreResult<Option<OverageChargeRow>>;
+    /// Put an org's failed charges back to be tried at once; audited. Returns how many.
+    async fn requeue_overage_charges(
+        &self,
+        org_id: &str,
+        now: Secs,
+        actor: &Actor,
+    ) -> StoreResult<u64>;
     /// An org's charges, newest first.
     async fn overage_charges(&self, org_id: &str) -> StoreResult<Vec<OverageChargeRow>>;
 }

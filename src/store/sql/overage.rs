@@ -2,6 +2,14 @@
 // window that ended with overage is closed under its org's lock and recorded as a
 // charge (`pending`), which billing then sends to Stripe and records as it went.
 
+/// A charge as the audit log names it: its window's start.
+fn charge_subject(window_start: Secs) -> String {
+    format!(
+        "overage_charge:{}",
+        rush_meter_core::time::format_rfc3339(window_start)
+    )
+}
+
 #[async_trait]
 impl OverageStore for Backend {
     async fn due_overage_windows(
@@ -101,13 +109,101 @@ impl OverageStore for Backend {
         Ok(())
     }
 
-    async fn pending_overage_charges(&self, limit: i64) -> StoreResult<Vec<OverageChargeRow>> {
+    async fn pending_overage_charges(
+        &self,
+        now: Secs,
+        org_id: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<OverageChargeRow>> {
         Ok(sqlx::query_as::<_, OverageChargeRow>(
-            "SELECT * FROM overage_charges WHERE state = 'pending' ORDER BY created_at LIMIT $1",
+            "SELECT * FROM overage_charges WHERE state = 'pending' \
+               AND (next_attempt_at <= $1 OR org_id = $2) \
+             ORDER BY next_attempt_at, created_at LIMIT $3",
         )
+        .bind(now)
+        .bind(org_id)
         .bind(limit)
         .fetch_all(self.read())
         .await?)
+    }
+
+    async fn retry_overage_charge(
+        &self,
+        org_id: &str,
+        window_start: Secs,
+        error: &str,
+        next_at: Secs,
+        failed: bool,
+        now: Secs,
+        actor: &Actor,
+    ) -> StoreResult<Option<OverageChargeRow>> {
+        let mut tx = begin_write(self.write()).await?;
+        let row = sqlx::query_as::<_, OverageChargeRow>(
+            "UPDATE overage_charges SET attempts = attempts + 1, next_attempt_at = $3, \
+               last_error = $4, state = CASE WHEN $5 THEN 'failed' ELSE state END \
+             WHERE org_id = $1 AND window_start = $2 AND state = 'pending' RETURNING *",
+        )
+        .bind(org_id)
+        .bind(window_start)
+        .bind(next_at)
+        .bind(error)
+        .bind(failed)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(r) = row.as_ref().filter(|r| r.state == "failed") {
+            let entry = change(
+                org_id,
+                now,
+                actor,
+                Action::OverageChargeFailed,
+                charge_subject(window_start),
+                Some(audit::charge_state("pending", r.attempts - 1, None)),
+                Some(audit::charge_state(&r.state, r.attempts, r.last_error.as_deref())),
+            );
+            write_audit(&mut tx, entry).await?;
+        }
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    async fn requeue_overage_charges(
+        &self,
+        org_id: &str,
+        now: Secs,
+        actor: &Actor,
+    ) -> StoreResult<u64> {
+        let mut tx = begin_write(self.write()).await?;
+        if !lock_org(&mut tx, org_id).await? {
+            return Ok(0);
+        }
+        let rows = sqlx::query_as::<_, OverageChargeRow>(
+            "SELECT * FROM overage_charges WHERE org_id = $1 AND state = 'failed'",
+        )
+        .bind(org_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE overage_charges SET state = 'pending', attempts = 0, next_attempt_at = $2 \
+             WHERE org_id = $1 AND state = 'failed'",
+        )
+        .bind(org_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        for r in &rows {
+            let entry = change(
+                org_id,
+                now,
+                actor,
+                Action::OverageChargeRequeued,
+                charge_subject(r.window_start),
+                Some(audit::charge_state("failed", r.attempts, r.last_error.as_deref())),
+                Some(audit::charge_state("pending", 0, r.last_error.as_deref())),
+            );
+            write_audit(&mut tx, entry).await?;
+        }
+        tx.commit().await?;
+        Ok(rows.len() as u64)
     }
 
     async fn overage_charges(&self, org_id: &str) -> StoreResult<Vec<OverageChargeRow>> {
