@@ -281,6 +281,13 @@ async fn a_5xx_on_a_pay_as_you_go_charge_never_charges_twice(backend: Backend) {
     // back by its request instead of making a second one.
     fake.fail("POST", "/v1/invoiceitems", Fault::FailAfterWriting);
     srv.clock.set(window.end + 2 * 3600 + 1);
+    eventually(60, "the 5xx is recorded as a try", || async {
+        let charges = srv.db.overage_charges("acme").await.unwrap();
+        charges.iter().any(|c| c.attempts == 1)
+    })
+    .await;
+    // Tried again after its backoff.
+    srv.clock.advance(rush_meter_core::retry::backoff(1));
     eventually(60, "the window's pay-as-you-go is charged", || async {
         let charges = srv.db.overage_charges("acme").await.unwrap();
         charges.iter().any(|c| c.state == "charged")
