@@ -150,7 +150,22 @@ async fn subscriptions_follow_stripe_through_real_webhooks(backend: Backend) {
         "{v}"
     );
     assert_eq!(plan_of(&srv, "org_1").await.0, "team");
-    // Asking for team again calls the downgrade off; asking a third time is a conflict.
+    let item_plan = || async {
+        let (_, s) = ls
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/subscriptions/{sub}"),
+                &[],
+            )
+            .await;
+        s["items"]["data"][0]["plan"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(item_plan().await, "pro_monthly", "made in Stripe at once");
+    // Asking for team again calls the downgrade off (in Stripe too); asking a third time
+    // is a conflict.
     let again = json!({"plan": "team"});
     let (status, v) = checkout(&srv, "org_1", Some(&console), &again).await;
     assert_eq!(
@@ -158,6 +173,7 @@ async fn subscriptions_follow_stripe_through_real_webhooks(backend: Backend) {
         (200, Some("changed")),
         "{v}"
     );
+    assert_eq!(item_plan().await, "team_monthly");
     let org = srv.db.get_org("org_1").await.unwrap().unwrap();
     assert_eq!((org.scheduled_plan_id, org.scheduled_at), (None, None));
     // The audit log has each plan change by Stripe, and the downgrade asked for and called
@@ -260,8 +276,9 @@ async fn subscriptions_follow_stripe_through_real_webhooks(backend: Backend) {
     )
     .await;
 
-    // A downgrade is made in Stripe when the period ends (the clock jumps there last: the
-    // meter's reads of Stripe are stamped by its clock).
+    // A downgrade is made in Stripe at once, without proration, so that the renewal is at
+    // its price; the org keeps the plan it paid for until the period ends (the clock jumps
+    // there last: the meter's reads of Stripe are stamped by its clock).
     let admin = Some(ADMIN);
     let (status, v) = srv
         .call(
@@ -277,15 +294,10 @@ async fn subscriptions_follow_stripe_through_real_webhooks(backend: Backend) {
         "{v}"
     );
     let org2 = srv.db.get_org("org_2").await.unwrap().unwrap();
-    assert_eq!(org2.scheduled_plan_id.as_deref(), Some("pro"));
-    srv.clock.set(org2.period_end.unwrap() + 1);
-    wait_for_plan(
-        &srv,
-        "org_2",
-        "pro",
-        "the scheduled downgrade is made when the period ends",
-    )
-    .await;
+    assert_eq!(
+        (org2.scheduled_plan_id.as_deref(), org2.scheduled_in_stripe),
+        (Some("pro"), true)
+    );
     let (_, stripe_sub2) = ls
         .call(
             reqwest::Method::GET,
@@ -294,12 +306,43 @@ async fn subscriptions_follow_stripe_through_real_webhooks(backend: Backend) {
         )
         .await;
     assert_eq!(stripe_sub2["items"]["data"][0]["plan"]["id"], "pro_monthly");
-    // Stripe's webhook for the changed subscription can bring the plan before the job,
-    // back from Stripe, clears the schedule it carried out: the schedule clears after.
-    eventually(20, "the schedule is cleared once carried out", || async {
-        let org = srv.db.get_org("org_2").await.unwrap().unwrap();
-        org.scheduled_plan_id.is_none()
-    })
+    // Stripe's webhook of the change finds the org held on the plan it paid for.
+    let decide = |session: &'static str| {
+        let srv = &srv;
+        async move {
+            let body =
+                json!({"org_id": "org_2", "key_id": "k2", "session_id": session, "agent": "codex"});
+            srv.admin("POST", "/v1/admissions", Some(body)).await
+        }
+    };
+    srv.admin("PUT", "/v1/orgs/org_2/keys/k2", Some(json!({})))
+        .await;
+    assert_eq!(decide("s21").await["plan"], "team");
+    assert_eq!(plan_of(&srv, "org_2").await.0, "team");
+    // At the period's end the new plan is in force, before Stripe's renewal says so.
+    srv.clock.set(org2.period_end.unwrap() + 1);
+    assert_eq!(decide("s22").await["plan"], "pro");
+    let shown = srv.admin("GET", "/v1/orgs/org_2", None).await;
+    assert_eq!(shown["plan"], "pro", "{shown}");
+    // Stripe's next word on the subscription makes it the plan paid for and clears the
+    // schedule (signed at the meter's time, which the signature's tolerance is judged by).
+    let now = srv.clock.now();
+    let body = event(
+        "evt_renewed_2",
+        "customer.subscription.updated",
+        now,
+        json!({"id": sub2, "object": "subscription", "customer": customer2}),
+    );
+    let (status, _) = deliver(&srv, &body, &sign(SECRET, now, body.as_bytes())).await;
+    assert_eq!(status, 200);
+    eventually(
+        20,
+        "the schedule is cleared once the renewal is read",
+        || async {
+            let org = srv.db.get_org("org_2").await.unwrap().unwrap();
+            org.plan_id == "pro" && org.scheduled_plan_id.is_none() && !org.scheduled_in_stripe
+        },
+    )
     .await;
 }
 

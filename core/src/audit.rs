@@ -150,7 +150,8 @@ pub fn subscription_state(o: &Org) -> Value {
 }
 
 pub fn downgrade_state(o: &Org) -> Value {
-    json!({ "scheduled_plan_id": o.scheduled_plan_id, "scheduled_at": o.scheduled_at })
+    json!({ "scheduled_plan_id": o.scheduled_plan_id, "scheduled_at": o.scheduled_at,
+        "made_in_stripe": o.scheduled_in_stripe })
 }
 
 pub fn key_state(k: &Key) -> Value {

@@ -22,9 +22,12 @@ pub struct Org {
     /// When the subscription went `past_due` (the plan is kept through its grace).
     pub past_due_since: Option<Secs>,
     pub cancel_at_period_end: bool,
-    /// A downgrade asked for, made in Stripe at `scheduled_at`.
+    /// A downgrade asked for, in force from `scheduled_at` (the end of the period paid for).
     pub scheduled_plan_id: Option<String>,
     pub scheduled_at: Option<Secs>,
+    /// The downgrade is made in Stripe already (its renewal is at the new price): the org
+    /// keeps its plan until `scheduled_at`, and the scheduled one from then on.
+    pub scheduled_in_stripe: bool,
     /// When the Stripe state last applied was read from Stripe.
     pub stripe_synced_at: Option<Secs>,
     /// Pay-as-you-go as the org set it (it pays only on a plan that prices overage).
@@ -53,6 +56,7 @@ impl Org {
             cancel_at_period_end: false,
             scheduled_plan_id: None,
             scheduled_at: None,
+            scheduled_in_stripe: false,
             stripe_synced_at: None,
             overage: Overage::default(),
             sets_limits: false,
@@ -73,9 +77,22 @@ impl Org {
         }
     }
 
-    /// The plan paid for, and what its subscription's status grants at `now`.
+    /// The id of the plan in force at `now`: the one paid for, or, once its period has
+    /// ended, the downgrade made in Stripe for the next (before Stripe's renewal reaches
+    /// the service and makes it the plan paid for).
+    pub fn plan_id_at(&self, now: Secs) -> &str {
+        match (&self.scheduled_plan_id, self.scheduled_at) {
+            (Some(next), Some(at)) if self.scheduled_in_stripe && now >= at => next,
+            _ => &self.plan_id,
+        }
+    }
+
+    /// The plan in force at `now` (`plan_id_at`), and what its subscription's status grants
+    /// then.
     pub fn plan_access<'p>(&self, plans: &'p Plans, now: Secs) -> (&'p Plan, Access) {
-        let (plan, _) = self.subscribed_plan(plans);
+        let plan = plans
+            .get(self.plan_id_at(now))
+            .unwrap_or_else(|| self.subscribed_plan(plans).0);
         let access = access(
             self.subscription_status.as_deref(),
             self.past_due_since,
@@ -206,6 +223,21 @@ pub fn describe_changes(a: &Org, b: &Org) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A downgrade made in Stripe is in force from its time, to the second, whatever the
+    /// plan paid for still says; one only recorded is not.
+    #[test]
+    fn a_downgrade_made_in_stripe_is_in_force_from_its_time() {
+        let p = crate::shipped_plans();
+        let mut org = Org::new("o", "team", 0);
+        org.scheduled_plan_id = Some("pro".into());
+        org.scheduled_at = Some(100);
+        org.scheduled_in_stripe = true;
+        assert_eq!(org.effective_plan(&p, 99).id, "team");
+        assert_eq!(org.effective_plan(&p, 100).id, "pro");
+        org.scheduled_in_stripe = false;
+        assert_eq!(org.effective_plan(&p, 100).id, "team");
+    }
 
     #[test]
     fn every_status_maps_to_access() {

@@ -1,5 +1,5 @@
-//! The background jobs, started and stopped in one place: expiry, Stripe events and
-//! downgrades, reconciliation, period closing, notifications, the database breaker. Each
+//! The background jobs, started and stopped in one place: expiry, Stripe events,
+//! reconciliation, period closing, notifications, the database breaker. Each
 //! is safe on several instances at once.
 
 use std::time::Duration;
@@ -150,11 +150,6 @@ async fn stripe_events(s: Services, mut stop: watch::Receiver<bool>) {
     loop {
         if let Err(e) = crate::billing::events::process_due(&s.billing).await {
             tracing::warn!(error = %e, "Stripe event job failed; will retry");
-        }
-        if s.billing.api.is_some() {
-            if let Err(e) = crate::billing::checkout::apply_due_downgrades(&s.billing).await {
-                tracing::warn!(error = %e, "scheduled downgrades failed; will retry");
-            }
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}

@@ -1,8 +1,9 @@
 //! Upgrades and downgrades started by the console: a Checkout Session for an org without
-//! a subscription, an item change for one with it (an upgrade at once, prorated; a
-//! downgrade when the period ends). Every write is recorded with its idempotency key
-//! before it is sent, so a retry after a crash reuses the key and Stripe makes no second
-//! object.
+//! a subscription, an item change for one with it: an upgrade at once, prorated; a
+//! downgrade made in Stripe at once without proration, so that the renewal invoice is at
+//! the new price, while the org keeps the plan it paid for until the period ends
+//! (`Org::scheduled_in_stripe`). Every write is recorded with its idempotency key before
+//! it is sent, so a retry after a crash reuses the key and Stripe makes no second object.
 
 use rush_meter_core::audit::Actor;
 use rush_meter_core::org::Org;
@@ -230,7 +231,11 @@ pub async fn change_plan(
         });
     };
     if org.plan_id == target.id {
-        // Staying on the plan: a pending downgrade or cancellation is called off.
+        // Staying on the plan: a pending downgrade or cancellation is called off. A
+        // downgrade made in Stripe is undone there (without proration: the period is paid).
+        if org.scheduled_in_stripe {
+            move_item(b, api, org, sub_id, target, false, actor).await?;
+        }
         if org.cancel_at_period_end {
             let begun = begin(b, &org.org_id, "resume", sub_id).await?;
             let read_at = b.clock.now();
@@ -248,7 +253,7 @@ pub async fn change_plan(
         } else if org.scheduled_plan_id.is_none() {
             return Err(BillingError::SamePlan(target.id.clone()));
         }
-        b.db.schedule_plan(&org.org_id, None, b.clock.now(), actor)
+        b.db.schedule_plan(&org.org_id, None, false, b.clock.now(), actor)
             .await?;
         let now =
             b.db.get_org(&org.org_id)
@@ -285,16 +290,57 @@ pub async fn change_plan(
         });
     }
     if target.price < current_price {
-        let at = org.period_end.unwrap_or_else(|| b.clock.now());
-        b.db.schedule_plan(&org.org_id, Some((&target.id, at)), b.clock.now(), actor)
-            .await?;
-        return Ok(Change::Scheduled {
-            plan: target.id.clone(),
-            at,
-        });
+        return downgrade(b, api, org, sub_id, target, actor).await;
+    }
+    // Up from a downgrade made in Stripe: back to the plan paid for first, without
+    // proration, so that the upgrade is prorated from what was paid.
+    if org.scheduled_in_stripe {
+        if let Some(paid) = b.plans.get(&org.plan_id) {
+            move_item(b, api, org, sub_id, paid, false, actor).await?;
+        }
     }
     let org = move_item(b, api, org, sub_id, target, true, actor).await?;
     Ok(Change::Changed(Box::new(org)))
+}
+
+/// Down to a cheaper plan Stripe sells: made in Stripe now, without proration, so that the
+/// renewal invoice is at its price; the org keeps its plan until the period ends. The
+/// schedule is recorded first, so that Stripe's webhook of the change, which may come
+/// before the answer, finds the org held; if Stripe refuses, it is taken back.
+async fn downgrade(
+    b: &Billing,
+    api: &StripeApi,
+    org: &Org,
+    sub_id: &str,
+    target: &Plan,
+    actor: &Actor,
+) -> BillingResult<Change> {
+    let at = org.period_end.unwrap_or_else(|| b.clock.now());
+    b.db.schedule_plan(
+        &org.org_id,
+        Some((&target.id, at)),
+        true,
+        b.clock.now(),
+        actor,
+    )
+    .await?;
+    if let Err(e) = move_item(b, api, org, sub_id, target, false, actor).await {
+        // Back to what was there; a schedule made in Stripe before stays.
+        let before = org.scheduled_plan_id.as_deref().zip(org.scheduled_at);
+        b.db.schedule_plan(
+            &org.org_id,
+            before,
+            org.scheduled_in_stripe,
+            b.clock.now(),
+            actor,
+        )
+        .await?;
+        return Err(e);
+    }
+    Ok(Change::Scheduled {
+        plan: target.id.clone(),
+        at,
+    })
 }
 
 /// Change the subscription's item to `target`'s price and apply Stripe's answer.
@@ -337,8 +383,9 @@ async fn move_item(
     let applied = b
         .apply(&changed, Some(&org.org_id), read_at, "checkout")
         .await?;
-    if org.scheduled_plan_id.is_some() {
-        b.db.schedule_plan(&org.org_id, None, b.clock.now(), actor)
+    // An upgrade replaces a downgrade asked for before it.
+    if prorate && org.scheduled_plan_id.is_some() {
+        b.db.schedule_plan(&org.org_id, None, false, b.clock.now(), actor)
             .await?;
     }
     match applied.org {
@@ -361,30 +408,25 @@ async fn already(
     Ok(Some(api.subscription(id).await?).filter(|s| done(s)))
 }
 
-/// Make the downgrades whose period has ended; returns how many were made.
-pub async fn apply_due_downgrades(b: &Billing) -> BillingResult<usize> {
+/// Make in Stripe a downgrade an older release recorded to make only when its period
+/// ended (`Org::scheduled_in_stripe` false): from now on it is held as any other. Run by
+/// reconcile; returns whether it was made.
+pub async fn make_legacy_downgrade(b: &Billing, org: &Org) -> BillingResult<bool> {
     let api = b.api()?;
-    let actor = Actor::system("scheduled downgrade");
-    let mut done = 0;
-    for org in b.db.due_downgrades(b.clock.now(), 100).await? {
-        let (Some(target), Some(sub_id)) = (
-            org.scheduled_plan_id
-                .as_deref()
-                .and_then(|p| b.plans.get(p)),
-            org.stripe_subscription_id.as_deref(),
-        ) else {
-            b.db.schedule_plan(&org.org_id, None, b.clock.now(), &actor)
-                .await?;
-            continue;
-        };
-        match move_item(b, api, &org, sub_id, target, false, &actor).await {
-            Ok(_) => done += 1,
-            Err(e) => {
-                tracing::warn!(org_id = %org.org_id, error = %e, "scheduled downgrade failed; will retry")
-            }
-        }
+    let (Some(sub_id), Some(target)) = (
+        org.stripe_subscription_id.as_deref(),
+        org.scheduled_plan_id
+            .as_deref()
+            .and_then(|p| b.plans.get(p)),
+    ) else {
+        return Ok(false);
+    };
+    if org.scheduled_in_stripe || target.stripe_prices.is_empty() {
+        return Ok(false);
     }
-    Ok(done)
+    let actor = Actor::system("reconcile: a downgrade recorded by an older release");
+    downgrade(b, api, org, sub_id, target, &actor).await?;
+    Ok(true)
 }
 
 /// A link to Stripe's customer portal for the org's billing details.

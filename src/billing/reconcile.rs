@@ -19,6 +19,9 @@ pub struct Report {
     pub failed: Vec<(String, String)>,
     /// Subscriptions Stripe listed that could not be read, and why: skipped, the run goes on.
     pub unreadable: Vec<(String, String)>,
+    /// Orgs whose downgrade, recorded by an older release to make at the period's end,
+    /// was made in Stripe now.
+    pub downgrades_made: Vec<String>,
 }
 
 /// Reconcile every subscription; `progress` is told after each one.
@@ -74,6 +77,18 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
     // Orgs whose subscription the list did not show: read it alone; gone for good means
     // it ended (the fake deletes cancelled subscriptions; a deletion webhook may be lost).
     let orgs = b.db.list_orgs().await?;
+    for org in orgs
+        .iter()
+        .filter(|o| o.scheduled_plan_id.is_some() && !o.scheduled_in_stripe)
+    {
+        match super::checkout::make_legacy_downgrade(b, org).await {
+            Ok(true) => report.downgrades_made.push(org.org_id.clone()),
+            Ok(false) => {}
+            Err(e) => report
+                .failed
+                .push((org.org_id.clone(), format!("downgrade: {e}"))),
+        }
+    }
     for org in orgs {
         let Some(id) = org
             .stripe_subscription_id

@@ -44,6 +44,13 @@ pub fn state_for(
         sub.plan(plans)
             .map_or_else(|| org.plan_id.clone(), |p| p.id.clone())
     };
+    // A downgrade made in Stripe ahead of the period's end: Stripe bills the next period at
+    // the new price, and the org keeps the plan it paid for until then.
+    let held = org.scheduled_in_stripe
+        && current == Some(sub.id.as_str())
+        && org.scheduled_plan_id.as_deref() == Some(plan_id.as_str())
+        && org.scheduled_at.is_some_and(|at| synced_at < at);
+    let plan_id = if held { org.plan_id.clone() } else { plan_id };
     let past_due_since = (status == "past_due").then(|| {
         let was_past_due = org.subscription_status.as_deref() == Some("past_due")
             && current == Some(sub.id.as_str());
@@ -94,6 +101,27 @@ mod tests {
         org.past_due_since = s.past_due_since;
         org.period_start = s.period_start;
         org.period_end = s.period_end;
+    }
+
+    /// A downgrade made in Stripe ahead of the period's end: Stripe's word on the changed
+    /// subscription leaves the org on the plan it paid for until the schedule's time, and
+    /// from then on puts it on the new one.
+    #[test]
+    fn a_downgrade_made_in_stripe_holds_the_paid_plan_until_its_time() {
+        let p = plans();
+        let mut o = org();
+        o.plan_id = "team".into();
+        o.stripe_subscription_id = Some("sub_1".into());
+        o.subscription_status = Some("active".into());
+        o.scheduled_plan_id = Some("pro".into());
+        o.scheduled_at = Some(200);
+        o.scheduled_in_stripe = true;
+        let s = sub("sub_1", "active", "pro_monthly");
+        assert_eq!(state_for(&o, &s, &p, 150).unwrap().plan_id, "team");
+        assert_eq!(state_for(&o, &s, &p, 200).unwrap().plan_id, "pro");
+        // Recorded to be made later (an older release): Stripe's word applies as it is.
+        o.scheduled_in_stripe = false;
+        assert_eq!(state_for(&o, &s, &p, 150).unwrap().plan_id, "pro");
     }
 
     #[test]

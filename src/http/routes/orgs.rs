@@ -34,6 +34,7 @@ pub struct PutOrg {
 pub struct OrgView {
     org_id: String,
     name: String,
+    /// The plan in force: the one paid for, or a downgrade once its `scheduled_at` has come.
     plan: String,
     suspended: bool,
     subscription: Option<SubscriptionView>,
@@ -57,15 +58,21 @@ struct SubscriptionView {
     #[schema(value_type = Option<String>, format = DateTime)]
     current_period_end: Option<Secs>,
     cancel_at_period_end: bool,
-    /// A downgrade asked for, made when the period ends.
+    /// A downgrade asked for (made in Stripe, which bills the next period at its price),
+    /// in force from `scheduled_at`, the end of the period paid for.
     scheduled_plan: Option<String>,
+    #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    scheduled_at: Option<Secs>,
     #[serde(with = "rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     past_due_since: Option<Secs>,
 }
 
-impl From<Org> for OrgView {
-    fn from(o: Org) -> Self {
+impl OrgView {
+    /// `o` as it stands at `now`.
+    fn of(o: Org, now: Secs) -> Self {
+        let plan = o.plan_id_at(now).to_owned();
         let subscription = (o.stripe_customer_id.is_some() || o.stripe_subscription_id.is_some())
             .then(|| SubscriptionView {
                 status: o.subscription_status.clone(),
@@ -74,13 +81,14 @@ impl From<Org> for OrgView {
                 current_period_start: o.period_start,
                 cancel_at_period_end: o.cancel_at_period_end,
                 scheduled_plan: o.scheduled_plan_id.clone(),
+                scheduled_at: o.scheduled_at,
                 past_due_since: o.past_due_since,
                 current_period_end: o.period_end,
             });
         OrgView {
             org_id: o.org_id,
             name: o.name,
-            plan: o.plan_id,
+            plan,
             suspended: o.suspended,
             subscription,
             created_at: o.created_at,
@@ -135,7 +143,7 @@ pub async fn put_org(
             &principal.actor(),
         )
         .await?;
-    Ok(Json(row.into()))
+    Ok(Json(OrgView::of(row, state.clock.now())))
 }
 
 /// An org with its plan and subscription (console for its own org, finance, admin).
@@ -146,7 +154,7 @@ pub async fn get_org(
     OrgReader { org_id, .. }: OrgReader,
 ) -> ApiResult<Json<OrgView>> {
     let row = state.org(org_id.as_str()).await?;
-    Ok(Json(row.into()))
+    Ok(Json(OrgView::of(row, state.clock.now())))
 }
 
 #[derive(Deserialize, ToSchema)]

@@ -113,14 +113,14 @@ pub trait StripeStore: Send + Sync {
         idempotency_key: &str,
         new_key: &str,
     ) -> StoreResult<()>;
-    /// Record (`Some((plan, at))`) or clear a downgrade to make at `at`.
+    /// Record (`Some((plan, at))`) or clear a downgrade in force from `at`; `in_stripe`:
+    /// made in Stripe already (`Org::scheduled_in_stripe`). Audited.
     async fn schedule_plan(
         &self,
         org_id: &str,
         plan: Option<(&str, Secs)>,
+        in_stripe: bool,
         now: Secs,
         actor: &Actor,
     ) -> StoreResult<()>;
-    /// Orgs with a downgrade whose period has ended.
-    async fn due_downgrades(&self, now: Secs, limit: i64) -> StoreResult<Vec<Org>>;
 }

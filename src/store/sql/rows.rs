@@ -41,6 +41,7 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Org> {
             cancel_at_period_end: row.try_get("cancel_at_period_end")?,
             scheduled_plan_id: row.try_get("scheduled_plan_id")?,
             scheduled_at: row.try_get("scheduled_at")?,
+            scheduled_in_stripe: row.try_get("scheduled_in_stripe")?,
             stripe_synced_at: row.try_get("stripe_synced_at")?,
             overage: Overage {
                 enabled: row.try_get("overage_enabled")?,

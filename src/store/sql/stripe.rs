@@ -211,15 +211,18 @@ impl StripeStore for Backend {
         if before.stripe_synced_at.is_some_and(|at| at > s.synced_at) {
             return Ok(None);
         }
-        // A downgrade asked for on another subscription, or on one that ended, is void.
+        // A downgrade asked for on another subscription, or on one that ended, is void; one
+        // whose plan this state puts the org on is done.
         let keep_schedule = before.stripe_subscription_id == s.subscription_id
-            && !matches!(s.status.as_deref(), Some("canceled" | "incomplete_expired"));
+            && !matches!(s.status.as_deref(), Some("canceled" | "incomplete_expired"))
+            && before.scheduled_plan_id.as_deref() != Some(s.plan_id.as_str());
         let Rec(after) = sqlx::query_as::<_, Rec<Org>>(
             "UPDATE orgs SET plan_id = $2, stripe_customer_id = $3, stripe_subscription_id = $4, \
                subscription_status = $5, period_start = $6, period_end = $7, \
                cancel_at_period_end = $8, past_due_since = $9, stripe_synced_at = $10, updated_at = $11, \
                scheduled_plan_id = CASE WHEN $12 THEN scheduled_plan_id ELSE NULL END, \
-               scheduled_at = CASE WHEN $12 THEN scheduled_at ELSE NULL END \
+               scheduled_at = CASE WHEN $12 THEN scheduled_at ELSE NULL END, \
+               scheduled_in_stripe = CASE WHEN $12 THEN scheduled_in_stripe ELSE FALSE END \
              WHERE org_id = $1 RETURNING *",
         )
         .bind(&s.org_id)
@@ -388,6 +391,7 @@ impl StripeStore for Backend {
         &self,
         org_id: &str,
         plan: Option<(&str, Secs)>,
+        in_stripe: bool,
         now: Secs,
         actor: &Actor,
     ) -> StoreResult<()> {
@@ -396,12 +400,13 @@ impl StripeStore for Backend {
             return Ok(());
         };
         let Rec(after) = sqlx::query_as::<_, Rec<Org>>(
-            "UPDATE orgs SET scheduled_plan_id = $2, scheduled_at = $3, updated_at = $4 \
-             WHERE org_id = $1 RETURNING *",
+            "UPDATE orgs SET scheduled_plan_id = $2, scheduled_at = $3, scheduled_in_stripe = $4, \
+               updated_at = $5 WHERE org_id = $1 RETURNING *",
         )
         .bind(org_id)
         .bind(plan.map(|p| p.0))
         .bind(plan.map(|p| p.1))
+        .bind(in_stripe && plan.is_some())
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
@@ -417,18 +422,5 @@ impl StripeStore for Backend {
         write_audit(&mut tx, entry).await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    async fn due_downgrades(&self, now: Secs, limit: i64) -> StoreResult<Vec<Org>> {
-        Ok(unwrap_all(
-            sqlx::query_as::<_, Rec<Org>>(
-                "SELECT * FROM orgs WHERE scheduled_plan_id IS NOT NULL AND scheduled_at <= $1 \
-                 ORDER BY scheduled_at LIMIT $2",
-            )
-            .bind(now)
-            .bind(limit)
-            .fetch_all(self.read())
-            .await?,
-        ))
     }
 }
