@@ -35,7 +35,7 @@ async fn stripe_stub() -> (String, Arc<AtomicU64>) {
         async move {
             let (status, body) = match (method.as_str(), uri.path()) {
                 ("POST", "/v1/customers") => (200, json!({"id": format!("cus_stub{n}"), "object": "customer", "metadata": {}})),
-                ("GET", "/v1/customers" | "/v1/customers/search") => (200, json!({"object": "list", "data": [], "has_more": false})),
+                ("GET", "/v1/customers" | "/v1/customers/search" | "/v1/checkout/sessions") => (200, json!({"object": "list", "data": [], "has_more": false})),
                 ("POST", "/v1/checkout/sessions") => (200, json!({"id": format!("cs_stub{n}"), "url": format!("https://checkout.stripe.test/{n}")})),
                 ("POST", "/v1/billing_portal/sessions") => (200, json!({"id": format!("bps_stub{n}"), "url": "https://billing.stripe.test/session"})),
                 _ => (404, json!({"error": {"type": "invalid_request_error", "message": "the stub has no such route"}})),

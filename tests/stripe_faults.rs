@@ -467,4 +467,115 @@ every_backend!(
     runs_over_all_of_stripe_carry_on_past_what_they_cannot_read,
     a_5xx_on_a_pay_as_you_go_charge_never_charges_twice,
     events_in_todays_shapes_signed_by_stripes_library_set_plan_and_period,
+    checkouts_from_two_tabs_open_one_session_an_org,
+    an_unpaid_incomplete_subscription_does_not_block_a_new_checkout,
 );
+
+/// Two tabs (or two clicks) asking for a plan get one Checkout Session, so that no second
+/// subscription can be paid for; another plan closes the open one first; one Stripe will
+/// not close (just paid) stops a new checkout.
+async fn checkouts_from_two_tabs_open_one_session_an_org(backend: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(srv) = start(backend, &fake).await else {
+        return;
+    };
+    srv.create_org("acme", "free").await;
+    let (_, first) = checkout(&srv, "acme", "pro").await;
+    let (_, second) = checkout(&srv, "acme", "pro").await;
+    assert_eq!(
+        (&first["session_id"], &first["url"]),
+        (&second["session_id"], &second["url"]),
+        "{first} {second}"
+    );
+    assert_eq!(fake.sent("POST", "/v1/checkout/sessions").len(), 1);
+    let sent = &fake.sent("POST", "/v1/checkout/sessions")[0];
+    assert!(
+        sent.form.iter().any(|(k, _)| k == "expires_at"),
+        "an hour to pay, not Stripe's day"
+    );
+    // Another plan: the open session is closed before the new one opens.
+    let (status, team) = checkout(&srv, "acme", "team").await;
+    assert_eq!(status, 200, "{team}");
+    assert_ne!(team["session_id"], first["session_id"]);
+    let expired = fake.sent(
+        "POST",
+        &format!(
+            "/v1/checkout/sessions/{}/expire",
+            first["session_id"].as_str().unwrap()
+        ),
+    );
+    assert_eq!(expired.len(), 1);
+    let states: Vec<Value> =
+        fake.with(|s| s.sessions.iter().map(|c| c["status"].clone()).collect());
+    assert_eq!(states, [json!("expired"), json!("open")]);
+    // Paid a moment ago, before it could be closed: no new session, a conflict.
+    let expire_team = format!(
+        "/v1/checkout/sessions/{}/expire",
+        team["session_id"].as_str().unwrap()
+    );
+    fake.fail("POST", &expire_team, Fault::Refused);
+    let (status, v) = checkout(&srv, "acme", "pro").await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("stripe_conflict")),
+        "{v}"
+    );
+    assert_eq!(fake.sent("POST", "/v1/checkout/sessions").len(), 2);
+    srv.finish().await;
+}
+
+/// A subscription left `incomplete` (its first payment never made) is cancelled in Stripe
+/// before a new checkout, rather than blocking one for the day Stripe takes to expire it.
+async fn an_unpaid_incomplete_subscription_does_not_block_a_new_checkout(backend: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(srv) = start(backend, &fake).await else {
+        return;
+    };
+    srv.create_org("acme", "free").await;
+    let mut incomplete = subscription("sub_acme", "acme", "cus_acme", "pro_monthly");
+    incomplete["status"] = json!("incomplete");
+    fake.with(|s| s.subscriptions = vec![incomplete]);
+    rush_meter::billing::reconcile::reconcile(&billing(&srv, &fake), |_| {})
+        .await
+        .unwrap();
+    let org = srv.db.get_org("acme").await.unwrap().unwrap();
+    assert_eq!(org.subscription_status.as_deref(), Some("incomplete"));
+    let (status, v) = checkout(&srv, "acme", "pro").await;
+    assert_eq!(
+        (status, v["action"].as_str()),
+        (200, Some("checkout")),
+        "{v}"
+    );
+    assert_eq!(fake.sent("DELETE", "/v1/subscriptions/sub_acme").len(), 1);
+    let org = srv.db.get_org("acme").await.unwrap().unwrap();
+    assert_eq!(
+        (org.plan_id.as_str(), org.subscription_status.as_deref()),
+        ("free", Some("canceled"))
+    );
+    // Paid meanwhile (live when read again): applied, not cancelled.
+    let mut live = subscription("sub_live", "acme", "cus_acme", "pro_monthly");
+    live["status"] = json!("active");
+    fake.with(|s| s.subscriptions.push(live.clone()));
+    execute_sql(&srv, "UPDATE orgs SET stripe_subscription_id = 'sub_live', subscription_status = 'incomplete' WHERE org_id = $1", "acme").await;
+    // Asked for the plan it now pays for: already on it.
+    let (status, v) = checkout(&srv, "acme", "pro").await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("already_on_plan")),
+        "{v}"
+    );
+    assert!(fake.sent("DELETE", "/v1/subscriptions/sub_live").is_empty());
+    srv.finish().await;
+}
+
+/// Run one statement with one text parameter on the server's database.
+async fn execute_sql(srv: &TestServer, sql: &str, arg: &str) {
+    match srv.db.pools() {
+        rush_meter::store::Pools::Postgres(p) => {
+            sqlx::query(sql).bind(arg).execute(p).await.unwrap();
+        }
+        rush_meter::store::Pools::Sqlite { write, .. } => {
+            sqlx::query(sql).bind(arg).execute(write).await.unwrap();
+        }
+    }
+}

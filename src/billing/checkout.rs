@@ -196,6 +196,7 @@ pub async fn change_plan(
     actor: &Actor,
 ) -> BillingResult<Change> {
     let api = b.api()?;
+    let org = &end_incomplete(b, api, org).await?;
     let subscribed = org.stripe_subscription_id.as_deref().filter(|_| {
         !matches!(
             org.subscription_status.as_deref(),
@@ -203,32 +204,7 @@ pub async fn change_plan(
         )
     });
     let Some(sub_id) = subscribed else {
-        let price = target
-            .stripe_prices
-            .first()
-            .ok_or_else(|| BillingError::NoPrice(target.id.clone()))?;
-        let customer = ensure_customer(b, org).await?;
-        let begun = begin(b, &org.org_id, "checkout", &target.id).await?;
-        let session = once(
-            b,
-            &org.org_id,
-            &begun,
-            api.open_checkout_by_request(&customer, &begun.request),
-            api.create_checkout_session(
-                &customer,
-                price,
-                &org.org_id,
-                &b.config.return_url,
-                &begun.request,
-                &begun.key,
-            ),
-            |s| s.id.as_str(),
-        )
-        .await?;
-        return Ok(Change::Checkout {
-            url: session.url.unwrap_or_default(),
-            session_id: session.id,
-        });
+        return checkout(b, api, org, target).await;
     };
     if org.plan_id == target.id {
         // Staying on the plan: a pending downgrade or cancellation is called off. A
@@ -340,6 +316,106 @@ async fn downgrade(
     Ok(Change::Scheduled {
         plan: target.id.clone(),
         at,
+    })
+}
+
+/// How long a Checkout Session for a plan stays open (Stripe's least is 30 minutes).
+const CHECKOUT_OPEN_SECS: i64 = 3600;
+
+/// A Checkout Session for `target`: at most one open per org, so that two tabs (or two
+/// clicks) cannot make two subscriptions. An open one for the same plan is given again;
+/// one for another plan is closed first. A session Stripe will not close (paid a moment
+/// ago) stops a new one: its subscription is on its way.
+async fn checkout(b: &Billing, api: &StripeApi, org: &Org, target: &Plan) -> BillingResult<Change> {
+    use super::api::PLAN;
+    let price = target
+        .stripe_prices
+        .first()
+        .ok_or_else(|| BillingError::NoPrice(target.id.clone()))?;
+    let customer = ensure_customer(b, org).await?;
+    for open in api.open_plan_checkouts(&customer).await? {
+        if open.metadata.get(PLAN) == Some(&target.id) {
+            return Ok(Change::Checkout {
+                url: open.url.unwrap_or_default(),
+                session_id: open.id,
+            });
+        }
+        if let Err(e) = api.expire_checkout(&open.id).await {
+            if !matches!(e, StripeFailure::Refused { .. }) {
+                return Err(e.into());
+            }
+            tracing::warn!(org_id = %org.org_id, session = %open.id, error = %e, "an open checkout could not be closed");
+            return Err(BillingError::Conflict(format!(
+                "a checkout of the {} plan opened before could not be closed (it may have been \
+                 paid a moment ago, and its subscription is on its way): look at the org again \
+                 shortly",
+                open.metadata.get(PLAN).map_or("other", String::as_str)
+            )));
+        }
+    }
+    let begun = begin(b, &org.org_id, "checkout", &target.id).await?;
+    let session = once(
+        b,
+        &org.org_id,
+        &begun,
+        api.open_checkout_by_request(&customer, &begun.request),
+        api.create_checkout_session(
+            &customer,
+            &target.id,
+            price,
+            &org.org_id,
+            &b.config.return_url,
+            b.clock.now() + CHECKOUT_OPEN_SECS,
+            &begun.request,
+            &begun.key,
+        ),
+        |s| s.id.as_str(),
+    )
+    .await?;
+    Ok(Change::Checkout {
+        url: session.url.unwrap_or_default(),
+        session_id: session.id,
+    })
+}
+
+/// A subscription left `incomplete` (its first payment never made) blocks nothing: it is
+/// cancelled in Stripe before a new checkout, unless Stripe says it became live meanwhile
+/// (then it is applied, and the change goes on from it). The org as it then stands.
+async fn end_incomplete(b: &Billing, api: &StripeApi, org: &Org) -> BillingResult<Org> {
+    let (Some(sub_id), Some("incomplete")) = (
+        org.stripe_subscription_id.as_deref(),
+        org.subscription_status.as_deref(),
+    ) else {
+        return Ok(org.clone());
+    };
+    let begun = begin(b, &org.org_id, "cancel_incomplete", sub_id).await?;
+    let read_at = b.clock.now();
+    let current = api.subscription(sub_id).await?;
+    let sub = if current.status == "incomplete" {
+        once(
+            b,
+            &org.org_id,
+            &begun,
+            std::future::ready(Ok(None)),
+            api.cancel_now(sub_id, &begun.key),
+            |s| s.id.as_str(),
+        )
+        .await?
+    } else {
+        b.db.complete_stripe_request(&org.org_id, &begun.key, sub_id, read_at)
+            .await?;
+        current
+    };
+    let applied = b
+        .apply(&sub, Some(&org.org_id), read_at, "checkout")
+        .await?;
+    Ok(match applied.org {
+        Some(o) => o,
+        None => {
+            b.db.get_org(&org.org_id)
+                .await?
+                .unwrap_or_else(|| org.clone())
+        }
     })
 }
 

@@ -34,6 +34,9 @@ pub enum Fault {
     FailAfterWriting,
     /// 500 stored for the key, nothing made.
     FailBeforeWriting,
+    /// 400 `invalid_request_error`: Stripe will not do it (a session paid a moment ago
+    /// cannot be expired, say).
+    Refused,
 }
 
 #[derive(Default)]
@@ -161,6 +164,12 @@ fn answer(
                 ),
             )
         }
+        Some(Fault::Refused) => {
+            return reply(
+                400,
+                error("invalid_request_error", None, "Stripe will not do that now"),
+            )
+        }
         Some(Fault::LockTimeout) => {
             return reply(
                 409,
@@ -252,13 +261,59 @@ fn route(s: &mut State, r: &Seen) -> (u16, Value) {
             (200, c)
         }
         ("GET", "/v1/checkout/sessions") => {
+            let status = query(&r.query, "status");
             let mine: Vec<Value> = s
                 .sessions
                 .iter()
                 .filter(|v| customer_is(v))
+                .filter(|v| status.as_ref().is_none_or(|st| v["status"] == st.as_str()))
                 .cloned()
                 .collect();
             (200, page(&mine, &r.query))
+        }
+        ("POST", path)
+            if path.starts_with("/v1/checkout/sessions/") && path.ends_with("/expire") =>
+        {
+            let id = &path["/v1/checkout/sessions/".len()..path.len() - "/expire".len()];
+            match s.sessions.iter_mut().find(|v| v["id"] == id) {
+                Some(c) if c["status"] == "open" => {
+                    c["status"] = json!("expired");
+                    (200, c.clone())
+                }
+                Some(_) => (
+                    400,
+                    error(
+                        "invalid_request_error",
+                        None,
+                        "Only Checkout Sessions with a status of `open` can be expired.",
+                    ),
+                ),
+                None => (
+                    404,
+                    error(
+                        "invalid_request_error",
+                        Some("resource_missing"),
+                        "No such checkout.session",
+                    ),
+                ),
+            }
+        }
+        ("DELETE", path) if path.starts_with("/v1/subscriptions/") => {
+            let id = &path["/v1/subscriptions/".len()..];
+            match s.subscriptions.iter_mut().find(|v| v["id"] == id) {
+                Some(sub) => {
+                    sub["status"] = json!("canceled");
+                    (200, sub.clone())
+                }
+                None => (
+                    404,
+                    error(
+                        "invalid_request_error",
+                        Some("resource_missing"),
+                        "No such subscription",
+                    ),
+                ),
+            }
         }
         ("POST", "/v1/invoiceitems") => {
             let c = json!({"id": format!("ii_fake{}", s.invoice_items.len() + 1),

@@ -28,6 +28,7 @@ mod subscriptions;
 mod types;
 
 pub use client::StripeApi;
+pub use sessions::PLAN;
 pub use types::{
     CheckoutSession, Invoice, InvoiceItem, InvoiceLine, LinePeriod, Made, PortalSession, Readable,
 };

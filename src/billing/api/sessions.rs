@@ -7,6 +7,9 @@ use stripe_client_core::StripeRequest;
 
 use super::client::currency_code;
 use super::types::REQUEST;
+
+/// The metadata key naming the plan a subscription's Checkout Session was opened for.
+pub const PLAN: &str = "rush_meter_plan";
 use super::{CheckoutSession, PortalSession, StripeApi, StripeResult};
 
 impl StripeApi {
@@ -29,13 +32,46 @@ impl StripeApi {
         .await
     }
 
-    /// A Checkout Session that subscribes `customer` to `price`.
+    /// The open Checkout Sessions of `customer` that this service opened for a plan
+    /// (their metadata names it, `PLAN`), newest first.
+    pub async fn open_plan_checkouts(&self, customer: &str) -> StripeResult<Vec<CheckoutSession>> {
+        use stripe_checkout::checkout_session::ListCheckoutSession;
+        let req = ListCheckoutSession::new()
+            .customer(customer)
+            .status(stripe_shared::CheckoutSessionStatus::Open)
+            .limit(100);
+        let list: crate::billing::subscription::List<super::Readable<CheckoutSession>> =
+            self.send(req.build(), None).await?;
+        Ok(list
+            .data
+            .into_iter()
+            .filter_map(|s| match s {
+                super::Readable::Read(s) => Some(s),
+                super::Readable::Unreadable { .. } => None,
+            })
+            .filter(|s| s.status.as_deref().is_none_or(|st| st == "open"))
+            .filter(|s| s.metadata.contains_key(PLAN))
+            .collect())
+    }
+
+    /// Close an open Checkout Session, so that it can no longer be paid.
+    pub async fn expire_checkout(&self, id: &str) -> StripeResult<CheckoutSession> {
+        let req = stripe_checkout::checkout_session::ExpireCheckoutSession::new(id);
+        self.send(req.build(), None).await
+    }
+
+    /// A Checkout Session that subscribes `customer` to `plan` at `price`, open until
+    /// `expires_at` (Stripe's default is a day: a link left open that long is one more
+    /// way to a second subscription).
+    #[allow(clippy::too_many_arguments)]
     pub async fn create_checkout_session(
         &self,
         customer: &str,
+        plan: &str,
         price: &str,
         org_id: &str,
         return_url: &str,
+        expires_at: i64,
         request: &str,
         idempotency_key: &str,
     ) -> StripeResult<CheckoutSession> {
@@ -53,8 +89,10 @@ impl StripeApi {
             .line_items(vec![item])
             .metadata(HashMap::from([
                 ("org_id".to_owned(), org_id.to_owned()),
+                (PLAN.to_owned(), plan.to_owned()),
                 (REQUEST.to_owned(), request.to_owned()),
             ]))
+            .expires_at(expires_at)
             .success_url(format!("{return_url}{sep}checkout=success"))
             .cancel_url(format!("{return_url}{sep}checkout=cancel"));
         self.send(req.build(), Some(idempotency_key)).await

@@ -77,6 +77,19 @@ impl StripeApi {
         self.send(req.build(), Some(idempotency_key)).await
     }
 
+    /// Cancel a subscription now (one left `incomplete`, never paid), with no final invoice
+    /// and no proration.
+    pub async fn cancel_now(
+        &self,
+        subscription: &str,
+        idempotency_key: &str,
+    ) -> StripeResult<Subscription> {
+        let req = stripe_billing::subscription::CancelSubscription::new(subscription)
+            .invoice_now(false)
+            .prorate(false);
+        self.send(req.build(), Some(idempotency_key)).await
+    }
+
     /// Cancel a subscription when its period ends (a downgrade to Free).
     pub async fn cancel_at_period_end(
         &self,

@@ -239,7 +239,7 @@ pub async fn list_charges(
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct Requeued {
+pub struct ChargesRequeued {
     /// Failed charges put back: each is sent at the billing job's next run.
     requeued: u64,
 }
@@ -248,13 +248,13 @@ pub struct Requeued {
 /// sent at once (admin); audited. Charges not failed are left as they are.
 #[utoipa::path(post, path = "/v1/orgs/{org_id}/overage/charges/retry", tag = "funding",
     params(OrgPath), security(("bearer" = ["admin"])),
-    responses((status = 200, description = "How many failed charges were put back", body = Requeued),
+    responses((status = 200, description = "How many failed charges were put back", body = ChargesRequeued),
         Guarded, BadId))]
 pub async fn retry_charges(
     State(state): State<AppState>,
     principal: Principal,
     Path(OrgPath { org_id }): Path<OrgPath>,
-) -> ApiResult<Json<Requeued>> {
+) -> ApiResult<Json<ChargesRequeued>> {
     principal.require_any(&[Scope::Admin])?;
     let org_id = parse_id("org_id", &org_id)?;
     state.org(org_id.as_str()).await?;
@@ -262,5 +262,5 @@ pub async fn retry_charges(
         .db
         .requeue_overage_charges(org_id.as_str(), state.clock.now(), &principal.actor())
         .await?;
-    Ok(Json(Requeued { requeued }))
+    Ok(Json(ChargesRequeued { requeued }))
 }
