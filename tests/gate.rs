@@ -119,6 +119,7 @@ every_backend! {
                 cancel_at_period_end: false,
                 past_due_since: None,
                 synced_at: T0,
+                ticket: None,
             })
         };
         let applied = srv.db.apply_subscription_state("beta", &state, "test", T0).await.unwrap();

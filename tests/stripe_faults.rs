@@ -469,7 +469,69 @@ every_backend!(
     events_in_todays_shapes_signed_by_stripes_library_set_plan_and_period,
     checkouts_from_two_tabs_open_one_session_an_org,
     an_unpaid_incomplete_subscription_does_not_block_a_new_checkout,
+    a_read_older_by_its_ticket_is_never_applied_whatever_the_clocks,
 );
+
+/// Two instances read an org's subscription around a change in Stripe: the one whose
+/// clock runs ahead reads first (the old state), the other reads after the change. Applied
+/// newest first, the old read is refused by its ticket, though its clock says it is newer
+/// (and, with the clocks equal, though whole seconds tie).
+async fn a_read_older_by_its_ticket_is_never_applied_whatever_the_clocks(backend: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(srv) = start(backend, &fake).await else {
+        return;
+    };
+    srv.create_org("acme", "free").await;
+    fake.with(|s| {
+        s.subscriptions = vec![subscription("sub_acme", "acme", "cus_acme", "pro_monthly")]
+    });
+    let b = billing(&srv, &fake);
+    rush_meter::billing::reconcile::reconcile(&b, |_| {})
+        .await
+        .unwrap();
+    let on = |skew: i64| {
+        let plans = Arc::new(rush_meter::config::load_plans(&common::repo_plans()).unwrap());
+        Billing::new(
+            srv.db.clone(),
+            plans,
+            rush_meter::clock::Clock::manual(T0 + skew),
+            stripe_at(&fake.url),
+            Default::default(),
+        )
+    };
+    for (ahead, behind) in [(on(100), on(0)), (on(0), on(0))] {
+        let old_plan = srv.db.get_org("acme").await.unwrap().unwrap().plan_id;
+        let api = ahead.api().unwrap();
+        let stale_read = ahead.ticket("acme").await.unwrap();
+        let stale = api.subscription("sub_acme").await.unwrap();
+        // The change in Stripe, and the newer read.
+        let next = if old_plan == "pro" {
+            "team_monthly"
+        } else {
+            "pro_monthly"
+        };
+        fake.with(|s| s.subscriptions = vec![subscription("sub_acme", "acme", "cus_acme", next)]);
+        let fresh_read = behind.ticket("acme").await.unwrap();
+        let fresh = api.subscription("sub_acme").await.unwrap();
+        assert!(
+            fresh_read.at <= stale_read.at,
+            "the newer read's clock is not ahead"
+        );
+        behind
+            .apply(&fresh, None, fresh_read, "test")
+            .await
+            .unwrap();
+        let new_plan = srv.db.get_org("acme").await.unwrap().unwrap().plan_id;
+        assert_ne!(new_plan, old_plan);
+        let applied = ahead.apply(&stale, None, stale_read, "test").await.unwrap();
+        assert!(applied.org.is_none(), "the older read was applied");
+        assert_eq!(
+            srv.db.get_org("acme").await.unwrap().unwrap().plan_id,
+            new_plan
+        );
+    }
+    srv.finish().await;
+}
 
 /// Two tabs (or two clicks) asking for a plan get one Checkout Session, so that no second
 /// subscription can be paid for; another plan closes the open one first; one Stripe will

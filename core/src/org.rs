@@ -30,6 +30,9 @@ pub struct Org {
     pub scheduled_in_stripe: bool,
     /// When the Stripe state last applied was read from Stripe.
     pub stripe_synced_at: Option<Secs>,
+    /// The ticket of that read (taken from the org's sequence before it): a state read
+    /// with a lower one is older and never applied over it.
+    pub stripe_applied_seq: i64,
     /// Pay-as-you-go as the org set it (it pays only on a plan that prices overage).
     pub overage: Overage,
     /// Whether the org limits any of its users, projects or keys (docs/limits.md): only
@@ -58,6 +61,7 @@ impl Org {
             scheduled_at: None,
             scheduled_in_stripe: false,
             stripe_synced_at: None,
+            stripe_applied_seq: 0,
             overage: Overage::default(),
             sets_limits: false,
         }

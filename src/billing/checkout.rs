@@ -214,7 +214,7 @@ pub async fn change_plan(
         }
         if org.cancel_at_period_end {
             let begun = begin(b, &org.org_id, "resume", sub_id).await?;
-            let read_at = b.clock.now();
+            let read = b.ticket(&org.org_id).await?;
             let sub = once(
                 b,
                 &org.org_id,
@@ -224,8 +224,7 @@ pub async fn change_plan(
                 |s| s.id.as_str(),
             )
             .await?;
-            b.apply(&sub, Some(&org.org_id), read_at, "checkout")
-                .await?;
+            b.apply(&sub, Some(&org.org_id), read, "checkout").await?;
         } else if org.scheduled_plan_id.is_none() {
             return Err(BillingError::SamePlan(target.id.clone()));
         }
@@ -245,7 +244,7 @@ pub async fn change_plan(
     if target.stripe_prices.is_empty() {
         // Down to a plan Stripe does not sell (Free): the subscription ends with its period.
         let begun = begin(b, &org.org_id, "cancel", sub_id).await?;
-        let read_at = b.clock.now();
+        let read = b.ticket(&org.org_id).await?;
         let sub = once(
             b,
             &org.org_id,
@@ -255,8 +254,7 @@ pub async fn change_plan(
             |s| s.id.as_str(),
         )
         .await?;
-        b.apply(&sub, Some(&org.org_id), read_at, "checkout")
-            .await?;
+        b.apply(&sub, Some(&org.org_id), read, "checkout").await?;
         let at = sub
             .period(&b.plans)
             .map_or_else(|| b.clock.now(), |p| p.end);
@@ -389,7 +387,7 @@ async fn end_incomplete(b: &Billing, api: &StripeApi, org: &Org) -> BillingResul
         return Ok(org.clone());
     };
     let begun = begin(b, &org.org_id, "cancel_incomplete", sub_id).await?;
-    let read_at = b.clock.now();
+    let read = b.ticket(&org.org_id).await?;
     let current = api.subscription(sub_id).await?;
     let sub = if current.status == "incomplete" {
         once(
@@ -402,13 +400,11 @@ async fn end_incomplete(b: &Billing, api: &StripeApi, org: &Org) -> BillingResul
         )
         .await?
     } else {
-        b.db.complete_stripe_request(&org.org_id, &begun.key, sub_id, read_at)
+        b.db.complete_stripe_request(&org.org_id, &begun.key, sub_id, read.at)
             .await?;
         current
     };
-    let applied = b
-        .apply(&sub, Some(&org.org_id), read_at, "checkout")
-        .await?;
+    let applied = b.apply(&sub, Some(&org.org_id), read, "checkout").await?;
     Ok(match applied.org {
         Some(o) => o,
         None => {
@@ -444,7 +440,7 @@ async fn move_item(
         if prorate { "prorate" } else { "at_period_end" }
     );
     let begun = begin(b, &org.org_id, "change_plan", &target_key).await?;
-    let read_at = b.clock.now();
+    let read = b.ticket(&org.org_id).await?;
     // Read just now: an earlier try that got through left the item on the price.
     let moved = item.names().any(|n| n == price).then(|| sub.clone());
     let changed = once(
@@ -457,7 +453,7 @@ async fn move_item(
     )
     .await?;
     let applied = b
-        .apply(&changed, Some(&org.org_id), read_at, "checkout")
+        .apply(&changed, Some(&org.org_id), read, "checkout")
         .await?;
     // An upgrade replaces a downgrade asked for before it.
     if prorate && org.scheduled_plan_id.is_some() {

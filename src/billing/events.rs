@@ -261,23 +261,36 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> BillingResult<Outcome> {
             return Ok(Outcome::Ignored("the event names no subscription".into()));
         };
         let hint = org_hint(object);
-        let (sub, read_at) = match &b.api {
+        let (sub, read) = match &b.api {
             Some(api) => {
-                let read_at = b.clock.now();
-                match api.subscription(&sub_id).await {
-                    Ok(s) => (s, read_at),
-                    // A deleted subscription may be gone from Stripe (or the fake): the event
-                    // carries its final state.
-                    Err(e) if e.is_not_found() && kind == "customer.subscription.deleted" => {
-                        (parse_subscription(object)?, read_at)
+                // A deleted subscription may be gone from Stripe (or the fake): the event
+                // carries its final state.
+                let read_one = || async {
+                    match api.subscription(&sub_id).await {
+                        Ok(s) => Ok(s),
+                        Err(e) if e.is_not_found() && kind == "customer.subscription.deleted" => {
+                            parse_subscription(object)
+                        }
+                        Err(e) => Err(BillingError::from(e)),
                     }
-                    Err(e) => return Err(e.into()),
-                }
+                };
+                // The org first, so that its ticket is taken before the read; an org
+                // the event does not name is found from a first read, then read again.
+                let org = match known_org(b, object, hint.as_deref()).await? {
+                    Some(org) => org,
+                    None => b.org_for(&read_one().await?, hint.as_deref()).await?.org_id,
+                };
+                let read = b.ticket(&org).await?;
+                (read_one().await?, read)
             }
             // Without a secret key nothing can be read back: trust the event, by its time.
-            None if kind.starts_with("customer.subscription.") => {
-                (parse_subscription(object)?, env.created)
-            }
+            None if kind.starts_with("customer.subscription.") => (
+                parse_subscription(object)?,
+                super::sync::Read {
+                    at: env.created,
+                    ticket: None,
+                },
+            ),
             None => {
                 return Ok(Outcome::Ignored(
                     "Stripe API off: cannot read the subscription".into(),
@@ -285,7 +298,7 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> BillingResult<Outcome> {
             }
         };
         return b
-            .apply(&sub, hint.as_deref(), read_at, "webhook")
+            .apply(&sub, hint.as_deref(), read, "webhook")
             .await
             .map(|a| Outcome::Applied(a.org_id));
     }
@@ -298,6 +311,27 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> BillingResult<Outcome> {
         return linked(b.link_customer(&org, customer).await, org);
     }
     Ok(Outcome::Ignored(format!("type {kind} is not acted on")))
+}
+
+/// The org an event's object belongs to, if this service knows it without asking Stripe:
+/// the one linked to its customer, else one its metadata (or Checkout's reference) names.
+async fn known_org(
+    b: &Billing,
+    object: &serde_json::Value,
+    hint: Option<&str>,
+) -> BillingResult<Option<String>> {
+    let customer = object
+        .get("customer")
+        .and_then(|c| c.as_str().or_else(|| c.get("id").and_then(|i| i.as_str())));
+    if let Some(c) = customer {
+        if let Some(org) = b.db.org_by_stripe_customer(c).await? {
+            return Ok(Some(org.org_id));
+        }
+    }
+    match hint {
+        Some(h) if b.db.get_org(h).await?.is_some() => Ok(Some(h.to_owned())),
+        _ => Ok(None),
+    }
 }
 
 /// A draft invoice of an org's subscription takes the pay-as-you-go of every window that

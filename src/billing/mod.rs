@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use rush_meter_core::org::Org;
 use rush_meter_core::plans::Plans;
-use rush_meter_core::time::Secs;
 use secrecy::ExposeSecret;
 
 use crate::clock::Clock;
@@ -154,12 +153,26 @@ impl Billing {
         }
     }
 
-    /// Apply a subscription read from Stripe at `read_at` to its org.
+    /// A ticket for a read of `org_id`'s subscription, taken just before the read: what it
+    /// reads is applied only over reads with lower tickets (`sync::Read`).
+    pub async fn ticket(&self, org_id: &str) -> BillingResult<sync::Read> {
+        let ticket = self
+            .db
+            .stripe_ticket(org_id)
+            .await?
+            .ok_or_else(|| BillingError::Unmatched(format!("org {org_id} does not exist")))?;
+        Ok(sync::Read {
+            at: self.clock.now(),
+            ticket: Some(ticket),
+        })
+    }
+
+    /// Apply a subscription read from Stripe (`read`) to its org.
     pub async fn apply(
         &self,
         sub: &Subscription,
         hint: Option<&str>,
-        read_at: Secs,
+        read: sync::Read,
         source: &str,
     ) -> BillingResult<Applied> {
         sub.recognized(&self.plans)
@@ -168,7 +181,7 @@ impl Billing {
         let plans = &self.plans;
         // Decided again on the row as locked: another instance may have applied a newer
         // subscription since `org` was read.
-        let decide = |locked: &Org| sync::state_for(locked, sub, plans, read_at);
+        let decide = |locked: &Org| sync::state_for(locked, sub, plans, read);
         let done = self
             .db
             .apply_subscription_state(&org.org_id, &decide, source, self.clock.now())

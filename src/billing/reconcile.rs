@@ -31,8 +31,6 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
     let mut seen = HashSet::new();
     let mut after: Option<String> = None;
     loop {
-        // Stamped before the read: a webhook applied meanwhile is newer and wins.
-        let read_at = b.clock.now();
         let page = api.subscriptions(after.as_deref()).await?;
         // A cursor Stripe no longer knows may restart the list (the local fake does):
         // stop at the first subscription seen twice.
@@ -56,13 +54,12 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
                     continue;
                 }
             };
-            match b.apply(&sub, None, read_at, "reconcile").await {
-                Ok(applied) => {
-                    if let (Some(org), Some(change)) = (applied.org_id, applied.change) {
-                        tracing::info!(org_id = %org, subscription = %sub.id, %change, "reconcile repaired drift");
-                        report.changed.push((org, change));
-                    }
+            match repair(b, &sub).await {
+                Ok(Some((org, change))) => {
+                    tracing::info!(org_id = %org, subscription = %sub.id, %change, "reconcile repaired drift");
+                    report.changed.push((org, change));
                 }
+                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(subscription = %sub.id, error = %e, "reconcile could not apply a subscription");
                     report.failed.push((sub.id.clone(), e.to_string()));
@@ -103,7 +100,13 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
         ) {
             continue;
         }
-        let read_at = b.clock.now();
+        let read = match b.ticket(&org.org_id).await {
+            Ok(r) => r,
+            Err(e) => {
+                report.failed.push((id, e.to_string()));
+                continue;
+            }
+        };
         let sub = match api.subscription(&id).await {
             Ok(s) => s,
             Err(e) if e.is_not_found() => {
@@ -115,7 +118,7 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
             }
         };
         report.subscriptions += 1;
-        match b.apply(&sub, Some(&org.org_id), read_at, "reconcile").await {
+        match b.apply(&sub, Some(&org.org_id), read, "reconcile").await {
             Ok(applied) => {
                 if let Some(change) = applied.change {
                     report.changed.push((org.org_id.clone(), change));
@@ -126,6 +129,29 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
         progress(&sub.id);
     }
     Ok(report)
+}
+
+/// Apply `listed` (a subscription of the list) to its org if it would change it: read
+/// again under a ticket first, since the list was read before it and a webhook applied
+/// meanwhile may be newer. `(org, what changed)` when it did.
+async fn repair(b: &Billing, listed: &Subscription) -> BillingResult<Option<(String, String)>> {
+    listed
+        .recognized(&b.plans)
+        .map_err(super::BillingError::Unrecognized)?;
+    let org = b.org_for(listed, None).await?;
+    let now = super::sync::Read {
+        at: b.clock.now(),
+        ticket: None,
+    };
+    let drifted = super::sync::state_for(&org, listed, &b.plans, now)
+        .is_some_and(|s| super::sync::changes(&org, &s));
+    if !drifted {
+        return Ok(None);
+    }
+    let read = b.ticket(&org.org_id).await?;
+    let sub = b.api()?.subscription(&listed.id).await?;
+    let applied = b.apply(&sub, Some(&org.org_id), read, "reconcile").await?;
+    Ok(applied.change.map(|c| (org.org_id, c)))
 }
 
 /// A subscription Stripe no longer has, as ended.

@@ -10,6 +10,17 @@ use crate::store::SubscriptionState;
 
 use super::subscription::Subscription;
 
+/// When, and in what order, a subscription was read from Stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Read {
+    /// The meter's time of the read (the hold of a downgrade is judged by it).
+    pub at: Secs,
+    /// A ticket of the org's sequence taken before the read (`Billing::ticket`): the state
+    /// read after the highest ticket is the newest, whatever instances' clocks say. `None`
+    /// for a state taken from an event's own content (no API key), ordered by `at`.
+    pub ticket: Option<i64>,
+}
+
 /// Statuses that grant the plan, now or through a grace.
 fn is_live(status: &str) -> bool {
     matches!(status, "active" | "trialing" | "past_due")
@@ -21,8 +32,9 @@ pub fn state_for(
     org: &Org,
     sub: &Subscription,
     plans: &Plans,
-    synced_at: Secs,
+    read: Read,
 ) -> Option<SubscriptionState> {
+    let synced_at = read.at;
     let current = org.stripe_subscription_id.as_deref();
     if current.is_some_and(|c| c != sub.id) {
         // Another subscription than the org's current one: it ending changes nothing, and
@@ -70,7 +82,21 @@ pub fn state_for(
         cancel_at_period_end: sub.cancel_at_period_end,
         past_due_since,
         synced_at,
+        ticket: read.ticket,
     })
+}
+
+/// Whether `s` would change what `org` records of its subscription (a read worth making
+/// again under a ticket before it is applied).
+pub fn changes(org: &Org, s: &SubscriptionState) -> bool {
+    org.plan_id != s.plan_id
+        || org.stripe_customer_id.as_deref() != Some(s.customer_id.as_str())
+        || org.stripe_subscription_id != s.subscription_id
+        || org.subscription_status != s.status
+        || org.period_start != s.period_start
+        || org.period_end != s.period_end
+        || org.cancel_at_period_end != s.cancel_at_period_end
+        || org.past_due_since != s.past_due_since
 }
 
 #[cfg(test)]
@@ -78,6 +104,13 @@ mod tests {
     use super::*;
 
     use crate::config::shipped_plans as plans;
+
+    fn at(t: Secs) -> Read {
+        Read {
+            at: t,
+            ticket: None,
+        }
+    }
 
     fn org() -> Org {
         let mut o = Org::new("org_1", "free", 0);
@@ -117,17 +150,17 @@ mod tests {
         o.scheduled_at = Some(200);
         o.scheduled_in_stripe = true;
         let s = sub("sub_1", "active", "pro_monthly");
-        assert_eq!(state_for(&o, &s, &p, 150).unwrap().plan_id, "team");
-        assert_eq!(state_for(&o, &s, &p, 200).unwrap().plan_id, "pro");
+        assert_eq!(state_for(&o, &s, &p, at(150)).unwrap().plan_id, "team");
+        assert_eq!(state_for(&o, &s, &p, at(200)).unwrap().plan_id, "pro");
         // Recorded to be made later (an older release): Stripe's word applies as it is.
         o.scheduled_in_stripe = false;
-        assert_eq!(state_for(&o, &s, &p, 150).unwrap().plan_id, "pro");
+        assert_eq!(state_for(&o, &s, &p, at(150)).unwrap().plan_id, "pro");
     }
 
     #[test]
     fn a_subscription_sets_plan_period_and_status() {
         let p = plans();
-        let s = state_for(&org(), &sub("sub_1", "active", "team_monthly"), &p, 50).unwrap();
+        let s = state_for(&org(), &sub("sub_1", "active", "team_monthly"), &p, at(50)).unwrap();
         assert_eq!(
             (s.plan_id.as_str(), s.period_start, s.period_end),
             ("team", Some(100), Some(200))
@@ -136,9 +169,16 @@ mod tests {
             (s.status.as_deref(), s.past_due_since),
             (Some("active"), None)
         );
-        let over = state_for(&org(), &sub("sub_1", "canceled", "team_monthly"), &p, 50).unwrap();
+        let over = state_for(
+            &org(),
+            &sub("sub_1", "canceled", "team_monthly"),
+            &p,
+            at(50),
+        )
+        .unwrap();
         assert_eq!((over.plan_id.as_str(), over.period_start), ("free", None));
-        let unknown = state_for(&org(), &sub("sub_1", "active", "gold_monthly"), &p, 50).unwrap();
+        let unknown =
+            state_for(&org(), &sub("sub_1", "active", "gold_monthly"), &p, at(50)).unwrap();
         assert_eq!(unknown.plan_id, "free");
     }
 
@@ -146,14 +186,14 @@ mod tests {
     fn past_due_keeps_the_time_it_began() {
         let p = plans();
         let mut o = org();
-        let s = state_for(&o, &sub("sub_1", "past_due", "pro_monthly"), &p, 1000).unwrap();
+        let s = state_for(&o, &sub("sub_1", "past_due", "pro_monthly"), &p, at(1000)).unwrap();
         assert_eq!(s.past_due_since, Some(1000));
         apply(&mut o, &s);
-        let again = state_for(&o, &sub("sub_1", "past_due", "pro_monthly"), &p, 5000).unwrap();
+        let again = state_for(&o, &sub("sub_1", "past_due", "pro_monthly"), &p, at(5000)).unwrap();
         assert_eq!(again.past_due_since, Some(1000));
-        let active = state_for(&o, &sub("sub_1", "active", "pro_monthly"), &p, 6000).unwrap();
+        let active = state_for(&o, &sub("sub_1", "active", "pro_monthly"), &p, at(6000)).unwrap();
         apply(&mut o, &active);
-        let later = state_for(&o, &sub("sub_1", "past_due", "pro_monthly"), &p, 9000).unwrap();
+        let later = state_for(&o, &sub("sub_1", "past_due", "pro_monthly"), &p, at(9000)).unwrap();
         assert_eq!(later.past_due_since, Some(9000));
     }
 
@@ -161,18 +201,18 @@ mod tests {
     fn an_old_subscription_ending_does_not_touch_the_new_one() {
         let p = plans();
         let mut o = org();
-        let first = state_for(&o, &sub("sub_new", "active", "pro_monthly"), &p, 10).unwrap();
+        let first = state_for(&o, &sub("sub_new", "active", "pro_monthly"), &p, at(10)).unwrap();
         apply(&mut o, &first);
         assert_eq!(
-            state_for(&o, &sub("sub_old", "canceled", "team_monthly"), &p, 20),
+            state_for(&o, &sub("sub_old", "canceled", "team_monthly"), &p, at(20)),
             None
         );
         // One that grants nothing does not displace it; a new live one replaces it.
         assert_eq!(
-            state_for(&o, &sub("sub_x", "incomplete", "team_monthly"), &p, 25),
+            state_for(&o, &sub("sub_x", "incomplete", "team_monthly"), &p, at(25)),
             None
         );
-        let s = state_for(&o, &sub("sub_newer", "active", "team_monthly"), &p, 30).unwrap();
+        let s = state_for(&o, &sub("sub_newer", "active", "team_monthly"), &p, at(30)).unwrap();
         assert_eq!(s.subscription_id.as_deref(), Some("sub_newer"));
     }
 }

@@ -68,6 +68,9 @@ pub struct SubscriptionState {
     pub cancel_at_period_end: bool,
     pub past_due_since: Option<i64>,
     pub synced_at: i64,
+    /// The ticket taken before the read (`StripeStore::stripe_ticket`); `None` for a state
+    /// taken from an event's own content (no API key), ordered by `synced_at`.
+    pub ticket: Option<i64>,
 }
 
 /// An outbound Stripe write, recorded before the call.

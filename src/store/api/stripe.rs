@@ -113,6 +113,9 @@ pub trait StripeStore: Send + Sync {
         idempotency_key: &str,
         new_key: &str,
     ) -> StoreResult<()>;
+    /// The next ticket of the org's reads of its subscription, to take before a read:
+    /// `None` when there is no such org.
+    async fn stripe_ticket(&self, org_id: &str) -> StoreResult<Option<i64>>;
     /// Record (`Some((plan, at))`) or clear a downgrade in force from `at`; `in_stripe`:
     /// made in Stripe already (`Org::scheduled_in_stripe`). Audited.
     async fn schedule_plan(

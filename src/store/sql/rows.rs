@@ -43,6 +43,7 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Org> {
             scheduled_at: row.try_get("scheduled_at")?,
             scheduled_in_stripe: row.try_get("scheduled_in_stripe")?,
             stripe_synced_at: row.try_get("stripe_synced_at")?,
+            stripe_applied_seq: row.try_get("stripe_applied_seq")?,
             overage: Overage {
                 enabled: row.try_get("overage_enabled")?,
                 monthly_cap,

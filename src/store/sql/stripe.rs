@@ -208,7 +208,13 @@ impl StripeStore for Backend {
         let Some(s) = decide(&before) else {
             return Ok(None);
         };
-        if before.stripe_synced_at.is_some_and(|at| at > s.synced_at) {
+        // Older than what is applied: a lower ticket, or (states taken from events' own
+        // content, without tickets) an earlier time.
+        let older = match s.ticket {
+            Some(t) => t <= before.stripe_applied_seq,
+            None => before.stripe_synced_at.is_some_and(|at| at > s.synced_at),
+        };
+        if older {
             return Ok(None);
         }
         // A downgrade asked for on another subscription, or on one that ended, is void; one
@@ -222,7 +228,8 @@ impl StripeStore for Backend {
                cancel_at_period_end = $8, past_due_since = $9, stripe_synced_at = $10, updated_at = $11, \
                scheduled_plan_id = CASE WHEN $12 THEN scheduled_plan_id ELSE NULL END, \
                scheduled_at = CASE WHEN $12 THEN scheduled_at ELSE NULL END, \
-               scheduled_in_stripe = CASE WHEN $12 THEN scheduled_in_stripe ELSE FALSE END \
+               scheduled_in_stripe = CASE WHEN $12 THEN scheduled_in_stripe ELSE FALSE END, \
+               stripe_applied_seq = COALESCE($13, stripe_applied_seq) \
              WHERE org_id = $1 RETURNING *",
         )
         .bind(&s.org_id)
@@ -237,6 +244,7 @@ impl StripeStore for Backend {
         .bind(s.synced_at)
         .bind(now)
         .bind(keep_schedule)
+        .bind(s.ticket)
         .fetch_one(&mut *tx)
         .await?;
         if before.stripe_customer_id.as_deref() != Some(s.customer_id.as_str()) {
@@ -385,6 +393,16 @@ impl StripeStore for Backend {
         .execute(self.write())
         .await?;
         Ok(())
+    }
+
+    async fn stripe_ticket(&self, org_id: &str) -> StoreResult<Option<i64>> {
+        // A short write of its own: no lock is held while Stripe is read.
+        Ok(sqlx::query_scalar(
+            "UPDATE orgs SET stripe_seq = stripe_seq + 1 WHERE org_id = $1 RETURNING stripe_seq",
+        )
+        .bind(org_id)
+        .fetch_optional(self.write())
+        .await?)
     }
 
     async fn schedule_plan(
