@@ -86,12 +86,23 @@ every_backend! {
         assert!(first["results"].as_array().unwrap().iter().all(|r| r["duplicate"] == false));
     }
 
-    async fn an_overtaken_heartbeat_changes_nothing(srv: TestServer) {
+    async fn an_overtaken_heartbeat_is_applied_in_order_within_a_lease_and_changes_nothing_after(srv: TestServer) {
         srv.create_org("acme", "free").await;
+        // seq 3 overtakes seq 2: held, not applied, until 2 comes (within a lease of 3).
         srv.clock.set(T0 + 30);
         srv.heartbeats(vec![hb("acme", "s", 1, "running", T0), hb("acme", "s", 3, "running", T0 + 30)]).await;
-        let before = srv.db.digest().await.unwrap();
         let (_, v) = srv.heartbeats(vec![hb("acme", "s", 2, "parked", T0 + 15)]).await;
+        assert_eq!(v["results"][0]["duplicate"], false);
+        // The parked stretch [T0 + 15, T0 + 30) is not billed.
+        assert_eq!(srv.usage("acme").await["month"]["used_seconds"], 15);
+        let timeline = srv.admin("GET", "/v1/sessions/s", None).await;
+        assert_eq!((&timeline["running_seconds"], &timeline["parked_seconds"]), (&json!(15), &json!(15)), "{timeline}");
+        // One that comes after the lease finds the held one applied: it changes nothing.
+        srv.heartbeats(vec![hb("acme", "t", 1, "running", T0 + 30), hb("acme", "t", 3, "running", T0 + 30)]).await;
+        srv.clock.set(T0 + 30 + 45);
+        srv.db.expire_sessions(T0 + 30 + 45, &srv.rules, &common::plans(), 100).await.unwrap();
+        let before = srv.db.digest().await.unwrap();
+        let (_, v) = srv.heartbeats(vec![hb("acme", "t", 2, "parked", T0 + 30)]).await;
         assert_eq!(v["results"][0]["duplicate"], true);
         assert_eq!(srv.db.digest().await.unwrap(), before);
     }

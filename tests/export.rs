@@ -313,7 +313,8 @@ async fn an_export_read_by_nobody_is_cut_short(backend: Backend) {
             .flat_map(|i| {
                 let s = format!("s{batch}x{i}");
                 [
-                    hb("org_1", &s, 1, "running", T0 - 40),
+                    // An interval apart, as a supervisor beats: applied at once.
+                    hb("org_1", &s, 1, "running", T0 - 25),
                     hb("org_1", &s, 2, "parked", T0 - 10),
                 ]
             })

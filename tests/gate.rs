@@ -248,7 +248,7 @@ every_backend! {
             srv.clock.set(T0 + dt);
             srv.heartbeats(vec![hb("acme", "s1", seq as i64 + 1, "running", T0 + dt)]).await;
         }
-        srv.heartbeats(vec![hb("acme", "s1", 10_000, "parked", T0 + 7200)]).await;
+        srv.heartbeats(vec![hb("acme", "s1", 7200 / 15 + 2, "parked", T0 + 7200)]).await;
         let before = srv.db.sessions_of_org("acme").await.unwrap();
         let (_, v) = admit(&srv, "acme", "k1", "s2").await;
         assert_eq!((v["decision"].as_str(), v["reason"].as_str()), (Some("deny"), Some("weekly_ceiling_reached")), "{v}");

@@ -87,6 +87,9 @@ pub struct SessionLedger {
     pub silences: i64,
     pub ended_at: Option<Secs>,
     pub end_status: Option<EndStatus>,
+    /// Heartbeats received but not applied yet, in `seq` order: one before the first may
+    /// be missing (`receive`).
+    pub held: Vec<Observation>,
 }
 
 impl SessionLedger {
@@ -102,6 +105,7 @@ impl SessionLedger {
             silences: 0,
             ended_at: None,
             end_status: None,
+            held: Vec::new(),
         }
     }
 
@@ -208,6 +212,156 @@ pub fn apply_heartbeat(
         next.billed_seconds += b.len();
     }
     (next, fx)
+}
+
+/// What receiving one event came to: the ledger after it, and what each heartbeat it
+/// applied did, in order (none while events are held; several when held ones follow).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub ledger: SessionLedger,
+    pub effects: Vec<Effects>,
+    /// `(time, state)` of each heartbeat applied, in order.
+    pub applied: Vec<(Secs, VmState)>,
+    /// The event itself changed nothing: a repeated or overtaken `seq`, or a session
+    /// already ended (held events applied meanwhile are in `effects` all the same).
+    pub duplicate: bool,
+}
+
+/// Events a session holds at most: past it, the oldest is applied as if what is missing
+/// before it were lost.
+pub const HELD_MAX: usize = 16;
+
+impl Step {
+    fn of(led: &SessionLedger) -> Step {
+        Step {
+            ledger: led.clone(),
+            effects: Vec::new(),
+            applied: Vec::new(),
+            duplicate: false,
+        }
+    }
+
+    /// Apply `obs` to the ledger as it stands, its held events kept aside.
+    fn apply(&mut self, obs: &Observation, rules: &Rules) {
+        let held = std::mem::take(&mut self.ledger.held);
+        let (mut next, fx) = apply_heartbeat(&self.ledger, obs, rules);
+        next.held = held.into_iter().filter(|h| h.seq > obs.seq).collect();
+        if !fx.ignored {
+            self.applied.push((next.last_at, obs.state));
+            self.effects.push(fx);
+        }
+        self.ledger = next;
+    }
+
+    /// Apply the first held event whatever is missing before it.
+    fn apply_first(&mut self, rules: &Rules) {
+        if let Some(h) = self.ledger.held.first().copied() {
+            self.apply(&h, rules);
+        }
+    }
+
+    /// Apply the held events that follow the ledger with nothing missing before them, and
+    /// those whose wait is over at `now` (each with what is missing before it as lost).
+    fn drain(&mut self, now: Secs, rules: &Rules) {
+        while let Some(h) = self.ledger.held.first().copied() {
+            if gap_before(&self.ledger, &h, rules) && !due(&h, now, rules) {
+                return;
+            }
+            self.apply(&h, rules);
+        }
+    }
+
+    /// Apply every held event, in order.
+    fn settle_all(&mut self, rules: &Rules) {
+        while !self.ledger.held.is_empty() {
+            self.apply_first(rules);
+        }
+    }
+}
+
+/// The longest gap between two events of a running session with none missing between
+/// them: a supervisor beats every interval while it runs, and at every transition.
+pub fn expected_gap(rules: &Rules) -> Secs {
+    rules.interval + rules.interval / 2
+}
+
+/// Whether an event may have one missing before it, lost or still on its way: the
+/// session's `seq` skipped one (docs/ledger.md, rule 4: a supervisor counts up by one), or
+/// a running session's event came more than `expected_gap` after its last.
+fn gap_before(led: &SessionLedger, obs: &Observation, rules: &Rules) -> bool {
+    led.last_seq.is_some_and(|s| obs.seq > s + 1)
+        || (led.phase == Phase::Running && obs.at - led.last_at > expected_gap(rules))
+}
+
+/// Whether a held event has waited long enough: any heartbeat sent before it keeps its
+/// own time only within a lease of being sent, so after a lease none can land before it.
+fn due(held: &Observation, now: Secs, rules: &Rules) -> bool {
+    held.at <= held_due_before(now, rules)
+}
+
+/// Held events at or before this time have waited long enough at `now` (`pass_time`
+/// applies them; the store's expiry job looks them up by it).
+pub fn held_due_before(now: Secs, rules: &Rules) -> Secs {
+    now - rules.lease
+}
+
+/// Receive one heartbeat at `now`. An event that may have one missing before it (the
+/// session's `seq` skipped one, or a running session's came more than `expected_gap` after
+/// its last) is held, with every later one, instead of applied: a `parked` heartbeat
+/// missing between them would stop the bill the gap would otherwise run (DESIGN.md rule
+/// 1), a `running` one would start the bill the gap would leave out. Held events are
+/// applied in `seq` order as soon as nothing is missing before them, and each once it has
+/// waited a lease (whatever arrives, `pass_time` or `close_session` comes first: all book
+/// the same), so a lost heartbeat costs what it cost before, only later.
+pub fn receive(led: &SessionLedger, obs: &Observation, now: Secs, rules: &Rules) -> Step {
+    let mut step = Step::of(led);
+    // What has waited long enough is applied first, whatever comes next: when the
+    // expiry job runs changes nothing.
+    step.drain(now, rules);
+    let l = &step.ledger;
+    if l.phase == Phase::Ended
+        || l.last_seq.is_some_and(|s| obs.seq <= s)
+        || l.held.iter().any(|h| h.seq == obs.seq)
+    {
+        step.duplicate = true;
+        return step;
+    }
+    let at = step.ledger.held.partition_point(|h| h.seq < obs.seq);
+    step.ledger.held.insert(at, *obs);
+    if step.ledger.held.len() > HELD_MAX {
+        step.apply_first(rules);
+    }
+    step.drain(now, rules);
+    step
+}
+
+/// Time passing: held events whose wait is over are applied, then `expire` (none while an
+/// event is still held: the session spoke). `None` when nothing changes.
+pub fn pass_time(led: &SessionLedger, now: Secs, rules: &Rules) -> Option<Step> {
+    let mut step = Step::of(led);
+    step.drain(now, rules);
+    if step.ledger.held.is_empty() {
+        if let Some((next, fx)) = expire(&step.ledger, now, rules) {
+            step.ledger = next;
+            step.effects.push(fx);
+        }
+    }
+    (step.ledger != *led).then_some(step)
+}
+
+/// Close a session at `at` (`end_session`), its held events applied first.
+pub fn close_session(led: &SessionLedger, at: Secs, status: EndStatus, rules: &Rules) -> Step {
+    let mut step = Step::of(led);
+    if led.phase != Phase::Ended {
+        step.settle_all(rules);
+    }
+    let (next, fx) = end_session(&step.ledger, at, status, rules);
+    step.duplicate = fx.ignored;
+    if !fx.ignored {
+        step.effects.push(fx);
+    }
+    step.ledger = next;
+    step
 }
 
 /// Close a session at `at` with `status`. Repeating it changes nothing.
@@ -406,6 +560,95 @@ mod tests {
         let (c, fx) = apply_heartbeat(&a, &hb(3, 30, VmState::Running), &R);
         assert!(fx.ignored);
         assert_eq!(a, c);
+    }
+
+    /// `receive` each `(heartbeat, arrival)`: what was billed, the spans closed, the last
+    /// ledger.
+    fn received(events: &[(Observation, Secs)]) -> (i64, Vec<Span>, SessionLedger) {
+        let mut led = SessionLedger::admitted(events[0].0.at);
+        let mut closed = Vec::new();
+        for (obs, now) in events {
+            let step = receive(&led, obs, *now, &R);
+            closed.extend(step.effects.iter().flat_map(|fx| fx.closed.clone()));
+            led = step.ledger;
+        }
+        (led.billed_seconds, closed, led)
+    }
+
+    /// A `parked` heartbeat overtaken by a later one (a retry, say) still stops the bill:
+    /// the later one is held until it comes, and applied after it.
+    #[test]
+    fn a_parked_heartbeat_overtaken_by_a_later_one_still_stops_the_bill() {
+        let late_park = |parked_at: Secs| hb(6, parked_at, VmState::Parked);
+        let (billed, closed, led) = received(&[
+            (hb(4, 85, VmState::Running), 85),
+            (hb(5, 100, VmState::Running), 100),
+            (hb(7, 140, VmState::Running), 140),
+            (late_park(110), 150),
+            (hb(8, 155, VmState::Parked), 155),
+        ]);
+        assert_eq!(
+            billed,
+            15 + 10 + 15,
+            "today's ledger billed the parked 30 s too"
+        );
+        let span = |kind, start, end| Span {
+            kind,
+            interval: Interval::new(start, end).unwrap(),
+        };
+        assert_eq!(
+            closed,
+            [
+                span(VmState::Running, 85, 110),
+                span(VmState::Parked, 110, 140),
+                span(VmState::Running, 140, 155)
+            ]
+        );
+        assert!(led.held.is_empty());
+    }
+
+    /// A held heartbeat: its repeat changes nothing; after a lease with nothing before it,
+    /// time alone applies it as if the missing one were lost; so does the session's end.
+    #[test]
+    fn a_held_heartbeat_is_applied_after_a_lease_or_at_the_end() {
+        let (_, _, led) = received(&[
+            (hb(1, 100, VmState::Running), 100),
+            (hb(3, 130, VmState::Running), 130),
+        ]);
+        assert_eq!((led.billed_seconds, led.held.len()), (0, 1));
+        let again = receive(&led, &hb(3, 130, VmState::Running), 131, &R);
+        assert!(again.duplicate && again.effects.is_empty());
+        assert_eq!(again.ledger, led);
+        assert_eq!(
+            pass_time(&led, 130 + R.lease - 1, &R),
+            None,
+            "still waiting"
+        );
+        let step = pass_time(&led, 130 + R.lease, &R).unwrap();
+        assert_eq!((step.ledger.billed_seconds, step.ledger.last_at), (30, 130));
+        assert!(step.ledger.held.is_empty());
+        // Its seq 2, late past that, changes nothing.
+        let late = receive(&step.ledger, &hb(2, 115, VmState::Parked), 180, &R);
+        assert!(late.duplicate);
+        let ended = close_session(&led, 140, EndStatus::Completed, &R);
+        assert_eq!(ended.ledger.billed_seconds, 30 + 10);
+        assert_eq!(ended.applied, [(130, VmState::Running)]);
+    }
+
+    /// Heartbeats an interval apart, `seq` counting up by one, are applied as they come:
+    /// nothing is held, nothing waits.
+    #[test]
+    fn heartbeats_in_order_are_never_held() {
+        let beats: Vec<(Observation, Secs)> = (0..20)
+            .map(|i| (hb(i + 1, 100 + 15 * i, VmState::Running), 100 + 15 * i))
+            .collect();
+        let mut led = SessionLedger::admitted(100);
+        for (obs, now) in &beats {
+            let step = receive(&led, obs, *now, &R);
+            assert!(step.ledger.held.is_empty());
+            led = step.ledger;
+        }
+        assert_eq!(led.billed_seconds, 15 * 19);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Property tests of the accrual core (src/ledger.rs).
+//! Property tests of the accrual core (src/ledger.rs), through the entry points the store
+//! calls (`receive`, `pass_time`, `close_session`).
 
 use proptest::prelude::*;
 use rush_meter_core::ledger::*;
@@ -56,7 +57,7 @@ fn run(events: &[Ev], with_expiry: bool) -> Run {
         if let Ev::Expire { dt } = e {
             t += dt;
         }
-        let (led, fx) = match (e, &r.led) {
+        let step = match (e, &r.led) {
             (Ev::Beat { dt, state }, _) => {
                 t += dt;
                 seq += 1;
@@ -67,39 +68,42 @@ fn run(events: &[Ev], with_expiry: bool) -> Run {
                 };
                 r.sent.push(obs);
                 let base = r.led.clone().unwrap_or_else(|| SessionLedger::admitted(t));
-                let (led, fx) = apply_heartbeat(&base, &obs, &R);
-                if !fx.ignored {
-                    r.applied.push((led.last_at, *state));
-                }
-                (led, fx)
+                receive(&base, &obs, t, &R)
             }
             (Ev::Replay { k }, Some(led)) if !r.sent.is_empty() => {
                 let obs = r.sent[k % r.sent.len()];
-                apply_heartbeat(led, &obs, &R)
+                receive(led, &obs, t, &R)
             }
-            (Ev::Expire { .. }, Some(led)) if with_expiry => match expire(led, t, &R) {
+            (Ev::Expire { .. }, Some(led)) if with_expiry => match pass_time(led, t, &R) {
                 Some(x) => x,
                 None => continue,
             },
             (Ev::End { dt }, Some(led)) => {
                 t += dt;
-                end_session(led, t, EndStatus::Completed, &R)
+                close_session(led, t, EndStatus::Completed, &R)
             }
             _ => continue,
         };
-        r.billed.extend(fx.billed);
-        r.closed.extend(fx.closed);
-        r.led = Some(led);
+        r.take(step);
     }
     // Let time run out, so every open running stretch is booked.
     if let Some(led) = &r.led {
-        if let Some((led, fx)) = expire(led, t + 10 * R.lease, &R) {
-            r.billed.extend(fx.billed);
-            r.closed.extend(fx.closed);
-            r.led = Some(led);
+        if let Some(step) = pass_time(led, t + 10 * R.lease, &R) {
+            r.take(step);
         }
     }
     r
+}
+
+impl Run {
+    fn take(&mut self, step: Step) {
+        for fx in step.effects {
+            self.billed.extend(fx.billed);
+            self.closed.extend(fx.closed);
+        }
+        self.applied.extend(step.applied);
+        self.led = Some(step.ledger);
+    }
 }
 
 fn total(r: &Run) -> i64 {
@@ -186,5 +190,71 @@ proptest! {
             prop_assert_eq!(h.rem_euclid(3600), 0);
             prop_assert!(s > 0 && s <= 3600);
         }
+    }
+}
+
+/// Beats of one session sent in `seq` order at increasing times, each `(dt, state)` after
+/// the last.
+fn beats() -> impl Strategy<Value = Vec<(i64, VmState)>> {
+    prop::collection::vec(
+        (
+            1i64..40,
+            prop_oneof![Just(VmState::Running), Just(VmState::Parked)],
+        ),
+        1..60,
+    )
+}
+
+/// Deliver `sent` at the given arrival times (a beat keeps its own time: it arrives within
+/// a lease of being sent), in arrival order; then let time run out.
+fn deliver(sent: &[Observation], arrivals: &[Secs]) -> Run {
+    let mut order: Vec<usize> = (0..sent.len()).collect();
+    order.sort_by_key(|&i| (arrivals[i], sent[i].seq));
+    let mut r = Run::default();
+    let mut led = SessionLedger::admitted(sent[0].at);
+    for i in order {
+        let step = receive(&led, &sent[i], arrivals[i], &R);
+        led = step.ledger.clone();
+        r.take(step);
+    }
+    let end = arrivals.iter().max().copied().unwrap_or(0) + 10 * R.lease;
+    if let Some(step) = pass_time(&led, end, &R) {
+        r.take(step);
+    }
+    r
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Heartbeats (but a session's first) overtaken by later ones (retried requests, say),
+    /// each arriving within a lease of being sent, bill exactly as if none had been: a
+    /// `parked` one late never lets its parked time be billed, a `running` one late never
+    /// leaves its time out.
+    #[test]
+    fn heartbeats_late_within_a_lease_bill_as_if_on_time(
+        beats in beats(),
+        delays in prop::collection::vec(prop_oneof![3 => Just(0i64), 1 => 1i64..R.lease], 60),
+    ) {
+        let mut t = 1_000_000;
+        let sent: Vec<Observation> = beats
+            .iter()
+            .enumerate()
+            .map(|(i, (dt, state))| {
+                t += dt;
+                Observation { seq: i as i64 + 1, at: t, state: *state }
+            })
+            .collect();
+        let on_time: Vec<Secs> = sent.iter().map(|o| o.at).collect();
+        // Nothing can tell a first heartbeat overtaken from one lost: it is on time.
+        let arrivals: Vec<Secs> = on_time
+            .iter()
+            .enumerate()
+            .map(|(i, at)| if i == 0 { *at } else { at + delays[i] })
+            .collect();
+        let (a, b) = (deliver(&sent, &on_time), deliver(&sent, &arrivals));
+        prop_assert_eq!(total(&a), total(&b));
+        prop_assert_eq!(a.billed, b.billed);
+        prop_assert_eq!(a.closed, b.closed);
     }
 }

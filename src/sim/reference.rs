@@ -36,14 +36,13 @@ pub struct RefSession {
 }
 
 impl Reference {
-    fn record(&mut self, session: &str, fx: &Effects) {
-        if let Some(b) = fx.billed {
-            self.sessions
-                .get_mut(session)
-                .expect("known")
-                .billed
-                .push(b);
-        }
+    fn record(&mut self, session: &str, step: &ledger::Step) {
+        let entry = self.sessions.get_mut(session).expect("known");
+        entry
+            .billed
+            .extend(step.effects.iter().filter_map(|fx: &Effects| fx.billed));
+        entry.applied.extend(step.applied.iter().copied());
+        entry.ledger = step.ledger.clone();
     }
 
     pub fn heartbeat(&mut self, beat: &Beat, now: Secs, rules: &Rules) {
@@ -58,33 +57,27 @@ impl Reference {
                 applied: Vec::new(),
                 ended_at: None,
             });
-        let (led, fx) = ledger::apply_heartbeat(&entry.ledger, &obs, rules);
-        if !fx.ignored {
-            entry.applied.push((led.last_at, obs.state));
-        }
-        entry.ledger = led;
-        self.record(&beat.session, &fx);
+        let step = ledger::receive(&entry.ledger, &obs, now, rules);
+        self.record(&beat.session, &step);
     }
 
     pub fn end(&mut self, session: &str, now: Secs, status: EndStatus, rules: &Rules) {
         let Some(entry) = self.sessions.get_mut(session) else {
             return;
         };
-        let (led, fx) = ledger::end_session(&entry.ledger, now, status, rules);
-        if !fx.ignored {
-            entry.ended_at = led.ended_at;
+        let step = ledger::close_session(&entry.ledger, now, status, rules);
+        if !step.duplicate {
+            entry.ended_at = step.ledger.ended_at;
         }
-        entry.ledger = led;
-        self.record(session, &fx);
+        self.record(session, &step);
     }
 
     pub fn expire(&mut self, now: Secs, rules: &Rules) {
         let ids: Vec<String> = self.sessions.keys().cloned().collect();
         for id in ids {
             let entry = self.sessions.get_mut(&id).expect("listed");
-            if let Some((led, fx)) = ledger::expire(&entry.ledger, now, rules) {
-                entry.ledger = led;
-                self.record(&id, &fx);
+            if let Some(step) = ledger::pass_time(&entry.ledger, now, rules) {
+                self.record(&id, &step);
             }
         }
     }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{Heartbeat, HeartbeatOutcome, IngestReject};
 use crate::booking::Booking;
-use crate::ledger::{apply_heartbeat, Rules};
+use crate::ledger::{receive, Effects, Rules};
 use crate::session::Session;
 
 /// A request's answer: one outcome per heartbeat, or why it was refused whole.
@@ -162,17 +162,26 @@ pub fn apply(
         let s = sessions
             .get_mut(h.session_id.as_str())
             .expect("every accepted session was read or created");
-        let (led, fx) = apply_heartbeat(&s.ledger, &h.obs, rules);
-        if !fx.ignored {
-            s.ledger = led;
+        // Judged at its arrival, as the reference ledger does: whether a held heartbeat's
+        // wait is over depends on when this one came, never on the commit's moment.
+        let step = receive(&s.ledger, &h.obs, h.received_at, rules);
+        let changed = step.ledger != s.ledger;
+        s.ledger = step.ledger;
+        if !step.duplicate {
             s.vm_id = Some(h.vm_id.to_string());
             s.heard_at = s.heard_at.max(Some(h.received_at));
-            booking.add(s, &fx);
+        }
+        for fx in &step.effects {
+            booking.add(s, fx);
+        }
+        // Held, nothing booked: the row is written all the same.
+        if (changed || !step.duplicate) && step.effects.is_empty() {
+            booking.add(s, &Effects::default());
         }
         outcomes[r][i] = Some(HeartbeatOutcome {
             session_id: s.session_id.clone(),
             org_id: s.org_id.clone(),
-            duplicate: fx.ignored,
+            duplicate: step.duplicate,
             phase: s.ledger.phase,
             members: limited_members(s),
         });

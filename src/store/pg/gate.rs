@@ -228,19 +228,19 @@ pub(super) async fn write_admissions(
 ) -> StoreResult<bool> {
     let sql = format!(
         "WITH n AS (INSERT INTO sessions ({SESSION_COLUMNS}, slot_at) \
-           SELECT * FROM UNNEST({SESSION_ARRAYS}, $20::int8[]) ON CONFLICT DO NOTHING RETURNING 1), \
+           SELECT * FROM UNNEST({SESSION_ARRAYS}, $22::int8[]) ON CONFLICT DO NOTHING RETURNING 1), \
          r AS (UPDATE sessions SET slot_at = u.slot_at, key_id = u.key_id, agent = u.agent, \
            project_id = u.project_id, started_by = u.started_by \
-           FROM UNNEST($21::text[], $22::int8[], $23::text[], $24::text[], $25::text[], $26::text[], \
-             $48::text[]) AS u(session_id, slot_at, key_id, agent, project_id, started_by, org_id) \
-           WHERE sessions.org_id = ANY($49) AND sessions.org_id = u.org_id \
+           FROM UNNEST($23::text[], $24::int8[], $25::text[], $26::text[], $27::text[], $28::text[], \
+             $50::text[]) AS u(session_id, slot_at, key_id, agent, project_id, started_by, org_id) \
+           WHERE sessions.org_id = ANY($51) AND sessions.org_id = u.org_id \
              AND sessions.session_id = u.session_id), \
-         d AS (INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST($27::text[], \
-           $28::text[], $29::int8[], $30::text[], $31::text[], $32::text[], $33::text[], \
-           $34::text[], $35::text[], $36::bool[], $37::int8[], $38::int8[], $39::int8[], \
-           $40::int8[], $41::int8[], $42::int8[], $43::int8[], $44::int8[], $45::int8[], \
-           $46::int8[], $47::text[], $50::text[], $51::int8[], $52::int8[], $53::int8[], \
-           $54::text[], $55::text[], $56::int8[], $57::int8[], $58::int8[], $59::int8[])) \
+         d AS (INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST($29::text[], \
+           $30::text[], $31::int8[], $32::text[], $33::text[], $34::text[], $35::text[], \
+           $36::text[], $37::text[], $38::bool[], $39::int8[], $40::int8[], $41::int8[], \
+           $42::int8[], $43::int8[], $44::int8[], $45::int8[], $46::int8[], $47::int8[], \
+           $48::int8[], $49::text[], $52::text[], $53::int8[], $54::int8[], $55::int8[], \
+           $56::text[], $57::text[], $58::int8[], $59::int8[], $60::int8[], $61::int8[])) \
          SELECT COUNT(*) FROM n"
     );
     fn col<T>(rows: &[&Decision], f: impl Fn(&Decision) -> T) -> Vec<T> {

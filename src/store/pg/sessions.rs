@@ -15,9 +15,10 @@ pub(super) fn column<T, F: Fn(&Session) -> T>(rows: &[Session], f: F) -> Vec<T> 
 pub(super) const SESSION_ARRAYS: &str =
     "$1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
      $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], \
-     $13::int8[], $14::int8[], $15::bool[], $16::int8[], $17::int8[], $18::text[], $19::int8[]";
+     $13::int8[], $14::int8[], $15::bool[], $16::int8[], $17::int8[], $18::text[], $19::int8[], \
+     $20::int8[], $21::text[]";
 
-/// Bind every column of `rows` as one array each, in `SESSION_COLUMNS` order ($1..$19).
+/// Bind every column of `rows` as one array each, in `SESSION_COLUMNS` order ($1..$21).
 pub(super) fn bind_sessions<'q>(
     q: sqlx::query::Query<'q, DB, sqlx::postgres::PgArguments>,
     rows: &[Session],
@@ -41,6 +42,8 @@ pub(super) fn bind_sessions<'q>(
         .bind(column(rows, |r| r.ledger.ended_at))
         .bind(column(rows, |r| r.ledger.end_status.map(EndStatus::as_str)))
         .bind(column(rows, |r| r.heard_at))
+        .bind(column(rows, |r| held_columns(&r.ledger.held).0))
+        .bind(column(rows, |r| held_columns(&r.ledger.held).1))
 }
 
 /// Write what one transaction books (session rows, both rollups, closed spans, and who
@@ -58,24 +61,24 @@ pub(super) async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> Store
     let sql = format!(
         "WITH s AS (INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}){SESSION_UPSERT}), \
          o AS (INSERT INTO org_hourly (org_id, hour, shard, seconds) \
-               SELECT o, h, $32::int8, s FROM UNNEST($20::text[], $21::int8[], $22::int8[]) AS u(o, h, s) \
+               SELECT o, h, $34::int8, s FROM UNNEST($22::text[], $23::int8[], $24::int8[]) AS u(o, h, s) \
                {ORG_HOURS_CONFLICT}), \
          h AS (INSERT INTO session_hourly (org_id, hour, session_id, seconds) \
-               SELECT * FROM UNNEST($23::text[], $24::int8[], $25::text[], $26::int8[]){SESSION_HOURS_CONFLICT}), \
+               SELECT * FROM UNNEST($25::text[], $26::int8[], $27::text[], $28::int8[]){SESSION_HOURS_CONFLICT}), \
          fw AS (INSERT INTO funding_windows ({FUNDING_WINDOW_COLUMNS}) \
-               SELECT * FROM UNNEST($33::text[], $34::text[], $35::int8[], $36::int8[], $37::int8[], \
-                 $38::int8[], $39::int8[], $40::int8[], $41::int8[]){FUNDING_WINDOW_UPSERT}), \
+               SELECT * FROM UNNEST($35::text[], $36::text[], $37::int8[], $38::int8[], $39::int8[], \
+                 $40::int8[], $41::int8[], $42::int8[], $43::int8[]){FUNDING_WINDOW_UPSERT}), \
          g AS (UPDATE grants SET used_seconds = u.used, used_up_at = u.used_up_at \
-               FROM UNNEST($42::text[], $43::text[], $44::int8[], $52::int8[]) AS u(org_id, grant_id, used, used_up_at) \
-               WHERE grants.org_id = ANY($45) AND grants.org_id = u.org_id AND grants.grant_id = u.grant_id), \
+               FROM UNNEST($44::text[], $45::text[], $46::int8[], $54::int8[]) AS u(org_id, grant_id, used, used_up_at) \
+               WHERE grants.org_id = ANY($47) AND grants.org_id = u.org_id AND grants.grant_id = u.grant_id), \
          fh AS (INSERT INTO funding_hourly (org_id, hour, source, grant_id, seconds, charge_units) \
-               SELECT * FROM UNNEST($46::text[], $47::int8[], $48::text[], $49::text[], $50::int8[], \
-                 $51::int8[]){FUNDING_HOURS_CONFLICT}), \
+               SELECT * FROM UNNEST($48::text[], $49::int8[], $50::text[], $51::text[], $52::int8[], \
+                 $53::int8[]){FUNDING_HOURS_CONFLICT}), \
          mh AS (INSERT INTO member_hourly (org_id, dimension, bucket, member_id, seconds) \
-               SELECT * FROM UNNEST($53::text[], $54::text[], $55::int8[], $56::text[], $57::int8[]) \
+               SELECT * FROM UNNEST($55::text[], $56::text[], $57::int8[], $58::text[], $59::int8[]) \
                {MEMBER_HOURS_CONFLICT}) \
          INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
-         SELECT * FROM UNNEST($27::text[], $28::text[], $29::int8[], $30::int8[], $31::text[])"
+         SELECT * FROM UNNEST($29::text[], $30::text[], $31::int8[], $32::int8[], $33::text[])"
     );
     fn col<T, U>(rows: impl IntoIterator<Item = T>, f: impl Fn(T) -> U) -> Vec<U> {
         rows.into_iter().map(f).collect()

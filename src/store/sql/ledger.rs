@@ -7,7 +7,7 @@ fn span_kind(kind: VmState) -> &'static str {
 
 const SESSION_COLUMNS: &str = "org_id, session_id, key_id, agent, project_id, started_by, \
      vm_id, phase, last_seq, last_at, span_start, billed_seconds, heartbeats, silences, \
-     unadmitted, created_at, ended_at, end_status, heard_at";
+     unadmitted, created_at, ended_at, end_status, heard_at, held_at, held";
 
 /// Overwrites every column of a locked session row with the new state.
 const SESSION_UPSERT: &str = " ON CONFLICT (org_id, session_id) DO UPDATE SET \
@@ -17,7 +17,8 @@ const SESSION_UPSERT: &str = " ON CONFLICT (org_id, session_id) DO UPDATE SET \
      span_start = excluded.span_start, billed_seconds = excluded.billed_seconds, \
      heartbeats = excluded.heartbeats, silences = excluded.silences, \
      unadmitted = excluded.unadmitted, ended_at = excluded.ended_at, \
-     end_status = excluded.end_status, heard_at = excluded.heard_at";
+     end_status = excluded.end_status, heard_at = excluded.heard_at, \
+     held_at = excluded.held_at, held = excluded.held";
 
 const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, shard) DO UPDATE \
      SET seconds = org_hourly.seconds + excluded.seconds";
@@ -121,17 +122,27 @@ impl Backend {
 
 /// Up to `limit` sessions of `orgs` (one shard's) that time alone changes: silent past two
 /// leases, or idle for a week; rows another instance holds are skipped.
+/// What the expiry job looks for, as of its `now`.
+struct Due {
+    /// Running sessions last heard before this are silent.
+    silent_since: Secs,
+    /// Idle sessions whose span began by this expire.
+    idle_since: Secs,
+    /// Held heartbeats received by this have waited long enough.
+    held_before: Secs,
+}
+
 async fn select_expiring(
     tx: &mut Tx,
     orgs: &[&str],
-    silent_since: Secs,
-    idle_since: Secs,
+    due: &Due,
     limit: i64,
 ) -> StoreResult<Vec<Session>> {
     let mut rows = Vec::new();
     for (condition, since) in [
-        ("phase = 'running' AND last_at < ", silent_since),
-        ("phase IN ('parked', 'admitted', 'silent') AND span_start <= ", idle_since),
+        ("phase = 'running' AND last_at < ", due.silent_since),
+        ("phase IN ('parked', 'admitted', 'silent') AND span_start <= ", due.idle_since),
+        ("held_at IS NOT NULL AND held_at <= ", due.held_before),
     ] {
         rows.extend(unwrap_all(
             lock_sessions_where(tx, orgs, condition, since, limit).await?,
@@ -181,11 +192,13 @@ impl LedgerStore for Backend {
         let Some(mut s) = locked.into_values().next() else {
             return Ok(None);
         };
-        let (led, fx) = ledger::end_session(&s.ledger, now, status, rules);
-        if !fx.ignored {
-            s.ledger = led;
+        let step = ledger::close_session(&s.ledger, now, status, rules);
+        if !step.duplicate {
+            s.ledger = step.ledger;
             let mut booking = Booking::default();
-            booking.add(&s, &fx);
+            for fx in &step.effects {
+                booking.add(&s, fx);
+            }
             self.write_booking(&mut tx, 0, booking, plans, now, rules).await?;
             tx.commit().await?;
         }
@@ -202,28 +215,43 @@ impl LedgerStore for Backend {
     ) -> StoreResult<usize> {
         let silent_since = ledger::silent_before(now, rules);
         let idle_since = now - ledger::PARKED_EXPIRY_SECS;
+        let held_before = ledger::held_due_before(now, rules);
         let mut tx = begin_write(self.write()).await?;
         // Which orgs have sessions to expire: read first, so the locks name their orgs.
         let orgs: Vec<String> = sqlx::query_scalar(
             "SELECT DISTINCT org_id FROM sessions WHERE \
                (phase = 'running' AND last_at < $1) OR \
-               (phase IN ('parked', 'admitted', 'silent') AND span_start <= $2) \
+               (phase IN ('parked', 'admitted', 'silent') AND span_start <= $2) OR \
+               (held_at IS NOT NULL AND held_at <= $4) \
              LIMIT $3",
         )
         .bind(silent_since)
         .bind(idle_since)
         .bind(limit)
+        .bind(held_before)
         .fetch_all(&mut *tx)
         .await?;
-        let mut rows = Vec::new();
+        let due = Due {
+            silent_since,
+            idle_since,
+            held_before,
+        };
+        let mut rows: BTreeMap<String, Session> = BTreeMap::new();
         for orgs in self.by_shard(&mut tx, orgs.iter().map(String::as_str)).await?.values() {
-            rows.extend(select_expiring(&mut tx, orgs, silent_since, idle_since, limit).await?);
+            for s in select_expiring(&mut tx, orgs, &due, limit).await? {
+                rows.insert(s.session_id.clone(), s);
+            }
         }
         let mut booking = Booking::default();
-        for mut s in rows {
-            if let Some((led, fx)) = ledger::expire(&s.ledger, now, rules) {
-                s.ledger = led;
-                booking.add(&s, &fx);
+        for mut s in rows.into_values() {
+            if let Some(step) = ledger::pass_time(&s.ledger, now, rules) {
+                s.ledger = step.ledger;
+                for fx in &step.effects {
+                    booking.add(&s, fx);
+                }
+                if step.effects.is_empty() {
+                    booking.add(&s, &ledger::Effects::default());
+                }
             }
         }
         let changed = booking.sessions.len();

@@ -153,6 +153,40 @@ fn named<T>(row: &Row, column: &str, parse: fn(&str) -> Option<T>) -> Result<Opt
     .transpose()
 }
 
+/// A session row's held heartbeats (`held`, `[[seq, at, state], …]`).
+fn held(row: &Row) -> Result<Vec<ledger::Observation>, sqlx::Error> {
+    use sqlx::Row as _;
+    let text: Option<String> = row.try_get("held")?;
+    let Some(text) = text else {
+        return Ok(Vec::new());
+    };
+    let bad = |why: String| sqlx::Error::ColumnDecode {
+        index: "held".into(),
+        source: why.into(),
+    };
+    let rows: Vec<(i64, i64, String)> =
+        serde_json::from_str(&text).map_err(|e| bad(format!("{e} in `{text}`")))?;
+    rows.into_iter()
+        .map(|(seq, at, state)| {
+            let state = VmState::parse(&state).ok_or_else(|| bad(format!("state `{state}`")))?;
+            Ok(ledger::Observation { seq, at, state })
+        })
+        .collect()
+}
+
+/// What a session row keeps of its held heartbeats: the first one's time and all of them
+/// (`held`), or nothing.
+pub(crate) fn held_columns(held: &[ledger::Observation]) -> (Option<i64>, Option<String>) {
+    if held.is_empty() {
+        return (None, None);
+    }
+    let rows: Vec<(i64, i64, &str)> = held.iter().map(|h| (h.seq, h.at, h.state.as_str())).collect();
+    (
+        held.first().map(|h| h.at),
+        Some(serde_json::to_string(&rows).expect("numbers and names serialize")),
+    )
+}
+
 impl<'r> sqlx::FromRow<'r, Row> for Rec<Session> {
     fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
         use sqlx::Row as _;
@@ -178,6 +212,7 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Session> {
                 silences: row.try_get("silences")?,
                 ended_at: row.try_get("ended_at")?,
                 end_status: named(row, "end_status", EndStatus::parse)?,
+                held: held(row)?,
             },
             unadmitted: row.try_get("unadmitted")?,
             created_at: row.try_get("created_at")?,

@@ -202,7 +202,9 @@ pub(super) async fn write_session_rows(
             .push_bind(r.created_at)
             .push_bind(r.ledger.ended_at)
             .push_bind(r.ledger.end_status.map(EndStatus::as_str))
-            .push_bind(r.heard_at);
+            .push_bind(r.heard_at)
+            .push_bind(held_columns(&r.ledger.held).0)
+            .push_bind(held_columns(&r.ledger.held).1);
     });
     q.push(if upsert {
         INDEXED_LEFT_OUT.as_str()
