@@ -290,6 +290,15 @@ async fn refusal(
     (status, code.to_owned())
 }
 
+/// A server with `seed`'s two orgs, and its OpenAPI document.
+async fn seeded(backend: Backend) -> Option<(TestServer, Value)> {
+    let srv = TestServer::start(backend).await?;
+    seed(&srv).await;
+    let (status, doc) = srv.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(status, 200);
+    Some((srv, doc))
+}
+
 /// `path` with an org's ids: its session, and the token `seed` bound to it.
 fn fill(path: &str, org: &str, session: &str) -> String {
     path.replace("{org}", org)
@@ -434,12 +443,9 @@ fn names_org(r: &Route) -> bool {
 /// routes that name no org answer it with org_a's data only, or refuse it when they cover
 /// every org; and on org_a's own data it passes as its scope says.
 async fn a_token_bound_to_an_org_reaches_no_other_whatever_its_scopes(backend: Backend) {
-    let Some(srv) = TestServer::start(backend).await else {
+    let Some((srv, doc)) = seeded(backend).await else {
         return;
     };
-    seed(&srv).await;
-    let (status, doc) = srv.call("GET", "/openapi.json", None, None).await;
-    assert_eq!(status, 200);
     let mut tokens = Vec::new();
     for scope in Scope::ALL {
         tokens.push((scope, srv.token(&[scope], Some("org_a")).await));
@@ -596,12 +602,9 @@ fn documented_scopes(doc: &Value, r: &Route) -> Vec<String> {
 /// past authorisation on its own org's data, a token of any other scope gets 403, and the
 /// sweep's own table of grants says the same.
 async fn each_operation_takes_exactly_the_scopes_it_documents(backend: Backend) {
-    let Some(srv) = TestServer::start(backend).await else {
+    let Some((srv, doc)) = seeded(backend).await else {
         return;
     };
-    seed(&srv).await;
-    let (status, doc) = srv.call("GET", "/openapi.json", None, None).await;
-    assert_eq!(status, 200);
     let mut tokens = Vec::new();
     for scope in Scope::ALL {
         let bound = (scope == Scope::Console).then_some("org_a");

@@ -50,6 +50,34 @@ async fn release_customer(tx: &mut Tx, customer: &str, org: &str) -> StoreResult
     Ok(())
 }
 
+/// Store a webhook event `(id, type, created, payload)` as received: pending, or
+/// quarantined with why. False if its id was stored before.
+async fn insert_event(
+    pool: &Pool<DB>,
+    (event_id, kind, created, payload): (&str, &str, Secs, &str),
+    api_version: Option<&str>,
+    quarantined: Option<&str>,
+    now: Secs,
+) -> StoreResult<bool> {
+    let done = sqlx::query(
+        "INSERT INTO stripe_events (event_id, type, created, payload, received_at, state, \
+           attempts, next_attempt_at, api_version, last_error) \
+         VALUES ($1, $2, $3, $4, $5, CASE WHEN $7 IS NULL THEN 'pending' ELSE 'quarantined' END, \
+           0, $5, $6, $7) \
+         ON CONFLICT (event_id) DO NOTHING",
+    )
+    .bind(event_id)
+    .bind(kind)
+    .bind(created)
+    .bind(payload)
+    .bind(now)
+    .bind(api_version)
+    .bind(quarantined)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
 #[async_trait]
 impl StripeStore for Backend {
     async fn insert_stripe_event(
@@ -61,21 +89,8 @@ impl StripeStore for Backend {
         payload: &str,
         now: Secs,
     ) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "INSERT INTO stripe_events (event_id, type, created, payload, received_at, state, \
-               attempts, next_attempt_at, api_version) \
-             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $5, $6) \
-             ON CONFLICT (event_id) DO NOTHING",
-        )
-        .bind(event_id)
-        .bind(kind)
-        .bind(created)
-        .bind(payload)
-        .bind(now)
-        .bind(api_version)
-        .execute(self.write())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let event = (event_id, kind, created, payload);
+        insert_event(self.write(), event, api_version, None, now).await
     }
 
     async fn quarantine_stripe_event(
@@ -87,21 +102,8 @@ impl StripeStore for Backend {
         why: &str,
         now: Secs,
     ) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "INSERT INTO stripe_events (event_id, type, created, payload, received_at, state, \
-               attempts, next_attempt_at, last_error) \
-             VALUES ($1, $2, $3, $4, $5, 'quarantined', 0, $5, $6) \
-             ON CONFLICT (event_id) DO NOTHING",
-        )
-        .bind(event_id)
-        .bind(kind)
-        .bind(created)
-        .bind(payload)
-        .bind(now)
-        .bind(why)
-        .execute(self.write())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let event = (event_id, kind, created, payload);
+        insert_event(self.write(), event, None, Some(why), now).await
     }
 
     async fn claim_stripe_events(
