@@ -470,7 +470,67 @@ every_backend!(
     checkouts_from_two_tabs_open_one_session_an_org,
     an_unpaid_incomplete_subscription_does_not_block_a_new_checkout,
     a_read_older_by_its_ticket_is_never_applied_whatever_the_clocks,
+    a_downgrade_stripe_may_have_made_stays_held_one_it_refused_does_not,
 );
+
+/// A downgrade is recorded before it is sent: if Stripe answers 5xx it may have made it,
+/// so the org stays held (its webhook must not drop it mid-period); if Stripe refuses, it
+/// made nothing, and the schedule is taken back.
+async fn a_downgrade_stripe_may_have_made_stays_held_one_it_refused_does_not(backend: Backend) {
+    let fake = FakeStripe::start().await;
+    let Some(srv) = start(backend, &fake).await else {
+        return;
+    };
+    for org in ["acme", "beta"] {
+        srv.create_org(org, "free").await;
+    }
+    fake.with(|s| {
+        s.subscriptions = vec![
+            subscription("sub_acme", "acme", "cus_acme", "team_monthly"),
+            subscription("sub_beta", "beta", "cus_beta", "team_monthly"),
+        ]
+    });
+    rush_meter::billing::reconcile::reconcile(&billing(&srv, &fake), |_| {})
+        .await
+        .unwrap();
+    fake.fail(
+        "POST",
+        "/v1/subscriptions/sub_acme",
+        Fault::FailBeforeWriting,
+    );
+    let (status, v) = checkout(&srv, "acme", "pro").await;
+    assert_eq!(status, 503, "{v}");
+    let acme = srv.db.get_org("acme").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            acme.plan_id.as_str(),
+            acme.scheduled_plan_id.as_deref(),
+            acme.scheduled_in_stripe
+        ),
+        ("team", Some("pro"), true)
+    );
+    fake.fail("POST", "/v1/subscriptions/sub_beta", Fault::Refused);
+    let (status, v) = checkout(&srv, "beta", "pro").await;
+    assert_eq!(status, 502, "{v}");
+    let beta = srv.db.get_org("beta").await.unwrap().unwrap();
+    assert_eq!(
+        (beta.scheduled_plan_id.as_deref(), beta.scheduled_in_stripe),
+        (None, false)
+    );
+    // Made: the item on pro's price, the org held on team until the period ends.
+    let (status, v) = checkout(&srv, "beta", "pro").await;
+    assert_eq!(
+        (status, v["action"].as_str()),
+        (200, Some("scheduled")),
+        "{v}"
+    );
+    let beta = srv.db.get_org("beta").await.unwrap().unwrap();
+    assert_eq!(
+        (beta.plan_id.as_str(), beta.scheduled_in_stripe),
+        ("team", true)
+    );
+    srv.finish().await;
+}
 
 /// Two instances read an org's subscription around a change in Stripe: the one whose
 /// clock runs ahead reads first (the old state), the other reads after the change. Applied

@@ -93,6 +93,34 @@ async fn a_token_expires_by_the_meters_clock(srv: TestServer) {
     assert_eq!(status, 201, "{made}");
     assert_eq!(made["expires_at"], "2026-11-30T12:01:00Z");
     let secret = made["secret"].as_str().unwrap();
+    // It makes no token that outlives it.
+    let (status, v) = make(&srv, secret, json!({"scopes": ["finance"]})).await;
+    assert_eq!(status, 403, "finance makes no token: {v}");
+    let (_, admin) = make(
+        &srv,
+        ADMIN,
+        json!({"scopes": ["admin"], "expires_in_seconds": 60}),
+    )
+    .await;
+    let brief = admin["secret"].as_str().unwrap();
+    for body in [
+        json!({"scopes": ["ingest"]}),
+        json!({"scopes": ["ingest"], "expires_in_seconds": 61}),
+    ] {
+        let (status, v) = make(&srv, brief, body).await;
+        assert_eq!(
+            (status, &v["error"]["field"]),
+            (422, &json!("expires_in_seconds")),
+            "{v}"
+        );
+    }
+    let (status, v) = make(
+        &srv,
+        brief,
+        json!({"scopes": ["ingest"], "expires_in_seconds": 60}),
+    )
+    .await;
+    assert_eq!(status, 201, "{v}");
     srv.clock.advance(59);
     let (status, me) = srv.call("GET", "/v1/me", Some(secret), None).await;
     assert_eq!(status, 200, "{me}");

@@ -28,13 +28,19 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
     })?;
     // JSON can carry NUL only escaped; a body without the escape needs no second look.
     if memchr::memmem::find(bytes, br"\u0000").is_some() {
-        if let Some(field) = serde_json::from_slice::<Value>(bytes)
-            .ok()
-            .and_then(|v| nul_at(&v, String::new()))
-        {
+        // A body the typed read took but a whole read does not (a field it skips holds
+        // what JSON values cannot, `1e400` say) is refused too: its NUL is not looked past.
+        let field = match serde_json::from_slice::<Value>(bytes) {
+            Ok(v) => nul_at(&v, String::new()).map(Some),
+            Err(_) => Some(None),
+        };
+        if let Some(field) = field {
             return Err(DecodeError {
-                message: format!("{} may not contain NUL (U+0000)", name_of(&field)),
-                field: Some(field),
+                message: format!(
+                    "{} may not contain NUL (U+0000)",
+                    field.as_deref().map_or("the body", name_of)
+                ),
+                field,
                 invalid: true,
             });
         }
@@ -101,6 +107,9 @@ mod tests {
         );
         let e = decode::<Body>(br#"{"name": "\u0000", "items": []}"#).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("name"));
+        // Hidden behind a field the typed read skips, it is found all the same.
+        let e = decode::<Body>(br#"{"name": "a\u0000", "items": [], "x": 1e400}"#).unwrap_err();
+        assert!(e.invalid && e.message.contains("NUL"), "{e:?}");
         // An escaped backslash before `u0000` is text, not NUL.
         let ok = decode::<Body>(br#"{"name": "\\u0000", "items": []}"#).unwrap();
         assert_eq!(ok.name, "\\u0000");

@@ -197,6 +197,7 @@ pub async fn change_plan(
 ) -> BillingResult<Change> {
     let api = b.api()?;
     let org = &end_incomplete(b, api, org).await?;
+    let org = &in_force(org, b.clock.now());
     let subscribed = org.stripe_subscription_id.as_deref().filter(|_| {
         !matches!(
             org.subscription_status.as_deref(),
@@ -214,7 +215,6 @@ pub async fn change_plan(
         }
         if org.cancel_at_period_end {
             let begun = begin(b, &org.org_id, "resume", sub_id).await?;
-            let read = b.ticket(&org.org_id).await?;
             let sub = once(
                 b,
                 &org.org_id,
@@ -224,7 +224,7 @@ pub async fn change_plan(
                 |s| s.id.as_str(),
             )
             .await?;
-            b.apply(&sub, Some(&org.org_id), read, "checkout").await?;
+            apply_after(b, api, &org.org_id, sub).await?;
         } else if org.scheduled_plan_id.is_none() {
             return Err(BillingError::SamePlan(target.id.clone()));
         }
@@ -244,7 +244,6 @@ pub async fn change_plan(
     if target.stripe_prices.is_empty() {
         // Down to a plan Stripe does not sell (Free): the subscription ends with its period.
         let begun = begin(b, &org.org_id, "cancel", sub_id).await?;
-        let read = b.ticket(&org.org_id).await?;
         let sub = once(
             b,
             &org.org_id,
@@ -254,7 +253,7 @@ pub async fn change_plan(
             |s| s.id.as_str(),
         )
         .await?;
-        b.apply(&sub, Some(&org.org_id), read, "checkout").await?;
+        let sub = apply_after(b, api, &org.org_id, sub).await?.0;
         let at = sub
             .period(&b.plans)
             .map_or_else(|| b.clock.now(), |p| p.end);
@@ -299,22 +298,65 @@ async fn downgrade(
     )
     .await?;
     if let Err(e) = move_item(b, api, org, sub_id, target, false, actor).await {
-        // Back to what was there; a schedule made in Stripe before stays.
-        let before = org.scheduled_plan_id.as_deref().zip(org.scheduled_at);
-        b.db.schedule_plan(
-            &org.org_id,
-            before,
-            org.scheduled_in_stripe,
-            b.clock.now(),
-            actor,
-        )
-        .await?;
+        // Back to what was there only when Stripe surely made no change (it refused):
+        // after a 5xx or no answer it may have, and its webhook must find the org held.
+        let refused = matches!(
+            e,
+            BillingError::Stripe(StripeFailure::Refused { .. } | StripeFailure::NotFound(_))
+                | BillingError::NoPrice(_)
+                | BillingError::NoItem
+        );
+        if refused {
+            let before = org.scheduled_plan_id.as_deref().zip(org.scheduled_at);
+            b.db.schedule_plan(
+                &org.org_id,
+                before,
+                org.scheduled_in_stripe,
+                b.clock.now(),
+                actor,
+            )
+            .await?;
+        }
         return Err(e);
     }
     Ok(Change::Scheduled {
         plan: target.id.clone(),
         at,
     })
+}
+
+/// The org as its plan in force at `now` says: a downgrade made in Stripe whose time has
+/// come is the plan (before Stripe's renewal, when it reaches the service, records it), so
+/// that a change from it starts from what the period was invoiced at.
+fn in_force(org: &Org, now: i64) -> Org {
+    let mut o = org.clone();
+    if o.scheduled_in_stripe && o.plan_id_at(now) != o.plan_id {
+        o.plan_id = o.plan_id_at(now).to_owned();
+        o.scheduled_plan_id = None;
+        o.scheduled_at = None;
+        o.scheduled_in_stripe = false;
+    }
+    o
+}
+
+/// Apply the subscription as Stripe has it after a write of ours (`answer`, Stripe's reply
+/// to it): read again under a ticket taken now, since a ticket taken before the write
+/// would rank below reads of others made before the write took effect. A subscription
+/// Stripe no longer has (an ended one, on the local fake) is its answer.
+async fn apply_after(
+    b: &Billing,
+    api: &StripeApi,
+    org_id: &str,
+    answer: Subscription,
+) -> BillingResult<(Subscription, super::Applied)> {
+    let read = b.ticket(org_id).await?;
+    let sub = match api.subscription(&answer.id).await {
+        Ok(s) => s,
+        Err(e) if e.is_not_found() => answer,
+        Err(e) => return Err(e.into()),
+    };
+    let applied = b.apply(&sub, Some(org_id), read, "checkout").await?;
+    Ok((sub, applied))
 }
 
 /// How long a Checkout Session for a plan stays open (Stripe's least is 30 minutes).
@@ -387,7 +429,6 @@ async fn end_incomplete(b: &Billing, api: &StripeApi, org: &Org) -> BillingResul
         return Ok(org.clone());
     };
     let begun = begin(b, &org.org_id, "cancel_incomplete", sub_id).await?;
-    let read = b.ticket(&org.org_id).await?;
     let current = api.subscription(sub_id).await?;
     let sub = if current.status == "incomplete" {
         once(
@@ -400,11 +441,11 @@ async fn end_incomplete(b: &Billing, api: &StripeApi, org: &Org) -> BillingResul
         )
         .await?
     } else {
-        b.db.complete_stripe_request(&org.org_id, &begun.key, sub_id, read.at)
+        b.db.complete_stripe_request(&org.org_id, &begun.key, sub_id, b.clock.now())
             .await?;
         current
     };
-    let applied = b.apply(&sub, Some(&org.org_id), read, "checkout").await?;
+    let applied = apply_after(b, api, &org.org_id, sub).await?.1;
     Ok(match applied.org {
         Some(o) => o,
         None => {
@@ -440,7 +481,6 @@ async fn move_item(
         if prorate { "prorate" } else { "at_period_end" }
     );
     let begun = begin(b, &org.org_id, "change_plan", &target_key).await?;
-    let read = b.ticket(&org.org_id).await?;
     // Read just now: an earlier try that got through left the item on the price.
     let moved = item.names().any(|n| n == price).then(|| sub.clone());
     let changed = once(
@@ -452,9 +492,7 @@ async fn move_item(
         |s| s.id.as_str(),
     )
     .await?;
-    let applied = b
-        .apply(&changed, Some(&org.org_id), read, "checkout")
-        .await?;
+    let applied = apply_after(b, api, &org.org_id, changed).await?.1;
     // An upgrade replaces a downgrade asked for before it.
     if prorate && org.scheduled_plan_id.is_some() {
         b.db.schedule_plan(&org.org_id, None, false, b.clock.now(), actor)
@@ -508,4 +546,26 @@ pub async fn portal(b: &Billing, org: &Org) -> BillingResult<String> {
         .create_portal_session(&customer, &b.config.return_url)
         .await?
         .url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// From its time on, a downgrade made in Stripe is the plan a change starts from (an
+    /// upgrade back is prorated from it); before, the plan paid for is.
+    #[test]
+    fn a_change_starts_from_the_plan_in_force() {
+        let mut org = Org::new("o", "team", 0);
+        org.scheduled_plan_id = Some("pro".into());
+        org.scheduled_at = Some(100);
+        org.scheduled_in_stripe = true;
+        assert_eq!(in_force(&org, 99), org);
+        let after = in_force(&org, 100);
+        assert_eq!(after.plan_id, "pro");
+        assert_eq!((after.scheduled_plan_id, after.scheduled_in_stripe), (None, false));
+        // Only recorded (an older release's): nothing in force yet.
+        org.scheduled_in_stripe = false;
+        assert_eq!(in_force(&org, 100).plan_id, "team");
+    }
 }

@@ -177,9 +177,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!((over.plan_id.as_str(), over.period_start), ("free", None));
+        // Refused before it gets here (`Subscription::recognized`); were it not, the org
+        // would keep the plan it pays for, not drop to Free.
+        let mut paying = org();
+        paying.plan_id = "team".into();
         let unknown =
-            state_for(&org(), &sub("sub_1", "active", "gold_monthly"), &p, at(50)).unwrap();
-        assert_eq!(unknown.plan_id, "free");
+            state_for(&paying, &sub("sub_1", "active", "gold_monthly"), &p, at(50)).unwrap();
+        assert_eq!(unknown.plan_id, "team");
     }
 
     #[test]

@@ -143,9 +143,9 @@ impl FromRequestParts<AppState> for Principal {
                 .await
                 .map_err(ApiError::rate_limited)?;
         }
-        state.last_used.touch(&row.token_id, state.clock.now());
         let principal = Principal::from_row(&row);
         principal.check_path(parts).await?;
+        state.last_used.touch(&row.token_id, state.clock.now());
         Ok(principal)
     }
 }

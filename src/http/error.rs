@@ -352,8 +352,11 @@ impl From<&StoreError> for ApiError {
 impl From<DecodeError> for ApiError {
     fn from(e: DecodeError) -> Self {
         if e.invalid {
-            return ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_value", e.message)
-                .with_field(e.field.unwrap_or_default());
+            let err = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_value", e.message);
+            return match e.field {
+                Some(f) => err.with_field(f),
+                None => err,
+            };
         }
         let err = ApiError::malformed(e.message);
         match e.field {

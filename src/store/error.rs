@@ -31,9 +31,20 @@ pub fn connection_outlived_read_only(age: Duration) -> bool {
     at != 0 && epoch.elapsed().saturating_sub(age) < Duration::from_nanos(at)
 }
 
-/// SQLSTATE 25006 (PostgreSQL) and SQLITE_READONLY (8): the database took no write.
+/// SQLite's primary result code of `code` (sqlx reports the extended one, such as 517 for
+/// SQLITE_BUSY_SNAPSHOT, whose low byte is the primary); `None` for PostgreSQL's SQLSTATEs,
+/// which are five characters.
+fn sqlite_primary(code: &str) -> Option<i64> {
+    (code.len() < 5)
+        .then(|| code.parse::<i64>().ok())
+        .flatten()
+        .map(|c| c & 0xff)
+}
+
+/// SQLSTATE 25006 (PostgreSQL) and SQLITE_READONLY (8, and its extended codes): the
+/// database took no write.
 fn is_read_only(code: &str) -> bool {
-    code == "25006" || code == "8"
+    code == "25006" || sqlite_primary(code) == Some(8)
 }
 
 /// A failure of the store.
@@ -101,9 +112,12 @@ impl From<sqlx::Error> for StoreError {
                     note_read_only();
                     StoreError::Unavailable(e)
                 }
-                // Connection-level failures, admin shutdown, and SQLite's busy/locked.
+                // Connection-level failures, admin shutdown, and SQLite's busy/locked (with
+                // their extended codes).
                 _ if d.code().is_some_and(|c| {
-                    c.starts_with("08") || c.starts_with("57P") || c == "5" || c == "6"
+                    c.starts_with("08")
+                        || c.starts_with("57P")
+                        || matches!(sqlite_primary(&c), Some(5 | 6))
                 }) =>
                 {
                     StoreError::Unavailable(e)
@@ -174,7 +188,7 @@ mod tests {
     /// for its own reasons (too many clients, a bad password) is up.
     #[test]
     fn only_a_lost_or_stopping_database_is_unavailable() {
-        for code in ["08006", "08001", "57P01", "57P03", "5", "6"] {
+        for code in ["08006", "08001", "57P01", "57P03", "5", "6", "517", "262"] {
             assert!(
                 matches!(from_code(code), StoreError::Unavailable(_)),
                 "{code}"
@@ -195,7 +209,7 @@ mod tests {
     #[test]
     fn a_read_only_database_is_unavailable_and_its_connections_are_replaced() {
         let long_ago = Duration::from_secs(3600);
-        for code in ["25006", "8"] {
+        for code in ["25006", "8", "776", "1032"] {
             assert!(
                 matches!(from_code(code), StoreError::Unavailable(_)),
                 "{code}"

@@ -298,6 +298,27 @@ fn route(s: &mut State, r: &Seen) -> (u16, Value) {
                 ),
             }
         }
+        ("POST", path) if path.starts_with("/v1/subscriptions/") => {
+            // An item moved to another price (as `items[0][price]` names it).
+            let id = &path["/v1/subscriptions/".len()..];
+            let price = field(&r.form, "items[0][price]").map(str::to_owned);
+            match s.subscriptions.iter_mut().find(|v| v["id"] == id) {
+                Some(sub) => {
+                    if let Some(p) = price {
+                        sub["items"]["data"][0]["price"] = json!({"id": p, "lookup_key": p});
+                    }
+                    (200, sub.clone())
+                }
+                None => (
+                    404,
+                    error(
+                        "invalid_request_error",
+                        Some("resource_missing"),
+                        "No such subscription",
+                    ),
+                ),
+            }
+        }
         ("DELETE", path) if path.starts_with("/v1/subscriptions/") => {
             let id = &path["/v1/subscriptions/".len()..];
             match s.subscriptions.iter_mut().find(|v| v["id"] == id) {

@@ -163,13 +163,26 @@ pub async fn create_token(
         (_, Some(org)) => principal.check_org(org)?,
         (None, None) => {}
     }
+    let now = state.clock.now();
+    // A token that expires makes none that outlives it: expiry would be no control else.
+    if let Some(until) = principal.expires_at {
+        let left = until - now;
+        if body.expires_in_seconds.is_none_or(|s| s > left) {
+            return Err(ApiError::invalid(
+                "expires_in_seconds",
+                format!(
+                    "this token expires in {left} s, and makes tokens that expire by then: \
+                     give expires_in_seconds of at most {left}"
+                ),
+            ));
+        }
+    }
     let ask = Ask {
         scopes,
         org_id: body.org_id,
         label: body.label.unwrap_or_default(),
         expires_in: body.expires_in_seconds,
     };
-    let now = state.clock.now();
     let (row, secret) = tokens::create(&state.db, &ask, now, &principal.actor()).await?;
     Ok((
         StatusCode::CREATED,

@@ -118,7 +118,8 @@ impl OverageStore for Backend {
         Ok(sqlx::query_as::<_, OverageChargeRow>(
             "SELECT * FROM overage_charges WHERE state = 'pending' \
                AND (next_attempt_at <= $1 OR org_id = $2) \
-             ORDER BY next_attempt_at, created_at LIMIT $3",
+             ORDER BY CASE WHEN org_id = $2 THEN 0 ELSE 1 END, next_attempt_at, created_at \
+             LIMIT $3",
         )
         .bind(now)
         .bind(org_id)

@@ -220,10 +220,13 @@ impl StripeStore for Backend {
             return Ok(None);
         }
         // A downgrade asked for on another subscription, or on one that ended, is void; one
-        // whose plan this state puts the org on is done.
+        // whose plan this state puts the org on is done, and so is one made in Stripe whose
+        // time has come (a state read since replaces it: an upgrade from it, say).
         let keep_schedule = before.stripe_subscription_id == s.subscription_id
             && !matches!(s.status.as_deref(), Some("canceled" | "incomplete_expired"))
-            && before.scheduled_plan_id.as_deref() != Some(s.plan_id.as_str());
+            && before.scheduled_plan_id.as_deref() != Some(s.plan_id.as_str())
+            && !(before.scheduled_in_stripe
+                && before.scheduled_at.is_some_and(|at| at <= s.synced_at));
         let Rec(after) = sqlx::query_as::<_, Rec<Org>>(
             "UPDATE orgs SET plan_id = $2, stripe_customer_id = $3, stripe_subscription_id = $4, \
                subscription_status = $5, period_start = $6, period_end = $7, \
