@@ -2,7 +2,8 @@
 # The ingest and admission benchmarks of a base commit beside the working tree's, on the
 # same machine in the same run, interleaved (base, head, head on a partitioned
 # PostgreSQL, then again) so that the machine's drift falls on all alike; a figure of
-# head is read as a ratio to base's. Writes reports/citus.md.
+# head is read as a ratio to base's. Writes reports/compare.md (reports/citus.md keeps the
+# comparison that made the store distributable, with its readings).
 #
 #   benches/compare.sh <base-commit> [rounds]    (default: 2 rounds)
 #
@@ -76,7 +77,7 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-python3 - "$out" "$base_rev" "$head_rev" "$rounds" "$*" <<'EOF' >reports/citus.md
+python3 - "$out" "$base_rev" "$head_rev" "$rounds" "$*" <<'EOF' >reports/compare.md
 import glob, os, re, statistics, subprocess, sys, datetime
 out, base_rev, head_rev, rounds, args = sys.argv[1:]
 figures = {}  # (bench, backend, load) -> side -> [rate]
@@ -116,11 +117,10 @@ for (bench, backend, load) in sorted(figures, key=lambda k: (k[0] != "ingest", k
     part, pratio = cell("partitioned")
     unit = "heartbeats/s" if bench == "ingest" else "decisions/s"
     rows.append(f"| {bench} | {backend} | {load} | {med['base']:.0f} ({', '.join(f'{x:.0f}' for x in f['base'])}) | {head} | **{ratio}** | {part} | {pratio} |")
-print(f"""# One PostgreSQL and a distributable store, side by side
+print(f"""# A base commit and the tree, side by side
 
-The ingest and admission benchmarks of commit {base_rev} (before the store was made
-distributable by org_id, issue 19) beside {head_rev}, run interleaved on the same machine
-in one run: base, head{partitioned}. The loads are the
+The ingest and admission benchmarks of commit {base_rev} beside {head_rev}, run
+interleaved on the same machine in one run: base, head{partitioned}. The loads are the
 base's (100 heartbeats a request at 16 clients, one at 128; 1, 8 and 32 callers), with
 orgs within their plan; the tree's benchmarks measure each three times a run, the base's
 once. Figures are medians of every measurement of {rounds} rounds (each in brackets); the
@@ -134,4 +134,4 @@ ratio is head / base.
 | --- | --- | --- | --- | --- | --- | --- | --- |""")
 print("\n".join(rows))
 EOF
-echo "wrote reports/citus.md" >&2
+echo "wrote reports/compare.md" >&2
