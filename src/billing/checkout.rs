@@ -563,7 +563,10 @@ mod tests {
         assert_eq!(in_force(&org, 99), org);
         let after = in_force(&org, 100);
         assert_eq!(after.plan_id, "pro");
-        assert_eq!((after.scheduled_plan_id, after.scheduled_in_stripe), (None, false));
+        assert_eq!(
+            (after.scheduled_plan_id, after.scheduled_in_stripe),
+            (None, false)
+        );
         // Only recorded (an older release's): nothing in force yet.
         org.scheduled_in_stripe = false;
         assert_eq!(in_force(&org, 100).plan_id, "team");
