@@ -1,12 +1,12 @@
 //! Storage on PostgreSQL or SQLite, chosen by the URL's scheme.
 //!
-//! The SQL is written once, in `sql/`, and compiled twice: into `pg` with `DB = Postgres`
-//! and into `sqlite` with `DB = Sqlite`. Each dialect module supplies the few words in
-//! which the two differ (how a write transaction begins, row locks, LEAST/GREATEST) and
-//! its set-based statements (arrays and UNNEST on PostgreSQL, multi-row VALUES on
-//! SQLite), the one place where they differ in shape. Each `sql/` file implements one of
-//! the store's traits (`api/`), so a `Db` is one `dyn Store`, whichever database it is.
-//! Times are Unix seconds in BIGINT columns, so the same SQL reads the same on both.
+//! The SQL is written once, in `sql/`, a module of each backend (`pg`, `sqlite`) compiled
+//! once for each. All that differs between them (the words, the pools, how a write
+//! transaction begins, the set-based statements: arrays and UNNEST on PostgreSQL,
+//! multi-row VALUES on SQLite) is the backend's implementation of one trait,
+//! `sql/dialect.rs`'s `Dialect`. Each `sql/` file implements one of the store's traits
+//! (`api/`), so a `Db` is one `dyn Store`, whichever database it is. Times are Unix
+//! seconds in BIGINT columns, so the same SQL reads the same on both.
 //!
 //! The store knows SQL and rows, never rules: what a group of heartbeats or admissions
 //! does is decided by the core (`rush_meter_core::heartbeats`, `::gate`) between the

@@ -44,86 +44,98 @@ fn slots_held(key_where: &str, since: usize, phases: usize) -> String {
     .join(" + ")
 }
 
-impl Pg {
-    /// Claim session ids (`claim_owners`) and, on one PostgreSQL, count the keys' slots
-    /// (`slot_counts`) and make the group's first reads of window sums and limits
-    /// (`reads`, `GateReads::sql`) in the same statement: a group's round trips are much of
-    /// an admission's time (issue 18), the counts need only the keys' locks, taken before,
-    /// and the sums no lock. The reads' rows come back for `GateReads::finish`, beside
-    /// the claims and counts of the same shape. Partitioned and distributed layouts count
-    /// a shard at a time, after it (`None`): there the claim and the counts go to
-    /// different shards.
-    pub(super) async fn claim_owners_counting_slots(
-        &self,
-        tx: &mut Tx,
-        wanted: &[(&str, &str)],
-        shards: &BTreeMap<i64, Vec<&str>>,
-        keys: &[(&str, &str)],
-        since: Secs,
-        reads: Option<&GateReads<'_>>,
-    ) -> StoreResult<(Vec<String>, Option<Vec<SlotCount>>, Option<Vec<Row>>)> {
-        use sqlx::Row as _;
-        let one = self.on_one_database();
-        let (orgs, reads) = match (shards.values().next(), reads) {
-            (Some(orgs), Some(reads)) if one && shards.len() == 1 && keys.len() <= CHUNK => {
-                (orgs.as_slice(), reads)
-            }
-            _ => return Ok((claim_owners(tx, wanted).await?, None, None)),
-        };
-        let (key_orgs, key_ids) = key_columns(keys);
-        let (owner_orgs, ids): (Vec<&str>, Vec<&str>) = wanted.iter().copied().unzip();
-        let (reads_sql, p) = reads.sql();
-        // Parameters: the reads' first, then the lease's start, the keys' orgs and ids, the
-        // shard's orgs, the claims' orgs and ids, the open phases.
-        let (since_at, keys_at, orgs_at, claims_at) = (p, p + 1, p + 3, p + 4);
-        let phases_at = claims_at + 2;
-        let padding = "CAST(NULL AS TEXT), CAST(NULL AS TEXT)";
-        let zeros = "CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT)";
-        let sql = format!(
-            "WITH c AS (INSERT INTO session_owners (org_id, session_id) \
-               SELECT * FROM UNNEST(${claims_at}::text[], ${}::text[]) ON CONFLICT DO NOTHING \
-               RETURNING session_id) \
-             {reads_sql} \
-             UNION ALL SELECT 'claim', CAST(NULL AS TEXT), CAST(NULL AS TEXT), session_id, \
-               {padding}, CAST(0 AS BIGINT), {zeros} FROM c \
-             UNION ALL SELECT 'slots', u.org_id, CAST(NULL AS TEXT), u.key_id, {padding}, {}, {zeros} \
-               FROM UNNEST(${keys_at}::text[], ${}::text[]) AS u(org_id, key_id)",
-            claims_at + 1,
-            slots_held(
-                &format!("org_id = ANY(${orgs_at}) AND org_id = u.org_id AND key_id = u.key_id"),
-                since_at,
-                phases_at,
-            ),
-            keys_at + 1,
-        );
-        let query = reads
-            .bind(sqlx::query(&sql))
-            .bind(since)
-            .bind(key_orgs)
-            .bind(key_ids)
-            .bind(orgs)
-            .bind(owner_orgs)
-            .bind(ids);
-        let rows = OPEN_PHASES
-            .iter()
-            .fold(query, |q, p| q.bind(p.as_str()))
-            .fetch_all(&mut **tx)
-            .await?;
-        let mut claimed = Vec::with_capacity(wanted.len());
-        let mut counts = Vec::with_capacity(keys.len());
-        for row in &rows {
-            match row.try_get::<&str, _>("row_kind")? {
-                "claim" => claimed.push(row.try_get("member_id")?),
-                "slots" => counts.push((
-                    row.try_get("org_id")?,
-                    row.try_get("member_id")?,
-                    row.try_get(GATE_READ_COLUMNS[0])?,
-                )),
-                _ => {}
-            }
+/// Claim session ids (`claim_owners`) and, on one PostgreSQL, count the keys' slots
+/// (`slot_counts`) and make the group's first reads of window sums and limits
+/// (`GateReads::sql`) in the same statement: round trips are much of an admission's time,
+/// the counts need only the keys' locks, taken before, and the sums no lock. The reads'
+/// rows come back for `GateReads::finish`, beside the claims and counts of the same shape.
+/// Partitioned and distributed layouts only claim here and count a shard at a time
+/// later: there the claim and the counts go to different shards.
+pub(super) async fn claim_counting_slots(
+    pg: &Pg,
+    tx: &mut Tx,
+    ask: &ClaimAsk<'_>,
+) -> StoreResult<Claimed> {
+    use sqlx::Row as _;
+    let ClaimAsk {
+        wanted,
+        shards,
+        keys,
+        since,
+        reads,
+    } = *ask;
+    let (orgs, reads) = match (shards.values().next(), reads) {
+        (Some(orgs), Some(reads))
+            if pg.on_one_database() && shards.len() == 1 && keys.len() <= CHUNK =>
+        {
+            (orgs.as_slice(), reads)
         }
-        Ok((claimed, Some(counts), Some(rows)))
+        _ => {
+            return Ok(Claimed {
+                ids: claim_owners(tx, wanted).await?,
+                early: None,
+            })
+        }
+    };
+    let (key_orgs, key_ids) = key_columns(keys);
+    let (owner_orgs, ids): (Vec<&str>, Vec<&str>) = wanted.iter().copied().unzip();
+    let (reads_sql, p) = reads.sql();
+    // Parameters: the reads' first, then the lease's start, the keys' orgs and ids, the
+    // shard's orgs, the claims' orgs and ids, the open phases.
+    let (since_at, keys_at, orgs_at, claims_at) = (p, p + 1, p + 3, p + 4);
+    let phases_at = claims_at + 2;
+    let padding = "CAST(NULL AS TEXT), CAST(NULL AS TEXT)";
+    let zeros = "CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT)";
+    let sql = format!(
+        "WITH c AS (INSERT INTO session_owners (org_id, session_id) \
+           SELECT * FROM UNNEST(${claims_at}::text[], ${}::text[]) ON CONFLICT DO NOTHING \
+           RETURNING session_id) \
+         {reads_sql} \
+         UNION ALL SELECT 'claim', CAST(NULL AS TEXT), CAST(NULL AS TEXT), session_id, \
+           {padding}, CAST(0 AS BIGINT), {zeros} FROM c \
+         UNION ALL SELECT 'slots', u.org_id, CAST(NULL AS TEXT), u.key_id, {padding}, {}, {zeros} \
+           FROM UNNEST(${keys_at}::text[], ${}::text[]) AS u(org_id, key_id)",
+        claims_at + 1,
+        slots_held(
+            &format!("org_id = ANY(${orgs_at}) AND org_id = u.org_id AND key_id = u.key_id"),
+            since_at,
+            phases_at,
+        ),
+        keys_at + 1,
+    );
+    let query = reads
+        .bind(sqlx::query(&sql))
+        .bind(since)
+        .bind(key_orgs)
+        .bind(key_ids)
+        .bind(orgs)
+        .bind(owner_orgs)
+        .bind(ids);
+    let rows = OPEN_PHASES
+        .iter()
+        .fold(query, |q, p| q.bind(p.as_str()))
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut claimed = Vec::with_capacity(wanted.len());
+    let mut counts = Vec::with_capacity(keys.len());
+    for row in &rows {
+        match row.try_get::<&str, _>("row_kind")? {
+            "claim" => claimed.push(row.try_get("member_id")?),
+            "slots" => counts.push((
+                row.try_get("org_id")?,
+                row.try_get("member_id")?,
+                row.try_get(GATE_READ_COLUMNS[0])?,
+            )),
+            _ => {}
+        }
     }
+    Ok(Claimed {
+        ids: claimed,
+        early: Some(EarlyReads {
+            slots: counts,
+            rows,
+        }),
+    })
 }
 
 /// The key lock's statement, with the shard's orgs as `$orgs` and the keys' orgs and ids as

@@ -5,12 +5,12 @@
 use super::Secs;
 
 /// A window edge that is not there, for `window_sums`.
-pub const NO_EDGE: (Secs, Secs) = super::NO_EDGE;
+pub const NO_EDGE: (Secs, Secs) = super::sql::NO_EDGE;
 /// An org's running sessions (`$1`).
-pub const RUNNING_SESSIONS: &str = super::RUNNING_SESSIONS;
+pub const RUNNING_SESSIONS: &str = super::sql::RUNNING_SESSIONS;
 /// The usage page's read of orgs `$1` with their funding at `$2` and parked sessions.
 pub fn funding_counting_parked() -> String {
-    super::funding_select_with(super::PARKED_SESSIONS)
+    super::sql::funding_select_with(super::sql::PARKED_SESSIONS)
 }
 
 /// The heartbeat group's lock of its sessions: orgs `$1`, session ids `$2`.

@@ -16,55 +16,15 @@ mod gate;
 pub mod hot_reads;
 mod sessions;
 
-use gate::{lock_keys, slot_counts, write_admissions};
-use sessions::{
-    claim_owners, insert_new_session_rows, lock_sessions_where, release_owners, select_org_ids,
-    select_orgs_in, select_owners, select_sessions_for_update, write_booking,
-};
+// The shared SQL, compiled for this backend (the other compiles it too: on purpose).
+#[allow(clippy::duplicate_mod)]
+#[path = "../sql/mod.rs"]
+mod sql;
 
-pub type DB = sqlx::Postgres;
-type Row = sqlx::postgres::PgRow;
-/// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
-const BEGIN_WRITE: &str = "BEGIN";
-const FOR_UPDATE: &str = " FOR UPDATE";
-const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
-const LEAST: &str = "LEAST";
-const GREATEST: &str = "GREATEST";
-/// Byte order for ids, whatever the database's locale (exports sort by it).
-const BYTE_ORDER: &str = " COLLATE \"C\"";
-/// A booking's lock of its orgs' rows: it keeps out other bookings of the org (and plan
-/// changes), not the inserts of rows that reference the org.
-const LOCK_ORGS: &str = " FOR NO KEY UPDATE OF o";
-const JSON_AGG: &str = "json_agg";
-const JSON_ARRAY: &str = "json_build_array";
+use sql::*;
 
-/// `org_id` among the orgs of parameter `$n` (bound with `org_list`).
-fn org_in(n: usize) -> String {
-    in_list("org_id", n)
-}
-
-/// `column` among the ids of parameter `$n` (bound with `org_list`).
-fn in_list(column: &str, n: usize) -> String {
-    format!("{column} = ANY(${n})")
-}
-
-fn org_list(orgs: &[&str]) -> Vec<String> {
-    orgs.iter().map(|o| o.to_string()).collect()
-}
-
-include!("../sql/common.rs");
-include!("../sql/rows.rs");
-include!("../sql/orgs.rs");
-include!("../sql/funding.rs");
-include!("../sql/overage.rs");
-include!("../sql/members.rs");
-include!("../sql/ledger.rs");
-include!("../sql/window_sums.rs");
-include!("../sql/gate.rs");
-include!("../sql/stripe.rs");
-include!("../sql/periods.rs");
-include!("../sql/notifications.rs");
-include!("../sql/audit.rs");
+/// The backend the shared SQL (`sql/`) is compiled for here.
+type Engine = Pg;
 
 /// Stream the frozen lines of the period starting at `period_start` down `tx`; true when
 /// the COPY was read to its end, false when the receiver hung up first.
@@ -121,8 +81,6 @@ enum Sharding {
     /// Tables distributed by Citus: its shards.
     Citus,
 }
-
-type Backend = Pg;
 
 /// The tables the hot paths lock and look up by key, whose plans need statistics: the
 /// group commits' statements keep a generic plan (`begin_hot`) until the statistics of a
@@ -226,6 +184,34 @@ impl Pg {
         *self.sharding.write().expect("sharding lock") = sharding;
         Ok(())
     }
+}
+
+impl Dialect for Pg {
+    type DB = sqlx::Postgres;
+    type Row = sqlx::postgres::PgRow;
+    type Ids = Vec<String>;
+
+    /// A plain BEGIN: row locks (`FOR UPDATE`) order the writers of several instances.
+    const BEGIN_WRITE: &'static str = "BEGIN";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const LEAST: &'static str = "LEAST";
+    const GREATEST: &'static str = "GREATEST";
+    /// Byte order for ids, whatever the database's locale (exports sort by it).
+    const BYTE_ORDER: &'static str = " COLLATE \"C\"";
+    /// A booking's lock of its orgs' rows: it keeps out other bookings of the org (and plan
+    /// changes), not the inserts of rows that reference the org.
+    const LOCK_ORGS: &'static str = " FOR NO KEY UPDATE OF o";
+    const JSON_AGG: &'static str = "json_agg";
+    const JSON_ARRAY: &'static str = "json_build_array";
+
+    fn in_list(column: &str, n: usize) -> String {
+        format!("{column} = ANY(${n})")
+    }
+
+    fn id_list(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|o| o.to_string()).collect()
+    }
 
     /// A group commit's transaction (heartbeats, admissions). Its statements have fixed
     /// texts, find their rows by key, and run thousands of times a second: planning them
@@ -239,7 +225,7 @@ impl Pg {
         let sharding = *self.sharding.read().expect("sharding lock");
         let begin = match sharding {
             Sharding::One => "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan",
-            _ => BEGIN_WRITE,
+            _ => Self::BEGIN_WRITE,
         };
         begin_in_writer(self.write(), begin).await
     }
@@ -252,7 +238,7 @@ impl Pg {
         orgs: &[&str],
         pairs: &[(&str, &str)],
     ) -> StoreResult<Vec<Rec<Session>>> {
-        select_sessions_for_update(tx, self.on_one_database(), orgs, pairs).await
+        sessions::select_sessions_for_update(tx, self.on_one_database(), orgs, pairs).await
     }
 
     /// A grouping's `(k, s)` rows: `sql` binds the org, `from` and `to`. With
@@ -261,17 +247,14 @@ impl Pg {
     /// ms a call at p50 against 3.07 ms planned per call (`cargo bench --bench usage --
     /// postgres console`, sqlx's timings, 600 calls each); the small groupings keep the
     /// generic plans, whose planning is saved.
-    async fn key_seconds<K>(
+    async fn key_seconds<K: GroupKey>(
         &self,
         sql: &str,
         org_id: &str,
         from: Secs,
         to: Secs,
         plan_per_call: bool,
-    ) -> StoreResult<Vec<(K, i64)>>
-    where
-        (K, i64): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-    {
+    ) -> StoreResult<Vec<(K, i64)>> {
         Ok(sqlx::query_as(sql)
             .bind(org_id)
             .bind(from)
@@ -362,6 +345,76 @@ impl Pg {
 
     fn write(&self) -> &PgPool {
         &self.pool
+    }
+
+    async fn lock_sessions_where(
+        tx: &mut Tx,
+        orgs: &[&str],
+        condition: &str,
+        since: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<Rec<Session>>> {
+        sessions::lock_sessions_where(tx, orgs, condition, since, limit).await
+    }
+
+    async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+        sessions::insert_new_session_rows(tx, rows).await
+    }
+
+    async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
+        sessions::write_booking(tx, shard, b).await
+    }
+
+    async fn claim_owners(tx: &mut Tx, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>> {
+        sessions::claim_owners(tx, pairs).await
+    }
+
+    async fn release_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<()> {
+        sessions::release_owners(tx, ids).await
+    }
+
+    async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<(String, String)>> {
+        sessions::select_owners(tx, ids).await
+    }
+
+    async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
+        sessions::select_org_ids(tx, ids).await
+    }
+
+    async fn select_orgs_in<'e, E: sqlx::Executor<'e, Database = DB>>(
+        ex: E,
+        ids: &[&str],
+    ) -> StoreResult<Vec<Rec<Org>>> {
+        sessions::select_orgs_in(ex, ids).await
+    }
+
+    async fn lock_keys(tx: &mut Tx, orgs: &[&str], keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> {
+        gate::lock_keys(tx, orgs, keys).await
+    }
+
+    async fn slot_counts(
+        tx: &mut Tx,
+        orgs: &[&str],
+        keys: &[(&str, &str)],
+        since: Secs,
+    ) -> StoreResult<Vec<SlotCount>> {
+        gate::slot_counts(tx, orgs, keys, since).await
+    }
+
+    async fn write_admissions(
+        tx: &mut Tx,
+        orgs: &[&str],
+        created: &[Session],
+        resumed: &[Session],
+        decisions: &[&Decision],
+    ) -> StoreResult<bool> {
+        gate::write_admissions(tx, orgs, created, resumed, decisions).await
+    }
+
+    /// On one PostgreSQL, the claim counts the slots and makes the first reads too
+    /// (`gate::claim_counting_slots`).
+    async fn claim(&self, tx: &mut Tx, ask: &ClaimAsk<'_>) -> StoreResult<Claimed> {
+        gate::claim_counting_slots(self, tx, ask).await
     }
 }
 

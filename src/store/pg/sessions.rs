@@ -153,7 +153,8 @@ pub(super) async fn lock_sessions_where(
 ) -> StoreResult<Vec<Rec<Session>>> {
     Ok(sqlx::query_as::<_, Rec<Session>>(&format!(
         "SELECT * FROM sessions WHERE org_id = ANY($2) AND {condition}$1 \
-         ORDER BY session_id LIMIT $3{SKIP_LOCKED}"
+         ORDER BY session_id LIMIT $3{}",
+        Pg::SKIP_LOCKED
     ))
     .bind(since)
     .bind(orgs)

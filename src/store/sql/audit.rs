@@ -1,5 +1,7 @@
-// The audit log (`AuditStore`), written once for both dialects: entries are inserted by
-// the store's changing methods, in their transactions (`write_audit`), and only read here.
+//! The audit log (`AuditStore`), written once for both dialects: entries are inserted by
+//! the store's changing methods, in their transactions (`write_audit`), and only read here.
+
+use super::*;
 
 impl<'r> sqlx::FromRow<'r, Row> for Rec<Entry> {
     fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
@@ -29,7 +31,10 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Entry> {
 }
 
 /// Record `entries` in the transaction of their changes.
-async fn write_audit(tx: &mut Tx, entries: impl IntoIterator<Item = Entry>) -> StoreResult<()> {
+pub(crate) async fn write_audit(
+    tx: &mut Tx,
+    entries: impl IntoIterator<Item = Entry>,
+) -> StoreResult<()> {
     for e in entries {
         sqlx::query(
             "INSERT INTO audit_log (org_id, at, entry_id, actor_kind, actor_id, actor_label, \
@@ -52,7 +57,7 @@ async fn write_audit(tx: &mut Tx, entries: impl IntoIterator<Item = Entry>) -> S
 }
 
 /// The entry of a change (none when nothing changed), with a fresh id.
-fn change(
+pub(crate) fn change(
     org_id: &str,
     at: Secs,
     actor: &Actor,
@@ -61,11 +66,20 @@ fn change(
     before: Option<serde_json::Value>,
     after: Option<serde_json::Value>,
 ) -> Option<Entry> {
-    Entry::of_change(org_id, super::audit_id(), at, actor, action, subject, before, after)
+    Entry::of_change(
+        org_id,
+        crate::store::audit_id(),
+        at,
+        actor,
+        action,
+        subject,
+        before,
+        after,
+    )
 }
 
 #[async_trait]
-impl AuditStore for Backend {
+impl AuditStore for D {
     async fn list_audit(
         &self,
         org_id: &str,

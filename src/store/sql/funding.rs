@@ -1,32 +1,47 @@
-// Funding (`core::funding`), written once for both dialects: each org's row read with its
-// funding state (the windows it funds in, its open grants) in one statement, after a
-// booking has locked the rows until it commits, so that what the booking attributes is
-// exact on any number of instances; and the reads the gate, heartbeat answers and the
-// usage page make of it.
+//! Funding (`core::funding`), written once for both dialects: each org's row read with its
+//! funding state (the windows it funds in, its open grants) in one statement, after a
+//! booking has locked the rows until it commits, so that what the booking attributes is
+//! exact on any number of instances; and the reads the gate, heartbeat answers and the
+//! usage page make of it.
 
-const FUNDING_WINDOW_COLUMNS: &str = "org_id, kind, window_start, window_end, plan_seconds, \
+use super::*;
+
+pub(crate) const FUNDING_WINDOW_COLUMNS: &str =
+    "org_id, kind, window_start, window_end, plan_seconds, \
      grant_seconds, overage_seconds, grace_seconds, charge_units";
 
 /// A window's funds as they now stand (written under the org's lock).
-const FUNDING_WINDOW_UPSERT: &str = " ON CONFLICT (org_id, kind, window_start) DO UPDATE SET \
+pub(crate) const FUNDING_WINDOW_UPSERT: &str =
+    " ON CONFLICT (org_id, kind, window_start) DO UPDATE SET \
      window_end = excluded.window_end, plan_seconds = excluded.plan_seconds, \
      grant_seconds = excluded.grant_seconds, overage_seconds = excluded.overage_seconds, \
      grace_seconds = excluded.grace_seconds, charge_units = excluded.charge_units";
 
-const FUNDING_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, source, grant_id) DO UPDATE \
+pub(crate) const FUNDING_HOURS_CONFLICT: &str =
+    " ON CONFLICT (org_id, hour, source, grant_id) DO UPDATE \
      SET seconds = funding_hourly.seconds + excluded.seconds, \
      charge_units = funding_hourly.charge_units + excluded.charge_units";
 
 /// An org with what the store records of its funding, as one row reads it.
-struct FundingRow {
-    org: Org,
-    recorded: funding::Recorded,
+pub(crate) struct FundingRow {
+    pub(crate) org: Org,
+    pub(crate) recorded: rush_meter_core::funding::Recorded,
 }
 
 /// A window's funds as the row's JSON array holds them.
 type WindowJson = (String, Secs, Secs, i64, i64, i64, i64, i64);
 /// An open grant as the row's JSON array holds it.
-type GrantJson = (String, String, String, i64, i64, i64, Secs, Option<Secs>, Secs);
+type GrantJson = (
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    Secs,
+    Option<Secs>,
+    Secs,
+);
 
 /// A window's funds from its columns, in `WindowJson`'s order.
 fn window_funds(w: WindowJson) -> Result<WindowFunds, String> {
@@ -46,7 +61,7 @@ fn window_funds(w: WindowJson) -> Result<WindowFunds, String> {
     })
 }
 
-fn decode_error(column: &str, e: impl std::fmt::Display) -> sqlx::Error {
+pub(crate) fn decode_error(column: &str, e: impl std::fmt::Display) -> sqlx::Error {
     sqlx::Error::ColumnDecode {
         index: column.to_owned(),
         source: e.to_string().into(),
@@ -69,29 +84,41 @@ impl<'r> sqlx::FromRow<'r, Row> for FundingRow {
             serde_json::from_str(&text).map_err(|e| decode_error("open_grants", e))?;
         let grants = grants
             .into_iter()
-            .map(|(org_id, grant_id, kind, seconds, used, priority, starts_at, expires_at, created_at)| {
-                let kind = GrantKind::parse(&kind)
-                    .ok_or_else(|| decode_error("open_grants", format!("kind `{kind}`")))?;
-                Ok(Grant {
+            .map(
+                |(
                     org_id,
                     grant_id,
                     kind,
                     seconds,
-                    used_seconds: used,
+                    used,
                     priority,
                     starts_at,
                     expires_at,
-                    note: None,
-                    idempotency_key: None,
                     created_at,
-                    voided_at: None,
-                    used_up_at: None,
-                })
-            })
+                )| {
+                    let kind = GrantKind::parse(&kind)
+                        .ok_or_else(|| decode_error("open_grants", format!("kind `{kind}`")))?;
+                    Ok(Grant {
+                        org_id,
+                        grant_id,
+                        kind,
+                        seconds,
+                        used_seconds: used,
+                        priority,
+                        starts_at,
+                        expires_at,
+                        note: None,
+                        idempotency_key: None,
+                        created_at,
+                        voided_at: None,
+                        used_up_at: None,
+                    })
+                },
+            )
             .collect::<Result<_, sqlx::Error>>()?;
         Ok(FundingRow {
             org,
-            recorded: funding::Recorded {
+            recorded: rush_meter_core::funding::Recorded {
                 windows,
                 grants,
                 holds_grants: row.try_get("holds_grants")?,
@@ -111,11 +138,11 @@ fn funding_select() -> String {
 /// An org's parked sessions, counted from the index led by (org_id, phase) without reading their
 /// rows (they pile up: a session parks between turns for days): a column for
 /// `funding_select_with`.
-const PARKED_SESSIONS: &str = ", (SELECT COUNT(*) FROM sessions s \
+pub(crate) const PARKED_SESSIONS: &str = ", (SELECT COUNT(*) FROM sessions s \
      WHERE s.org_id = o.org_id AND s.phase = 'parked') AS parked_sessions";
 
 /// `funding_select` with `more` columns of the org (each led by a comma).
-fn funding_select_with(more: &str) -> String {
+pub(crate) fn funding_select_with(more: &str) -> String {
     format!(
         "SELECT o.*, \
            (SELECT COALESCE(CAST({JSON_AGG}({JSON_ARRAY}(w.kind, w.window_start, w.window_end, \
@@ -131,27 +158,27 @@ fn funding_select_with(more: &str) -> String {
              COALESCE((SELECT MAX(c.window_end) FROM overage_charges c WHERE c.org_id = o.org_id), 0)) \
              AS funding_floor{more} \
          FROM orgs o WHERE o.{} ORDER BY o.org_id{BYTE_ORDER}",
-        org_in(1)
+        D::org_in(1)
     )
 }
 
-async fn select_funding<'e, E: sqlx::Executor<'e, Database = DB>>(
+pub(crate) async fn select_funding<'e, E: sqlx::Executor<'e, Database = DB>>(
     ex: E,
     orgs: &[&str],
     since: Secs,
 ) -> StoreResult<Vec<FundingRow>> {
     Ok(sqlx::query_as::<_, FundingRow>(&funding_select())
-        .bind(org_list(orgs))
+        .bind(D::id_list(orgs))
         .bind(since)
         .fetch_all(ex)
         .await?)
 }
 
-impl Backend {
+impl D {
     /// Lock the rows of the orgs `booking` billed (shard after shard, in byte order: the
     /// order every writer takes them in, after its sessions), read their funding state and
     /// attribute what was billed (`Booking::fund`).
-    async fn fund(
+    pub(crate) async fn fund(
         &self,
         tx: &mut Tx,
         booking: &mut Booking,
@@ -159,12 +186,20 @@ impl Backend {
         now: Secs,
         rules: &Rules,
     ) -> StoreResult<()> {
-        let orgs: Vec<String> = booking.billed_orgs().into_iter().map(str::to_owned).collect();
+        let orgs: Vec<String> = booking
+            .billed_orgs()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         let Some(since) = booking.billed.iter().map(|b| b.2.start).min() else {
             return Ok(());
         };
         let mut rows = Vec::with_capacity(orgs.len());
-        for shard in self.by_shard(tx, orgs.iter().map(String::as_str)).await?.values() {
+        for shard in self
+            .by_shard(tx, orgs.iter().map(String::as_str))
+            .await?
+            .values()
+        {
             for chunk in shard.chunks(CHUNK) {
                 // Locked, then read: a statement reads from the snapshot it began with, so
                 // one that waited for the lock would miss what the booking holding it
@@ -173,7 +208,10 @@ impl Backend {
                 rows.extend(select_funding(&mut **tx, chunk, since).await?);
             }
         }
-        if let Some(missing) = orgs.iter().find(|o| !rows.iter().any(|r| &r.org.org_id == *o)) {
+        if let Some(missing) = orgs
+            .iter()
+            .find(|o| !rows.iter().any(|r| &r.org.org_id == *o))
+        {
             return Err(StoreError::Conflict(format!(
                 "org `{missing}` was billed but does not exist"
             )));
@@ -233,7 +271,7 @@ async fn funding_records(
     pool: &Pool<DB>,
     org_ids: &[&str],
     now: Secs,
-) -> StoreResult<Vec<(Org, funding::Recorded)>> {
+) -> StoreResult<Vec<(Org, rush_meter_core::funding::Recorded)>> {
     let mut out = Vec::with_capacity(org_ids.len());
     for chunk in org_ids.chunks(CHUNK) {
         for row in select_funding(pool, chunk, now).await? {
@@ -275,9 +313,9 @@ async fn lock_orgs(tx: &mut Tx, orgs: &[&str]) -> StoreResult<()> {
     }
     sqlx::query(&format!(
         "SELECT o.org_id FROM orgs o WHERE o.{} ORDER BY o.org_id{BYTE_ORDER}{LOCK_ORGS}",
-        org_in(1)
+        D::org_in(1)
     ))
-    .bind(org_list(orgs))
+    .bind(D::id_list(orgs))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -285,7 +323,7 @@ async fn lock_orgs(tx: &mut Tx, orgs: &[&str]) -> StoreResult<()> {
 
 /// Lock an org's row as a booking does, so that a change to its funding is ordered with
 /// every booking of the org; false if the org does not exist.
-async fn lock_org(tx: &mut Tx, org_id: &str) -> StoreResult<bool> {
+pub(crate) async fn lock_org(tx: &mut Tx, org_id: &str) -> StoreResult<bool> {
     let found: Option<String> = sqlx::query_scalar(&format!(
         "SELECT o.org_id FROM orgs o WHERE o.org_id = $1{LOCK_ORGS}"
     ))
@@ -296,12 +334,12 @@ async fn lock_org(tx: &mut Tx, org_id: &str) -> StoreResult<bool> {
 }
 
 #[async_trait]
-impl FundingStore for Backend {
+impl FundingStore for D {
     async fn funding_records(
         &self,
         org_ids: &[&str],
         now: Secs,
-    ) -> StoreResult<Vec<(Org, funding::Recorded)>> {
+    ) -> StoreResult<Vec<(Org, rush_meter_core::funding::Recorded)>> {
         funding_records(self.keyed(), org_ids, now).await
     }
 
@@ -309,10 +347,10 @@ impl FundingStore for Backend {
         &self,
         org_id: &str,
         now: Secs,
-    ) -> StoreResult<Option<(Org, funding::Recorded, i64)>> {
+    ) -> StoreResult<Option<(Org, rush_meter_core::funding::Recorded, i64)>> {
         use sqlx::{FromRow, Row as _};
         let row = sqlx::query(&funding_select_with(PARKED_SESSIONS))
-            .bind(org_list(&[org_id]))
+            .bind(D::id_list(&[org_id]))
             .bind(now)
             .fetch_optional(self.keyed())
             .await?;
@@ -353,7 +391,7 @@ impl FundingStore for Backend {
                     Action::GrantCreated,
                     format!("grant:{}", made.grant_id),
                     None,
-                    Some(audit::grant_state(&made)),
+                    Some(rush_meter_core::audit::grant_state(&made)),
                 );
                 write_audit(&mut tx, entry).await?;
                 (made, true)
@@ -424,7 +462,9 @@ impl FundingStore for Backend {
         .fetch_all(self.read())
         .await?;
         rows.into_iter()
-            .map(|w| window_funds(w).map_err(|e| StoreError::Other(decode_error("funding_windows", e))))
+            .map(|w| {
+                window_funds(w).map_err(|e| StoreError::Other(decode_error("funding_windows", e)))
+            })
             .collect()
     }
 
@@ -475,8 +515,8 @@ impl FundingStore for Backend {
             actor,
             Action::GrantVoided,
             format!("grant:{grant_id}"),
-            Some(audit::grant_state(&before)),
-            Some(audit::grant_state(&after)),
+            Some(rush_meter_core::audit::grant_state(&before)),
+            Some(rush_meter_core::audit::grant_state(&after)),
         );
         write_audit(&mut tx, entry).await?;
         tx.commit().await?;
@@ -510,8 +550,8 @@ impl FundingStore for Backend {
             actor,
             Action::OverageUpdated,
             "overage".to_owned(),
-            Some(audit::overage_state(&before.overage)),
-            Some(audit::overage_state(&after.overage)),
+            Some(rush_meter_core::audit::overage_state(&before.overage)),
+            Some(rush_meter_core::audit::overage_state(&after.overage)),
         );
         write_audit(&mut tx, entry).await?;
         tx.commit().await?;

@@ -1,11 +1,13 @@
-// The gate's SQL (`GateStore`), written once for both dialects. Deciding is pure
-// (`core::gate::decide_group`); this reads the facts under the right locks and writes what
-// was decided.
+//! The gate's SQL (`GateStore`), written once for both dialects. Deciding is pure
+//! (`core::gate::decide_group`); this reads the facts under the right locks and writes what
+//! was decided.
+
+use super::*;
 
 /// What a group reads of the orgs that share `windows` (at most `CHUNK`): their window
 /// sums and, for those that set limits inside the org (`Org::sets_limits`; most set none,
 /// and pay nothing for the feature), the limits on `members`.
-struct GateReads<'a> {
+pub(crate) struct GateReads<'a> {
     orgs: &'a [&'a Org],
     windows: &'a Windows,
     members: &'a [&'a str],
@@ -21,10 +23,16 @@ struct GateReads<'a> {
 /// The columns every row of the gate's reads comes in (`GateReads::sql`): a row's kind, its
 /// org, the limit's kind and member (or a claimed session id, or a key), the limit's hours,
 /// and five figures (a sums row's month, week, running, month and week provisional).
-const GATE_READ_COLUMNS: [&str; 5] = ["created_at", "updated_at", "month_used", "week_used", "fifth"];
+pub(crate) const GATE_READ_COLUMNS: [&str; 5] = [
+    "created_at",
+    "updated_at",
+    "month_used",
+    "week_used",
+    "fifth",
+];
 
 impl<'a> GateReads<'a> {
-    fn new(
+    pub(crate) fn new(
         orgs: &'a [&'a Org],
         windows: &'a Windows,
         members: &'a [&'a str],
@@ -48,7 +56,7 @@ impl<'a> GateReads<'a> {
     /// side by side, the sums' rows padded to the limits' columns), so that limits cost a
     /// group no round trip of their own; and the number of its first parameter after its
     /// own (`bind` binds them).
-    fn sql(&self) -> (String, usize) {
+    pub(crate) fn sql(&self) -> (String, usize) {
         let orgs = self.orgs.len();
         let sums = format!(
             "SELECT 'sums' AS row_kind, org_id, CAST(NULL AS TEXT) AS kind, \
@@ -68,12 +76,13 @@ impl<'a> GateReads<'a> {
     }
 
     /// Bind the statement's parameters (`sql`) to `q`.
-    fn bind<'q>(&'q self, q: Query<'q>) -> Query<'q> {
+    pub(crate) fn bind<'q>(&'q self, q: Query<'q>) -> Query<'q> {
         let q = self.sums.bind(q, &self.ids, self.now, self.rules);
         if self.limited.is_empty() {
             return q;
         }
-        q.bind(org_list(&self.limited)).bind(org_list(self.members))
+        q.bind(D::id_list(&self.limited))
+            .bind(D::id_list(self.members))
     }
 
     /// The sums and limits the statement's `rows` carry (rows of other kinds beside them
@@ -86,7 +95,7 @@ impl<'a> GateReads<'a> {
     /// a limit's figures only when it refuses by it. On SQLite the use read was most of
     /// the limits' cost: 0.29 of the 0.35 ms a group's statement took, for an org of 200
     /// running sessions.
-    async fn finish(
+    pub(crate) async fn finish(
         &self,
         tx: &mut Tx,
         rows: &[Row],
@@ -108,7 +117,9 @@ impl<'a> GateReads<'a> {
         let mut near_members: Vec<&str> = Vec::new();
         for org in self.orgs {
             let used = usage.get(&org.org_id).copied().unwrap_or_default();
-            let of_org = limits.get(&org.org_id).map_or(&[][..], |(l, _)| l.as_slice());
+            let of_org = limits
+                .get(&org.org_id)
+                .map_or(&[][..], |(l, _)| l.as_slice());
             let near =
                 rush_meter_core::members::members_within_reach(of_org, (used.month, used.week));
             if !near.is_empty() {
@@ -130,7 +141,7 @@ impl<'a> GateReads<'a> {
     }
 
     /// Read them in a statement of their own (`window_usage_on` when no org sets limits).
-    async fn read(
+    pub(crate) async fn read(
         &self,
         tx: &mut Tx,
     ) -> StoreResult<(
@@ -147,7 +158,8 @@ impl<'a> GateReads<'a> {
     }
 }
 
-const DECISION_COLUMNS: &str = "org_id, decision_id, decided_at, session_id, key_id, decision, \
+pub(crate) const DECISION_COLUMNS: &str =
+    "org_id, decision_id, decided_at, session_id, key_id, decision, \
      reason, rule, plan_id, suspended, month_start, month_end, month_used, month_limit, \
      week_start, week_end, week_used, week_limit, running, concurrency_limit, upgrade_plan, \
      funded_by, plan_room, grant_room, overage_room, limit_kind, limit_member, limit_month_used, \
@@ -170,13 +182,346 @@ fn gate_reads<'a>(
         .collect()
 }
 
+/// What the claim phase asks of a backend (`Dialect::claim`). Only `wanted` is needed to
+/// claim; the rest is for a backend that reads with the claim (SQLite's copy reads none).
+#[derive(Clone, Copy)]
+#[allow(dead_code)]
+pub struct ClaimAsk<'a> {
+    /// `(org, session)`: the ids to claim, each for the first org that names it.
+    pub(crate) wanted: &'a [(&'a str, &'a str)],
+    pub(crate) shards: &'a BTreeMap<i64, Vec<&'a str>>,
+    pub(crate) keys: &'a [(&'a str, &'a str)],
+    /// The start of the lease: sessions heard since hold their slots.
+    pub(crate) since: Secs,
+    /// The group's first reads of window sums and limits, which a backend may make with
+    /// the claim.
+    pub(crate) reads: Option<&'a GateReads<'a>>,
+}
+
+/// What the claim phase got: the ids claimed, and what a backend read with them.
+pub struct Claimed {
+    pub(crate) ids: Vec<String>,
+    pub(crate) early: Option<EarlyReads>,
+}
+
+/// Read in the claim's statement (one PostgreSQL): the keys' slot counts, taken after the
+/// key locks, and the rows of the group's first `GateReads`.
+pub struct EarlyReads {
+    pub(crate) slots: Vec<SlotCount>,
+    pub(crate) rows: Vec<Row>,
+}
+
+/// What an admission group names, in the order every writer locks in.
+struct Named<'a> {
+    requests: &'a [AdmissionRequest],
+    /// `(org, key)`, sorted.
+    keys: Vec<(&'a str, &'a str)>,
+    /// The orgs, sorted.
+    orgs: Vec<&'a str>,
+    /// `(org, session)` as the requests name them.
+    sessions: Vec<(&'a str, &'a str)>,
+    /// The members whose limits the group reads: only those it names, since an org may
+    /// limit many more and an admission never changes a member's use (bookings do).
+    members: Vec<&'a str>,
+}
+
+impl<'a> Named<'a> {
+    fn of(requests: &'a [AdmissionRequest]) -> Named<'a> {
+        Named {
+            requests,
+            keys: sorted_unique(
+                requests
+                    .iter()
+                    .map(|r| (r.org_id.as_str(), r.key_id.as_str())),
+            ),
+            orgs: sorted_unique(requests.iter().map(|r| r.org_id.as_str())),
+            sessions: requests
+                .iter()
+                .map(|r| (r.org_id.as_str(), r.session_id.as_str()))
+                .collect(),
+            members: sorted_unique(requests.iter().flat_map(|r| RunMembers::of(r, None).all())),
+        }
+    }
+
+    /// The keys of `orgs` (one shard's).
+    fn keys_of(&self, orgs: &[&str]) -> Vec<(&'a str, &'a str)> {
+        self.keys
+            .iter()
+            .filter(|(o, _)| orgs.binary_search(o).is_ok())
+            .copied()
+            .collect()
+    }
+
+    /// Each session id for the first org that names it.
+    fn first_claims(&self) -> BTreeMap<&'a str, &'a str> {
+        let mut claims = BTreeMap::new();
+        for (org, id) in &self.sessions {
+            claims.entry(*id).or_insert(*org);
+        }
+        claims
+    }
+}
+
+/// What the lock phase read under the keys' locks.
+struct Locked {
+    keys: HashMap<(String, String), Key>,
+    orgs: HashMap<String, Org>,
+    funding: HashMap<String, rush_meter_core::funding::Recorded>,
+}
+
+/// Phase one, lock: every key the group names, shard after shard (the order every writer
+/// locks in), then its orgs and their funding. Those are read in statements of their own,
+/// after every key lock is held: a statement that waited for a lock reads from the
+/// snapshot it began with, and would miss a suspension, a plan change or a booking
+/// committed while it waited.
+async fn lock_phase(
+    tx: &mut Tx,
+    named: &Named<'_>,
+    shards: &BTreeMap<i64, Vec<&str>>,
+    now: Secs,
+) -> StoreResult<Locked> {
+    let mut locked = Locked {
+        keys: HashMap::with_capacity(named.keys.len()),
+        orgs: HashMap::with_capacity(named.orgs.len()),
+        funding: HashMap::with_capacity(named.orgs.len()),
+    };
+    for orgs in shards.values() {
+        for chunk in named.keys_of(orgs).chunks(CHUNK) {
+            for k in D::lock_keys(tx, orgs, chunk).await? {
+                locked.keys.insert((k.org_id.clone(), k.key_id.clone()), k);
+            }
+        }
+    }
+    for chunk in named.orgs.chunks(CHUNK) {
+        for FundingRow { org, recorded } in select_funding(&mut **tx, chunk, now).await? {
+            locked.funding.insert(org.org_id.clone(), recorded);
+            locked.orgs.insert(org.org_id.clone(), org);
+        }
+    }
+    Ok(locked)
+}
+
+/// What the claim phase holds for the rest of the try.
+struct Claims<'a> {
+    /// The ids this group claimed, each for its org.
+    ids: BTreeMap<&'a str, &'a str>,
+    /// The named sessions whose ids were claimed already: they exist (or are being made).
+    existing: Vec<(&'a str, &'a str)>,
+    /// Those of them that exist in the org that names them, locked.
+    sessions: HashMap<String, Session>,
+    /// The org of each of the others that exists (another org's).
+    owners: HashMap<String, String>,
+    early: Option<EarlyReads>,
+}
+
+/// Phase two, claim: each id for the first org that names it. For new sessions, the
+/// common case, that is all (no session has an id before it is claimed, so there is none
+/// to lock). Only the sessions of ids claimed already are locked, and only the ids held by
+/// another org looked up. `None` when one of the group's sessions was created after its
+/// lock was looked for: the try starts over.
+async fn claim_phase<'a>(
+    store: &D,
+    tx: &mut Tx,
+    named: &Named<'a>,
+    ask: ClaimAsk<'_>,
+    mut ids: BTreeMap<&'a str, &'a str>,
+) -> StoreResult<Option<Claims<'a>>> {
+    let Claimed {
+        ids: claimed,
+        early,
+    } = store.claim(tx, &ask).await?;
+    let claimed: HashSet<String> = claimed.into_iter().collect();
+    ids.retain(|id, _| claimed.contains(*id));
+    let existing: Vec<(&str, &str)> = named
+        .sessions
+        .iter()
+        .copied()
+        .filter(|(_, id)| !claimed.contains(*id))
+        .collect();
+    let Some(LockedSessions { sessions, owners }) = store.lock_named(tx, &existing).await? else {
+        return Ok(None);
+    };
+    Ok(Some(Claims {
+        ids,
+        existing,
+        sessions,
+        owners,
+        early,
+    }))
+}
+
+/// What the read phase read: slots, window sums, limits and the use of limited members.
+#[derive(Default)]
+struct Read {
+    slots: HashMap<(String, String), i64>,
+    usage: HashMap<String, WindowTotals>,
+    limits: HashMap<String, Vec<Limit>>,
+    member_usage: HashMap<String, MemberUsage>,
+}
+
+/// Phase three, read: the keys' slots and the orgs' window sums and limits, using what
+/// the claim read already while it still holds. Slot counts made before the group's
+/// existing sessions were locked are made again (a heartbeat committed meanwhile may have
+/// moved one of them in or out of its slot); a resume that leaves out its project or user
+/// runs as its session's (`RunMembers`), whose limits are then read too, in statements of
+/// their own.
+async fn read_phase(
+    tx: &mut Tx,
+    named: &Named<'_>,
+    shards: &BTreeMap<i64, Vec<&str>>,
+    by_windows: &BTreeMap<Windows, Vec<&Org>>,
+    first: Vec<GateReads<'_>>,
+    claims: &mut Claims<'_>,
+    ask: (Secs, &Rules),
+) -> StoreResult<Read> {
+    let (now, rules) = ask;
+    let since = now - rules.lease;
+    let early = claims.early.take();
+    let (early_slots, early_rows) = match early {
+        Some(EarlyReads { slots, rows }) => (Some(slots), Some(rows)),
+        None => (None, None),
+    };
+    let mut read = Read::default();
+    let slots = match early_slots {
+        Some(slots) if claims.existing.is_empty() => slots,
+        _ => count_slots(tx, named, shards, since).await?,
+    };
+    for (org, key, n) in slots {
+        read.slots.insert((org, key), n);
+    }
+    let also: Vec<&str> = named
+        .requests
+        .iter()
+        .flat_map(|r| RunMembers::of(r, claims.sessions.get(&r.session_id)).all())
+        .filter(|m| named.members.binary_search(m).is_err())
+        .collect();
+    let wider: Vec<&str>;
+    let (reads, early_rows) = if also.is_empty() {
+        (first, early_rows)
+    } else {
+        wider = sorted_unique(named.members.iter().copied().chain(also));
+        (gate_reads(by_windows, &wider, now, rules), None)
+    };
+    for (i, reads) in reads.iter().enumerate() {
+        let (usage, limits) = match (i, &early_rows) {
+            (0, Some(rows)) => reads.finish(tx, rows).await?,
+            _ => reads.read(tx).await?,
+        };
+        read.usage.extend(usage);
+        for (org, (limits, used)) in limits {
+            read.limits.insert(org.clone(), limits);
+            read.member_usage.insert(org, used);
+        }
+    }
+    Ok(read)
+}
+
+/// The slots each of the group's keys holds, a shard at a time.
+async fn count_slots(
+    tx: &mut Tx,
+    named: &Named<'_>,
+    shards: &BTreeMap<i64, Vec<&str>>,
+    since: Secs,
+) -> StoreResult<Vec<SlotCount>> {
+    let mut counts = Vec::with_capacity(named.keys.len());
+    for orgs in shards.values() {
+        for chunk in named.keys_of(orgs).chunks(CHUNK) {
+            counts.extend(D::slot_counts(tx, orgs, chunk, since).await?);
+        }
+    }
+    Ok(counts)
+}
+
+/// Phase four, decide: the core's rules over what was read (`core::gate::decide_group`).
+fn decide_phase(
+    plans: &Plans,
+    requests: &[AdmissionRequest],
+    locked: Locked,
+    claims: &mut Claims<'_>,
+    read: Read,
+    ask: (Secs, &Rules),
+) -> GroupOutcome {
+    let facts = GroupFacts {
+        orgs: locked.orgs,
+        keys: locked.keys,
+        sessions: std::mem::take(&mut claims.sessions),
+        owners: std::mem::take(&mut claims.owners),
+        slots: read.slots,
+        usage: read.usage,
+        funding: locked.funding,
+        limits: read.limits,
+        member_usage: read.member_usage,
+    };
+    rush_meter_core::gate::decide_group(plans, requests, facts, ask.0, ask.1.lease, || {
+        format!("dec_{:016x}", rand::random::<u64>())
+    })
+}
+
+/// Phase five, write: claims the decisions left unused are given back, a session created
+/// for another org than the one its id was claimed for (two orgs naming one new id) is
+/// claimed anew, and the sessions and decisions are written a shard at a time. False when
+/// a session it would create was claimed or made by another writer meanwhile.
+async fn write_phase(
+    tx: &mut Tx,
+    shards: &BTreeMap<i64, Vec<&str>>,
+    claimed: &BTreeMap<&str, &str>,
+    outcome: &GroupOutcome,
+) -> StoreResult<bool> {
+    let decisions: Vec<&Decision> = outcome.answers.iter().flatten().collect();
+    let (created, resumed) = (&outcome.created, &outcome.resumed);
+    assert!(
+        created.len() + resumed.len() <= CHUNK && decisions.len() <= CHUNK,
+        "group too big"
+    );
+    let created_by: HashMap<&str, &str> = created
+        .iter()
+        .map(|s| (s.session_id.as_str(), s.org_id.as_str()))
+        .collect();
+    let unused: Vec<&str> = claimed
+        .iter()
+        .filter(|(id, org)| created_by.get(*id) != Some(*org))
+        .map(|(id, _)| *id)
+        .collect();
+    if !unused.is_empty() {
+        D::release_owners(tx, &unused).await?;
+    }
+    let unclaimed: Vec<Session> = created
+        .iter()
+        .filter(|s| claimed.get(s.session_id.as_str()) != Some(&s.org_id.as_str()))
+        .cloned()
+        .collect();
+    if !unclaimed.is_empty() && !claim_all(tx, &unclaimed).await? {
+        return Ok(false);
+    }
+    for orgs in shards.values() {
+        let written = if shards.len() == 1 {
+            D::write_admissions(tx, orgs, created, resumed, &decisions).await?
+        } else {
+            let mine = |org: &str| orgs.binary_search(&org).is_ok();
+            let pick = |rows: &[Session]| -> Vec<Session> {
+                rows.iter().filter(|s| mine(&s.org_id)).cloned().collect()
+            };
+            let ds: Vec<&Decision> = decisions
+                .iter()
+                .copied()
+                .filter(|d| mine(&d.org_id))
+                .collect();
+            D::write_admissions(tx, orgs, &pick(created), &pick(resumed), &ds).await?
+        };
+        if !written {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// One try of an admission group, in one transaction that holds the row lock of every key
 /// the group names (PostgreSQL, taken in byte order) or the database's write lock
 /// (SQLite), so that no number of callers on any number of instances gets past a key's
 /// limit. Every decision is recorded in the same transaction. `None` when a session it
 /// would create appeared meanwhile (start over and see it).
 async fn admit_once(
-    store: &Backend,
+    store: &D,
     plans: &Plans,
     requests: &[AdmissionRequest],
     now: Secs,
@@ -184,179 +529,41 @@ async fn admit_once(
     written: &std::sync::Mutex<Option<Written>>,
 ) -> StoreResult<Option<Vec<Result<Decision, AdmitReject>>>> {
     let mut tx = store.begin_hot().await?;
-    let mut facts = GroupFacts::default();
-    let shards = store
-        .by_shard(&mut tx, requests.iter().map(|r| r.org_id.as_str()))
-        .await?;
-    let keys = sorted_unique(requests.iter().map(|r| (r.org_id.as_str(), r.key_id.as_str())));
-    let keys_of = |orgs: &[&str]| -> Vec<(&str, &str)> {
-        keys.iter()
-            .filter(|(o, _)| orgs.binary_search(o).is_ok())
-            .copied()
-            .collect()
+    let named = Named::of(requests);
+    let shards = store.by_shard(&mut tx, named.orgs.iter().copied()).await?;
+    let locked = lock_phase(&mut tx, &named, &shards, now).await?;
+    let by_windows = rush_meter_core::standing::by_windows(locked.orgs.values(), now);
+    let first = gate_reads(&by_windows, &named.members, now, rules);
+    let wanted: Vec<(&str, &str)> = named
+        .first_claims()
+        .iter()
+        .map(|(id, org)| (*org, *id))
+        .collect();
+    let ask = ClaimAsk {
+        wanted: &wanted,
+        shards: &shards,
+        keys: &named.keys,
+        since: now - rules.lease,
+        reads: first.first(),
     };
-    // Keys first, shard after shard, then sessions: the order every writer locks in. The
-    // orgs and their funding are read after every key lock is held, in statements of their
-    // own: a statement that waited for a lock reads from the snapshot it began with, and
-    // would miss a suspension, a plan change or a booking committed while it waited.
-    let org_ids = sorted_unique(requests.iter().map(|r| r.org_id.as_str()));
-    let mut locked = Vec::with_capacity(keys.len());
-    for orgs in shards.values() {
-        for chunk in keys_of(orgs).chunks(CHUNK) {
-            locked.extend(lock_keys(&mut tx, orgs, chunk).await?);
-        }
-    }
-    let mut funding = Vec::with_capacity(org_ids.len());
-    for chunk in org_ids.chunks(CHUNK) {
-        funding.extend(select_funding(&mut *tx, chunk, now).await?);
-    }
-    for k in locked {
-        facts.keys.insert((k.org_id.clone(), k.key_id.clone()), k);
-    }
-    for FundingRow { org, recorded } in funding {
-        facts.funding.insert(org.org_id.clone(), recorded);
-        facts.orgs.insert(org.org_id.clone(), org);
-    }
-    let named: Vec<(&str, &str)> = requests
-        .iter()
-        .map(|r| (r.org_id.as_str(), r.session_id.as_str()))
-        .collect();
-    // Each id is claimed first for the first org that names it: for new sessions, the
-    // common case, that is all (no session has an id before it is claimed, so there is
-    // none to lock). Only the sessions of ids already claimed are locked, and only the
-    // ids held by another org are looked up.
-    let mut claims: BTreeMap<&str, &str> = BTreeMap::new();
-    for (org, id) in &named {
-        claims.entry(*id).or_insert(*org);
-    }
-    let wanted: Vec<(&str, &str)> = claims.iter().map(|(id, org)| (*org, *id)).collect();
-    let since = now - rules.lease;
-    // Only the members the group names: an org may limit many more than one group touches,
-    // and an admission never changes a member's use (only bookings do).
-    let members = sorted_unique(requests.iter().flat_map(|r| RunMembers::of(r, None).all()));
-    let by_windows = rush_meter_core::standing::by_windows(facts.orgs.values(), now);
-    let reads = gate_reads(&by_windows, &members, now, rules);
-    // The slot counts, and the first reads of window sums and limits, may come with the
-    // claim (two round trips fewer on one PostgreSQL): the counts are read after the keys
-    // are locked, which is all a group of new sessions needs, and the sums need no lock.
-    // A group naming sessions already known counts again below, after locking them (the
-    // statement's counts are then unused: resumes are the rarer case).
-    let (claimed, counted, read_rows) = store
-        .claim_owners_counting_slots(&mut tx, &wanted, &shards, &keys, since, reads.first())
-        .await?;
-    let claimed: HashSet<String> = claimed.into_iter().collect();
-    claims.retain(|id, _| claimed.contains(*id));
-    let existing: Vec<(&str, &str)> = named
-        .iter()
-        .copied()
-        .filter(|(_, id)| !claimed.contains(*id))
-        .collect();
-    if !existing.is_empty() {
-        facts.sessions = store.lock_sessions(&mut tx, &existing).await?;
-    }
-    let held: Vec<&str> = sorted_unique(
-        existing
-            .iter()
-            .map(|(_, id)| *id)
-            .filter(|id| !facts.sessions.contains_key(*id)),
-    );
-    facts.owners = store.owners(&mut tx, &held).await?;
-    if named
-        .iter()
-        .any(|(o, s)| facts.owners.get(*s).is_some_and(|owner| owner == o))
-    {
-        // One of its sessions was created after its lock was looked for: start over.
+    let Some(mut claims) = claim_phase(store, &mut tx, &named, ask, named.first_claims()).await?
+    else {
         return Ok(None);
-    }
-    // A resume that leaves out its project or user runs as the session's (`RunMembers`):
-    // their limits are read too (all the group's limits again, in statements of their own).
-    let also: Vec<&str> = requests
-        .iter()
-        .flat_map(|r| RunMembers::of(r, facts.sessions.get(&r.session_id)).all())
-        .filter(|m| members.binary_search(m).is_err())
-        .collect();
-    let wider: Vec<&str>;
-    let (reads, read_rows) = if also.is_empty() {
-        (reads, read_rows)
-    } else {
-        wider = sorted_unique(members.iter().copied().chain(also));
-        (gate_reads(&by_windows, &wider, now, rules), None)
     };
-    // Counts read before the group's existing sessions were locked are read again: a
-    // heartbeat committed meanwhile may have moved one of them in or out of its slot.
-    let counted = match counted {
-        Some(counts) if existing.is_empty() => counts,
-        _ => {
-            let mut counts = Vec::with_capacity(keys.len());
-            for orgs in shards.values() {
-                for chunk in keys_of(orgs).chunks(CHUNK) {
-                    counts.extend(slot_counts(&mut tx, orgs, chunk, since).await?);
-                }
-            }
-            counts
-        }
-    };
-    for (org, key, n) in counted {
-        facts.slots.insert((org, key), n);
-    }
-    for (i, reads) in reads.iter().enumerate() {
-        let (usage, limits) = match (i, &read_rows) {
-            (0, Some(rows)) => reads.finish(&mut tx, rows).await?,
-            _ => reads.read(&mut tx).await?,
-        };
-        facts.usage.extend(usage);
-        for (org, (limits, used)) in limits {
-            facts.limits.insert(org.clone(), limits);
-            facts.member_usage.insert(org, used);
-        }
-    }
-
-    let outcome = rush_meter_core::gate::decide_group(plans, requests, facts, now, rules.lease, || {
-        format!("dec_{:016x}", rand::random::<u64>())
-    });
-    let decisions: Vec<&Decision> = outcome.answers.iter().flatten().collect();
-    let (created, resumed) = (&outcome.created, &outcome.resumed);
-    assert!(
-        created.len() + resumed.len() <= CHUNK && decisions.len() <= CHUNK,
-        "group too big"
-    );
-    // Claims the decisions left unused are given back; a session created for another org
-    // than the one its id was claimed for (two orgs naming one new id) is claimed anew.
-    let created_by: HashMap<&str, &str> = created
-        .iter()
-        .map(|s| (s.session_id.as_str(), s.org_id.as_str()))
-        .collect();
-    let unused: Vec<&str> = claims
-        .iter()
-        .filter(|(id, org)| created_by.get(*id) != Some(*org))
-        .map(|(id, _)| *id)
-        .collect();
-    if !unused.is_empty() {
-        release_owners(&mut tx, &unused).await?;
-    }
-    let unclaimed: Vec<Session> = created
-        .iter()
-        .filter(|s| claims.get(s.session_id.as_str()) != Some(&s.org_id.as_str()))
-        .cloned()
-        .collect();
-    if !unclaimed.is_empty() && !claim_all(&mut tx, &unclaimed).await? {
-        // A session it would create was claimed by another writer meanwhile.
+    let read = read_phase(
+        &mut tx,
+        &named,
+        &shards,
+        &by_windows,
+        first,
+        &mut claims,
+        (now, rules),
+    )
+    .await?;
+    drop(by_windows);
+    let outcome = decide_phase(plans, requests, locked, &mut claims, read, (now, rules));
+    if !write_phase(&mut tx, &shards, &claims.ids, &outcome).await? {
         return Ok(None);
-    }
-    for orgs in shards.values() {
-        let written = if shards.len() == 1 {
-            write_admissions(&mut tx, orgs, created, resumed, &decisions).await?
-        } else {
-            let mine = |org: &str| orgs.binary_search(&org).is_ok();
-            let pick = |rows: &[Session]| -> Vec<Session> {
-                rows.iter().filter(|s| mine(&s.org_id)).cloned().collect()
-            };
-            let ds: Vec<&Decision> = decisions.iter().copied().filter(|d| mine(&d.org_id)).collect();
-            write_admissions(&mut tx, orgs, &pick(created), &pick(resumed), &ds).await?
-        };
-        if !written {
-            return Ok(None);
-        }
     }
     if let Some(told) = written.lock().expect("written").take() {
         let _ = told.send(());
@@ -366,7 +573,7 @@ async fn admit_once(
 }
 
 #[async_trait]
-impl GateStore for Backend {
+impl GateStore for D {
     async fn admit_telling(
         &self,
         plans: &Plans,

@@ -1,16 +1,19 @@
-// The ledger (`LedgerStore`), written once for both dialects: locks and reads around the
-// core's rules (`core::heartbeats::group`, `core::ledger`), and the readers' sums.
+//! The ledger (`LedgerStore`), written once for both dialects: locks and reads around the
+//! core's rules (`core::heartbeats::group`, `core::ledger`), and the readers' sums.
 
-fn span_kind(kind: VmState) -> &'static str {
+use super::*;
+
+pub(crate) fn span_kind(kind: VmState) -> &'static str {
     kind.as_str()
 }
 
-const SESSION_COLUMNS: &str = "org_id, session_id, key_id, agent, project_id, started_by, \
+pub(crate) const SESSION_COLUMNS: &str =
+    "org_id, session_id, key_id, agent, project_id, started_by, \
      vm_id, phase, last_seq, last_at, span_start, billed_seconds, heartbeats, silences, \
      unadmitted, created_at, ended_at, end_status, heard_at, held_at, held";
 
 /// Overwrites every column of a locked session row with the new state.
-const SESSION_UPSERT: &str = " ON CONFLICT (org_id, session_id) DO UPDATE SET \
+pub(crate) const SESSION_UPSERT: &str = " ON CONFLICT (org_id, session_id) DO UPDATE SET \
      key_id = excluded.key_id, agent = excluded.agent, project_id = excluded.project_id, \
      started_by = excluded.started_by, vm_id = excluded.vm_id, phase = excluded.phase, \
      last_seq = excluded.last_seq, last_at = excluded.last_at, \
@@ -20,29 +23,33 @@ const SESSION_UPSERT: &str = " ON CONFLICT (org_id, session_id) DO UPDATE SET \
      end_status = excluded.end_status, heard_at = excluded.heard_at, \
      held_at = excluded.held_at, held = excluded.held";
 
-const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, shard) DO UPDATE \
+pub(crate) const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, shard) DO UPDATE \
      SET seconds = org_hourly.seconds + excluded.seconds";
 
-const MEMBER_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, dimension, bucket, member_id) DO UPDATE \
+pub(crate) const MEMBER_HOURS_CONFLICT: &str =
+    " ON CONFLICT (org_id, dimension, bucket, member_id) DO UPDATE \
      SET seconds = member_hourly.seconds + excluded.seconds";
 
-const SESSION_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, session_id) DO UPDATE \
+pub(crate) const SESSION_HOURS_CONFLICT: &str =
+    " ON CONFLICT (org_id, hour, session_id) DO UPDATE \
      SET seconds = session_hourly.seconds + excluded.seconds";
 
 /// Sorted ids of the orgs that exist among `ids`.
 async fn existing_orgs(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
     let mut found = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
-        found.extend(select_org_ids(tx, chunk).await?);
+        found.extend(D::select_org_ids(tx, chunk).await?);
     }
     found.sort_unstable();
     Ok(found)
 }
 
-/// One try of a heartbeat group: `None` when another instance created one of its new
+/// One try of a heartbeat group, in phases: lock the sessions it names, screen its
+/// requests and create the sessions first seen, apply the heartbeats (the core), and fund
+/// and book what they billed. `None` when another instance created one of its new
 /// sessions first, or one of its sessions meanwhile (start over and see it).
 async fn ingest_once(
-    store: &Backend,
+    store: &D,
     requests: &[Vec<Heartbeat>],
     rules: &Rules,
     plans: &Plans,
@@ -55,47 +62,56 @@ async fn ingest_once(
         .flatten()
         .map(|h| (h.org_id.as_str(), h.session_id.as_str()))
         .collect();
-    let mut sessions = store.lock_sessions(&mut tx, &named).await?;
-    // A named session not found in its org: another org's, or one created meanwhile.
-    let missing = sorted_unique(
-        named
-            .iter()
-            .map(|(_, s)| *s)
-            .filter(|s| !sessions.contains_key(*s)),
-    );
-    let owners = store.owners(&mut tx, &missing).await?;
-    if named
-        .iter()
-        .any(|(o, s)| owners.get(*s).is_some_and(|owner| owner == o))
-    {
+    let Some(LockedSessions {
+        mut sessions,
+        owners,
+    }) = store.lock_named(&mut tx, &named).await?
+    else {
         return Ok(None);
-    }
-    let unproven = heartbeats::unproven_orgs(requests, &sessions);
-    let found = if unproven.is_empty() {
-        Vec::new()
-    } else {
-        existing_orgs(&mut tx, &unproven).await?
     };
-    let screened = heartbeats::screen(requests, &sessions, &owners, &found);
-    if !screened.created.is_empty() {
-        let new: Vec<Session> = screened.created.values().cloned().collect();
-        if !store.insert_new_sessions(&mut tx, new).await? {
-            return Ok(None);
-        }
-        sessions.extend(screened.created);
-    }
-    let (answers, booking) = heartbeats::apply(requests, screened.verdicts, &mut sessions, rules);
+    let Some(verdicts) = screen_phase(store, &mut tx, requests, &mut sessions, &owners).await?
+    else {
+        return Ok(None);
+    };
+    let (answers, booking) = heartbeats::apply(requests, verdicts, &mut sessions, rules);
     store
-        .write_booking(&mut tx, shard, booking, plans, now, rules)
+        .fund_and_book(&mut tx, shard, booking, plans, now, rules)
         .await?;
     tx.commit().await?;
     Ok(Some(answers))
 }
 
-impl Backend {
+/// Phase two of a heartbeat group: each request screened whole (`heartbeats::screen`),
+/// the orgs of sessions first seen looked up, and those sessions created (`sessions` gains
+/// them). `None` when another writer created one of them first.
+async fn screen_phase(
+    store: &D,
+    tx: &mut Tx,
+    requests: &[Vec<Heartbeat>],
+    sessions: &mut HashMap<String, Session>,
+    owners: &HashMap<String, String>,
+) -> StoreResult<Option<Vec<Result<(), heartbeats::IngestReject>>>> {
+    let unproven = heartbeats::unproven_orgs(requests, sessions);
+    let found = if unproven.is_empty() {
+        Vec::new()
+    } else {
+        existing_orgs(tx, &unproven).await?
+    };
+    let screened = heartbeats::screen(requests, sessions, owners, &found);
+    if !screened.created.is_empty() {
+        let new: Vec<Session> = screened.created.values().cloned().collect();
+        if !store.insert_new_sessions(tx, new).await? {
+            return Ok(None);
+        }
+        sessions.extend(screened.created);
+    }
+    Ok(Some(screened.verdicts))
+}
+
+impl D {
     /// Fund what a booking billed (under its orgs' row locks), then write it, one shard's
     /// rows at a time.
-    async fn write_booking(
+    pub(crate) async fn fund_and_book(
         &self,
         tx: &mut Tx,
         shard: i64,
@@ -108,13 +124,20 @@ impl Backend {
             return Ok(());
         }
         self.fund(tx, &mut booking, plans, now, rules).await?;
-        let orgs: Vec<String> = booking.sessions.values().map(|s| s.org_id.clone()).collect();
+        let orgs: Vec<String> = booking
+            .sessions
+            .values()
+            .map(|s| s.org_id.clone())
+            .collect();
         let shard_of = self.shard_of(tx, orgs.iter().map(String::as_str)).await?;
         if sorted_unique(shard_of.values()).len() == 1 {
-            return write_booking(tx, shard, &booking).await;
+            return <D as Dialect>::write_booking(tx, shard, &booking).await;
         }
-        for part in booking.split_by(|org| shard_of.get(org).copied().unwrap_or(0)).values() {
-            write_booking(tx, shard, part).await?;
+        for part in booking
+            .split_by(|org| shard_of.get(org).copied().unwrap_or(0))
+            .values()
+        {
+            <D as Dialect>::write_booking(tx, shard, part).await?;
         }
         Ok(())
     }
@@ -141,11 +164,14 @@ async fn select_expiring(
     let mut rows = Vec::new();
     for (condition, since) in [
         ("phase = 'running' AND last_at < ", due.silent_since),
-        ("phase IN ('parked', 'admitted', 'silent') AND span_start <= ", due.idle_since),
+        (
+            "phase IN ('parked', 'admitted', 'silent') AND span_start <= ",
+            due.idle_since,
+        ),
         ("held_at IS NOT NULL AND held_at <= ", due.held_before),
     ] {
         rows.extend(unwrap_all(
-            lock_sessions_where(tx, orgs, condition, since, limit).await?,
+            D::lock_sessions_where(tx, orgs, condition, since, limit).await?,
         ));
     }
     Ok(rows)
@@ -154,10 +180,11 @@ async fn select_expiring(
 /// An org's running sessions (`$1`). Read on a generic plan on one PostgreSQL (`Pg::keyed`),
 /// as is the usage page's count of parked ones (`PARKED_SESSIONS`): tests/generic_plans.rs
 /// checks both on a large org.
-const RUNNING_SESSIONS: &str = "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'";
+pub(crate) const RUNNING_SESSIONS: &str =
+    "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'";
 
 #[async_trait]
-impl LedgerStore for Backend {
+impl LedgerStore for D {
     async fn ingest(
         &self,
         requests: &[Vec<Heartbeat>],
@@ -182,7 +209,11 @@ impl LedgerStore for Backend {
         plans: &Plans,
     ) -> StoreResult<Option<Session>> {
         let mut tx = begin_write(self.write()).await?;
-        let Some(org) = self.owners(&mut tx, &[session_id]).await?.remove(session_id) else {
+        let Some(org) = self
+            .owners(&mut tx, &[session_id])
+            .await?
+            .remove(session_id)
+        else {
             return Ok(None);
         };
         if scope_org.is_some_and(|o| o != org) {
@@ -192,14 +223,15 @@ impl LedgerStore for Backend {
         let Some(mut s) = locked.into_values().next() else {
             return Ok(None);
         };
-        let step = ledger::close_session(&s.ledger, now, status, rules);
+        let step = rush_meter_core::ledger::close_session(&s.ledger, now, status, rules);
         if !step.duplicate {
             s.ledger = step.ledger;
             let mut booking = Booking::default();
             for fx in &step.effects {
                 booking.add(&s, fx);
             }
-            self.write_booking(&mut tx, 0, booking, plans, now, rules).await?;
+            self.fund_and_book(&mut tx, 0, booking, plans, now, rules)
+                .await?;
             tx.commit().await?;
         }
         Ok(Some(s))
@@ -213,9 +245,9 @@ impl LedgerStore for Backend {
         plans: &Plans,
         limit: i64,
     ) -> StoreResult<usize> {
-        let silent_since = ledger::silent_before(now, rules);
-        let idle_since = now - ledger::PARKED_EXPIRY_SECS;
-        let held_before = ledger::held_due_before(now, rules);
+        let silent_since = rush_meter_core::ledger::silent_before(now, rules);
+        let idle_since = now - rush_meter_core::ledger::PARKED_EXPIRY_SECS;
+        let held_before = rush_meter_core::ledger::held_due_before(now, rules);
         let mut tx = begin_write(self.write()).await?;
         // Which orgs have sessions to expire: read first, so the locks name their orgs.
         let orgs: Vec<String> = sqlx::query_scalar(
@@ -237,25 +269,30 @@ impl LedgerStore for Backend {
             held_before,
         };
         let mut rows: BTreeMap<String, Session> = BTreeMap::new();
-        for orgs in self.by_shard(&mut tx, orgs.iter().map(String::as_str)).await?.values() {
+        for orgs in self
+            .by_shard(&mut tx, orgs.iter().map(String::as_str))
+            .await?
+            .values()
+        {
             for s in select_expiring(&mut tx, orgs, &due, limit).await? {
                 rows.insert(s.session_id.clone(), s);
             }
         }
         let mut booking = Booking::default();
         for mut s in rows.into_values() {
-            if let Some(step) = ledger::pass_time(&s.ledger, now, rules) {
+            if let Some(step) = rush_meter_core::ledger::pass_time(&s.ledger, now, rules) {
                 s.ledger = step.ledger;
                 for fx in &step.effects {
                     booking.add(&s, fx);
                 }
                 if step.effects.is_empty() {
-                    booking.add(&s, &ledger::Effects::default());
+                    booking.add(&s, &rush_meter_core::ledger::Effects::default());
                 }
             }
         }
         let changed = booking.sessions.len();
-        self.write_booking(&mut tx, 0, booking, plans, now, rules).await?;
+        self.fund_and_book(&mut tx, 0, booking, plans, now, rules)
+            .await?;
         tx.commit().await?;
         Ok(changed)
     }
@@ -291,9 +328,9 @@ impl LedgerStore for Backend {
     async fn running_sessions(&self, org_id: &str) -> StoreResult<Vec<Session>> {
         Ok(unwrap_all(
             sqlx::query_as::<_, Rec<Session>>(RUNNING_SESSIONS)
-            .bind(org_id)
-            .fetch_all(self.keyed())
-            .await?,
+                .bind(org_id)
+                .fetch_all(self.keyed())
+                .await?,
         ))
     }
 
@@ -429,11 +466,15 @@ impl LedgerStore for Backend {
             seconds,
         };
         if matches!(by, GroupBy::Hour | GroupBy::Funding | GroupBy::Day) {
-            let rows = self.key_seconds::<Secs>(&sql, org_id, from, to, false).await?;
+            let rows = self
+                .key_seconds::<Secs>(&sql, org_id, from, to, false)
+                .await?;
             return Ok(rows.into_iter().map(|(h, s)| piece(h, s)).collect());
         }
         let by_session = by == GroupBy::Session;
-        let rows = self.key_seconds::<String>(&sql, org_id, from, to, by_session).await?;
+        let rows = self
+            .key_seconds::<String>(&sql, org_id, from, to, by_session)
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(name, seconds)| {

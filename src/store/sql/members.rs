@@ -1,6 +1,8 @@
-// Inside an org (`MemberStore`), written once for both dialects: the limits an org sets on
-// its users, projects and keys, and what those members used in the org's windows (the
-// member rollup, and running sessions counted up to now).
+//! Inside an org (`MemberStore`), written once for both dialects: the limits an org sets on
+//! its users, projects and keys, and what those members used in the org's windows (the
+//! member rollup, and running sessions counted up to now).
+
+use super::*;
 
 impl<'r> sqlx::FromRow<'r, Row> for Rec<Limit> {
     fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
@@ -9,8 +11,11 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Limit> {
             .ok_or_else(|| decode_error("kind", "a limit without a kind"))?;
         let hours = |column: &str| -> Result<Option<Decimal>, sqlx::Error> {
             let text: Option<String> = row.try_get(column)?;
-            text.map(|t| t.parse().map_err(|_| decode_error(column, format!("`{t}`"))))
-                .transpose()
+            text.map(|t| {
+                t.parse()
+                    .map_err(|_| decode_error(column, format!("`{t}`")))
+            })
+            .transpose()
         };
         Ok(Rec(Limit {
             org_id: row.try_get("org_id")?,
@@ -42,7 +47,7 @@ fn limit_subject(l: &Limit) -> String {
 /// are spread over the three kinds: a branch for each kind read every running session
 /// three times (on SQLite 1.5 ms a read for an org of 200 running sessions against 0.96;
 /// the heartbeat answers of 50 such orgs 65 against 41 ms).
-async fn limits_with_usage_on(
+pub(crate) async fn limits_with_usage_on(
     conn: &mut <DB as sqlx::Database>::Connection,
     orgs: &[&Org],
     members: Option<&[&str]>,
@@ -67,7 +72,7 @@ async fn limits_with_usage_on(
 fn limits_sql(base: usize, members: bool) -> String {
     let p = |n: usize| base + n;
     let only = |column: &str| match members {
-        true => format!(" AND {}", in_list(column, p(10))),
+        true => format!(" AND {}", D::in_list(column, p(10))),
         false => String::new(),
     };
     let stretch_end = format!("{LEAST}(last_at + ${}, ${})", p(8), p(9));
@@ -77,9 +82,9 @@ fn limits_sql(base: usize, members: bool) -> String {
     let named = match members {
         true => format!(
             " AND ({} OR {} OR {})",
-            in_list("key_id", p(10)),
-            in_list("project_id", p(10)),
-            in_list("started_by", p(10))
+            D::in_list("key_id", p(10)),
+            D::in_list("project_id", p(10)),
+            D::in_list("started_by", p(10))
         ),
         false => String::new(),
     };
@@ -95,7 +100,7 @@ fn limits_sql(base: usize, members: bool) -> String {
          GROUP BY r.org_id, d.kind, {member}",
         month = overlap("last_at", &stretch_end, p(2), p(3)),
         week = overlap("last_at", &stretch_end, p(4), p(5)),
-        orgs = org_in(p(1)),
+        orgs = D::org_in(p(1)),
     );
     format!(
         "{limit_rows} \
@@ -109,7 +114,7 @@ fn limits_sql(base: usize, members: bool) -> String {
          GROUP BY h.org_id, h.dimension, h.member_id \
          UNION ALL {running}",
         limit_rows = limit_rows_sql(p(1), members.then(|| p(10))),
-        limited_orgs = in_list("l.org_id", p(1)),
+        limited_orgs = D::in_list("l.org_id", p(1)),
         only_l = only("l.member_id"),
         m0 = p(2),
         m1 = p(3),
@@ -122,14 +127,17 @@ fn limits_sql(base: usize, members: bool) -> String {
 
 /// The limits of the orgs listed in parameter `orgs`, with `members` the parameter listing
 /// the only members (any kind) wanted; their use columns are zero (`LimitsRead`).
-fn limit_rows_sql(orgs: usize, members: Option<usize>) -> String {
+pub(crate) fn limit_rows_sql(orgs: usize, members: Option<usize>) -> String {
     format!(
         "SELECT 'limit' AS row_kind, org_id, kind, member_id, monthly_hours, weekly_hours, \
            created_at, updated_at, CAST(0 AS BIGINT) AS month_used, \
            CAST(0 AS BIGINT) AS week_used \
          FROM member_limits WHERE {}{}",
-        org_in(orgs),
-        members.map_or(String::new(), |m| format!(" AND {}", in_list("member_id", m))),
+        D::org_in(orgs),
+        members.map_or(String::new(), |m| format!(
+            " AND {}",
+            D::in_list("member_id", m)
+        )),
     )
 }
 
@@ -143,7 +151,7 @@ fn bind_limits<'q>(
     rules: &Rules,
 ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>> {
     let q = q
-        .bind(org_list(orgs))
+        .bind(D::id_list(orgs))
         .bind(w.month.start)
         .bind(w.month.end)
         .bind(w.week.start)
@@ -153,14 +161,14 @@ fn bind_limits<'q>(
         .bind(rules.interval)
         .bind(now);
     match members {
-        Some(m) => q.bind(org_list(m)),
+        Some(m) => q.bind(D::id_list(m)),
         None => q,
     }
 }
 
 /// The limits and their members' use, gathered from the rows of limits reads.
 #[derive(Default)]
-struct LimitsRead {
+pub(crate) struct LimitsRead {
     out: HashMap<String, (Vec<Limit>, MemberUsage)>,
 }
 
@@ -168,7 +176,7 @@ impl LimitsRead {
     /// Take in one statement's rows (`row_kind` `limit` or `used`; others are not its own).
     /// SQL does not promise the branches' order: the use rows are added once every limit of
     /// the statement is known.
-    fn absorb(&mut self, rows: &[Row]) -> Result<(), sqlx::Error> {
+    pub(crate) fn absorb(&mut self, rows: &[Row]) -> Result<(), sqlx::Error> {
         use sqlx::Row as _;
         let mut used_rows = Vec::new();
         for row in rows {
@@ -201,9 +209,11 @@ impl LimitsRead {
     }
 
     /// Each org's limits, as they are listed: by kind, then member, in byte order.
-    fn finish(mut self) -> HashMap<String, (Vec<Limit>, MemberUsage)> {
+    pub(crate) fn finish(mut self) -> HashMap<String, (Vec<Limit>, MemberUsage)> {
         for (limits, _) in self.out.values_mut() {
-            limits.sort_by(|a, b| (a.kind.as_str(), &a.member_id).cmp(&(b.kind.as_str(), &b.member_id)));
+            limits.sort_by(|a, b| {
+                (a.kind.as_str(), &a.member_id).cmp(&(b.kind.as_str(), &b.member_id))
+            });
         }
         self.out
     }
@@ -223,7 +233,7 @@ async fn mark_limited(tx: &mut Tx, org_id: &str) -> StoreResult<()> {
 }
 
 #[async_trait]
-impl MemberStore for Backend {
+impl MemberStore for D {
     async fn put_limit(&self, limit: &Limit, now: Secs, actor: &Actor) -> StoreResult<Limit> {
         let mut tx = begin_write(self.write()).await?;
         // Changes of an org's limits follow each other (`mark_limited`).
@@ -259,8 +269,8 @@ impl MemberStore for Backend {
             actor,
             Action::LimitSet,
             limit_subject(&after),
-            before.as_ref().map(audit::limit_state),
-            Some(audit::limit_state(&after)),
+            before.as_ref().map(rush_meter_core::audit::limit_state),
+            Some(rush_meter_core::audit::limit_state(&after)),
         );
         write_audit(&mut tx, entry).await?;
         if before.is_none() {
@@ -297,7 +307,7 @@ impl MemberStore for Backend {
                 actor,
                 Action::LimitRemoved,
                 limit_subject(l),
-                Some(audit::limit_state(l)),
+                Some(rush_meter_core::audit::limit_state(l)),
                 None,
             );
             write_audit(&mut tx, entry).await?;

@@ -1,7 +1,9 @@
-// Usage-threshold notifications (`NotificationStore`), written once for both dialects.
+//! Usage-threshold notifications (`NotificationStore`), written once for both dialects.
+
+use super::*;
 
 #[async_trait]
-impl NotificationStore for Backend {
+impl NotificationStore for D {
     /// The key makes it once per threshold per window, across every instance.
     async fn insert_notification(
         &self,
@@ -53,12 +55,18 @@ impl NotificationStore for Backend {
         .fetch_all(&mut *tx)
         .await?;
         let mut rows: Vec<NotificationRow> = Vec::new();
-        for orgs in self.by_shard(&mut tx, orgs.iter().map(String::as_str)).await?.values() {
+        for orgs in self
+            .by_shard(&mut tx, orgs.iter().map(String::as_str))
+            .await?
+            .values()
+        {
             let left = limit - rows.len() as i64;
             if left <= 0 {
                 break;
             }
-            rows.extend(claim_due::<NotificationRow>(&mut tx, &queue, Some(orgs), now, hold, left).await?);
+            rows.extend(
+                claim_due::<NotificationRow>(&mut tx, &queue, Some(orgs), now, hold, left).await?,
+            );
         }
         tx.commit().await?;
         rows.sort_by(|a, b| {

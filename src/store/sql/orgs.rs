@@ -1,8 +1,10 @@
-// Orgs, keys and tokens (`OrgStore`), written once for both dialects.
+//! Orgs, keys and tokens (`OrgStore`), written once for both dialects.
+
+use super::*;
 
 /// A token as the audit log records it (never its secret).
 fn token_state(t: &TokenRow) -> serde_json::Value {
-    audit::token_state(
+    rush_meter_core::audit::token_state(
         &t.token_id,
         &t.scopes,
         t.org_id.as_deref(),
@@ -14,21 +16,21 @@ fn token_state(t: &TokenRow) -> serde_json::Value {
 
 /// An org's row, locked for the change the transaction makes (its state before, for the
 /// audit log); `None` if there is no such org.
-async fn org_for_update(tx: &mut Tx, org_id: &str) -> StoreResult<Option<Org>> {
-    Ok(sqlx::query_as::<_, Rec<Org>>(&format!(
-        "SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"
-    ))
-    .bind(org_id)
-    .fetch_optional(&mut **tx)
-    .await?
-    .map(|r| r.0))
+pub(crate) async fn org_for_update(tx: &mut Tx, org_id: &str) -> StoreResult<Option<Org>> {
+    Ok(
+        sqlx::query_as::<_, Rec<Org>>(&format!("SELECT * FROM orgs WHERE org_id = $1{FOR_UPDATE}"))
+            .bind(org_id)
+            .fetch_optional(&mut **tx)
+            .await?
+            .map(|r| r.0),
+    )
 }
 
 async fn select_orgs<'e, E: sqlx::Executor<'e, Database = DB>>(
     ex: E,
     ids: &[&str],
 ) -> StoreResult<Vec<Org>> {
-    select_orgs_in(ex, ids).await.map(unwrap_all)
+    D::select_orgs_in(ex, ids).await.map(unwrap_all)
 }
 
 /// A `LIKE` pattern (escape `\\`) matching any text that contains `q`. The statement
@@ -48,7 +50,7 @@ fn contains_pattern(q: &str) -> String {
 }
 
 #[async_trait]
-impl OrgStore for Backend {
+impl OrgStore for D {
     async fn upsert_org(&self, org: &OrgUpsert, now: Secs, actor: &Actor) -> StoreResult<Org> {
         let mut tx = begin_write(self.write()).await?;
         let created = sqlx::query_as::<_, Rec<Org>>(
@@ -96,8 +98,8 @@ impl OrgStore for Backend {
             actor,
             action,
             after.org_id.clone(),
-            before.as_ref().map(audit::org_state),
-            Some(audit::org_state(&after)),
+            before.as_ref().map(rush_meter_core::audit::org_state),
+            Some(rush_meter_core::audit::org_state(&after)),
         );
         write_audit(&mut tx, entry).await?;
         tx.commit().await?;
@@ -138,7 +140,11 @@ impl OrgStore for Backend {
         only: Option<&str>,
     ) -> StoreResult<Vec<String>> {
         // Named only when it is one org, so that Citus routes the search to its shard.
-        let one = if only.is_some() { " AND org_id = $4" } else { "" };
+        let one = if only.is_some() {
+            " AND org_id = $4"
+        } else {
+            ""
+        };
         let sql = format!(
             "SELECT org_id FROM orgs \
              WHERE (LOWER(org_id) LIKE LOWER($1) ESCAPE '\\' OR LOWER(name) LIKE LOWER($1) ESCAPE '\\') \
@@ -226,8 +232,8 @@ impl OrgStore for Backend {
             actor,
             action,
             format!("key:{key_id}"),
-            before.as_ref().map(audit::key_state),
-            Some(audit::key_state(&after)),
+            before.as_ref().map(rush_meter_core::audit::key_state),
+            Some(rush_meter_core::audit::key_state(&after)),
         );
         write_audit(&mut tx, entry).await?;
         tx.commit().await?;

@@ -1,6 +1,8 @@
-// Pay-as-you-go charges (`OverageStore`), written once for both dialects: a month
-// window that ended with overage is closed under its org's lock and recorded as a
-// charge (`pending`), which billing then sends to Stripe and records as it went.
+//! Pay-as-you-go charges (`OverageStore`), written once for both dialects: a month
+//! window that ended with overage is closed under its org's lock and recorded as a
+//! charge (`pending`), which billing then sends to Stripe and records as it went.
+
+use super::*;
 
 /// A charge as the audit log names it: its window's start.
 fn charge_subject(window_start: Secs) -> String {
@@ -11,7 +13,7 @@ fn charge_subject(window_start: Secs) -> String {
 }
 
 #[async_trait]
-impl OverageStore for Backend {
+impl OverageStore for D {
     async fn due_overage_windows(
         &self,
         before: Secs,
@@ -75,7 +77,7 @@ impl OverageStore for Backend {
         .bind(window_end)
         .bind(seconds)
         .bind(units)
-        .bind(format!("{:.2}", funding::amount(units)))
+        .bind(format!("{:.2}", rush_meter_core::funding::amount(units)))
         .bind(currency)
         .bind(now)
         .fetch_one(&mut *tx)
@@ -158,8 +160,16 @@ impl OverageStore for Backend {
                 actor,
                 Action::OverageChargeFailed,
                 charge_subject(window_start),
-                Some(audit::charge_state("pending", r.attempts - 1, None)),
-                Some(audit::charge_state(&r.state, r.attempts, r.last_error.as_deref())),
+                Some(rush_meter_core::audit::charge_state(
+                    "pending",
+                    r.attempts - 1,
+                    None,
+                )),
+                Some(rush_meter_core::audit::charge_state(
+                    &r.state,
+                    r.attempts,
+                    r.last_error.as_deref(),
+                )),
             );
             write_audit(&mut tx, entry).await?;
         }
@@ -198,8 +208,16 @@ impl OverageStore for Backend {
                 actor,
                 Action::OverageChargeRequeued,
                 charge_subject(r.window_start),
-                Some(audit::charge_state("failed", r.attempts, r.last_error.as_deref())),
-                Some(audit::charge_state("pending", 0, r.last_error.as_deref())),
+                Some(rush_meter_core::audit::charge_state(
+                    "failed",
+                    r.attempts,
+                    r.last_error.as_deref(),
+                )),
+                Some(rush_meter_core::audit::charge_state(
+                    "pending",
+                    0,
+                    r.last_error.as_deref(),
+                )),
             );
             write_audit(&mut tx, entry).await?;
         }

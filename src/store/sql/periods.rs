@@ -1,9 +1,11 @@
-// Closed periods and the finance export (`PeriodStore`), written once for both dialects.
-//
-// A session's line for a period: its booked running seconds from the per-session hourly
-// rollup, its closed spans clipped to the period, and the stretch it is in up to its last
-// heartbeat. For the first open period after a closed one, its adjustment: what the
-// rollup now holds for the closed period less what was frozen (app/periods.rs).
+//! Closed periods and the finance export (`PeriodStore`), written once for both dialects.
+//!
+//! A session's line for a period: its booked running seconds from the per-session hourly
+//! rollup, its closed spans clipped to the period, and the stretch it is in up to its last
+//! heartbeat. For the first open period after a closed one, its adjustment: what the
+//! rollup now holds for the closed period less what was frozen (app/periods.rs).
+
+use super::*;
 
 /// Rows sent down the channel at a time.
 const LINE_BATCH: usize = 1024;
@@ -16,7 +18,7 @@ fn open_stretch() -> String {
 }
 
 /// The live lines of `[$1, $2)`, with adjustments against the closed period `[$3, $4)`.
-fn live_lines_sql() -> String {
+pub(crate) fn live_lines_sql() -> String {
     let open = open_stretch();
     format!(
         "SELECT s.org_id, s.session_id, s.project_id, s.started_by, s.agent, \
@@ -72,7 +74,9 @@ async fn funding_sums_on(
             StoreError::Other(decode_error("funding_hourly.source", format!("`{source}`")))
         })?;
         let kind = kind.as_deref().and_then(GrantKind::parse);
-        out.entry(org).or_default().add(source, kind, seconds, units);
+        out.entry(org)
+            .or_default()
+            .add(source, kind, seconds, units);
     }
     Ok(out)
 }
@@ -117,7 +121,7 @@ fn adjusting(q: &LineQuery) -> (Secs, Secs) {
 
 /// The frozen lines of the period starting at `start` (a parameter, or an integer for
 /// COPY, which takes none), in the export's order: org, then session, in byte order.
-fn frozen_lines_sql(start: &str) -> String {
+pub(crate) fn frozen_lines_sql(start: &str) -> String {
     format!(
         "SELECT {FROZEN_LINES_COLUMNS} FROM period_sessions WHERE period_start = {start} \
          ORDER BY org_id{BYTE_ORDER}, session_id{BYTE_ORDER}"
@@ -125,13 +129,13 @@ fn frozen_lines_sql(start: &str) -> String {
 }
 
 /// Lines gathered into batches of `LINE_BATCH` for the export's channel.
-struct LineBatches<'a> {
+pub(crate) struct LineBatches<'a> {
     tx: &'a mpsc::Sender<Vec<SessionLine>>,
     batch: Vec<SessionLine>,
 }
 
 impl<'a> LineBatches<'a> {
-    fn new(tx: &'a mpsc::Sender<Vec<SessionLine>>) -> Self {
+    pub(crate) fn new(tx: &'a mpsc::Sender<Vec<SessionLine>>) -> Self {
         LineBatches {
             tx,
             batch: Vec::with_capacity(LINE_BATCH),
@@ -139,7 +143,7 @@ impl<'a> LineBatches<'a> {
     }
 
     /// Add `line`; false once the receiver is gone (the export's reader hung up).
-    async fn push(&mut self, line: SessionLine) -> bool {
+    pub(crate) async fn push(&mut self, line: SessionLine) -> bool {
         self.batch.push(line);
         if self.batch.len() < LINE_BATCH {
             return true;
@@ -149,7 +153,7 @@ impl<'a> LineBatches<'a> {
     }
 
     /// Send the last, partial batch.
-    async fn finish(self) {
+    pub(crate) async fn finish(self) {
         if !self.batch.is_empty() {
             let _ = self.tx.send(self.batch).await;
         }
@@ -157,7 +161,7 @@ impl<'a> LineBatches<'a> {
 }
 
 /// Send `rows` down `tx` in batches; stop early, without error, when the receiver is gone.
-async fn send_lines(
+pub(crate) async fn send_lines(
     mut rows: futures_util::stream::BoxStream<'_, Result<Rec<SessionLine>, sqlx::Error>>,
     tx: &mpsc::Sender<Vec<SessionLine>>,
 ) -> StoreResult<()> {
@@ -173,7 +177,7 @@ async fn send_lines(
 }
 
 #[async_trait]
-impl PeriodStore for Backend {
+impl PeriodStore for D {
     async fn send_session_lines(
         &self,
         q: &LineQuery,
@@ -241,9 +245,9 @@ impl PeriodStore for Backend {
     }
 
     async fn frozen_orgs(&self, period_start: Secs) -> StoreResult<Vec<FrozenOrgRow>> {
-        Ok(sqlx::query_as::<_, FrozenOrgRow>(
-            &format!("SELECT * FROM period_orgs WHERE period_start = $1 ORDER BY org_id{BYTE_ORDER}"),
-        )
+        Ok(sqlx::query_as::<_, FrozenOrgRow>(&format!(
+            "SELECT * FROM period_orgs WHERE period_start = $1 ORDER BY org_id{BYTE_ORDER}"
+        ))
         .bind(period_start)
         .fetch_all(self.read())
         .await?)

@@ -1,4 +1,6 @@
-// The core's types read from rows (the core knows nothing of sqlx): `FromRow` for `Rec<T>`.
+//! The core's types read from rows (the core knows nothing of sqlx): `FromRow` for `Rec<T>`.
+
+use super::*;
 
 /// `FromRow` for `Rec<$t>`, each field read from the column of its name.
 macro_rules! from_row {
@@ -68,10 +70,16 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Decision> {
         let limit = match kind {
             Some(kind) => Some(LimitFigures {
                 kind,
-                member_id: row.try_get::<Option<String>, _>("limit_member")?.unwrap_or_default(),
-                month_used: row.try_get::<Option<i64>, _>("limit_month_used")?.unwrap_or(0),
+                member_id: row
+                    .try_get::<Option<String>, _>("limit_member")?
+                    .unwrap_or_default(),
+                month_used: row
+                    .try_get::<Option<i64>, _>("limit_month_used")?
+                    .unwrap_or(0),
                 month_limit: row.try_get("limit_month")?,
-                week_used: row.try_get::<Option<i64>, _>("limit_week_used")?.unwrap_or(0),
+                week_used: row
+                    .try_get::<Option<i64>, _>("limit_week_used")?
+                    .unwrap_or(0),
                 week_limit: row.try_get("limit_week")?,
             }),
             None => None,
@@ -141,7 +149,11 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<SessionLine> {
 
 /// A column holding one of an enum's names (or NULL), or the decode error that names
 /// the column.
-fn named<T>(row: &Row, column: &str, parse: fn(&str) -> Option<T>) -> Result<Option<T>, sqlx::Error> {
+pub(crate) fn named<T>(
+    row: &Row,
+    column: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<Option<T>, sqlx::Error> {
     use sqlx::Row as _;
     let text: Option<String> = row.try_get(column)?;
     text.map(|t| {
@@ -154,7 +166,7 @@ fn named<T>(row: &Row, column: &str, parse: fn(&str) -> Option<T>) -> Result<Opt
 }
 
 /// A session row's held heartbeats (`held`, `[[seq, at, state], …]`).
-fn held(row: &Row) -> Result<Vec<ledger::Observation>, sqlx::Error> {
+pub(crate) fn held(row: &Row) -> Result<Vec<rush_meter_core::ledger::Observation>, sqlx::Error> {
     use sqlx::Row as _;
     let text: Option<String> = row.try_get("held")?;
     let Some(text) = text else {
@@ -169,18 +181,23 @@ fn held(row: &Row) -> Result<Vec<ledger::Observation>, sqlx::Error> {
     rows.into_iter()
         .map(|(seq, at, state)| {
             let state = VmState::parse(&state).ok_or_else(|| bad(format!("state `{state}`")))?;
-            Ok(ledger::Observation { seq, at, state })
+            Ok(rush_meter_core::ledger::Observation { seq, at, state })
         })
         .collect()
 }
 
 /// What a session row keeps of its held heartbeats: the first one's time and all of them
 /// (`held`), or nothing.
-pub(crate) fn held_columns(held: &[ledger::Observation]) -> (Option<i64>, Option<String>) {
+pub(crate) fn held_columns(
+    held: &[rush_meter_core::ledger::Observation],
+) -> (Option<i64>, Option<String>) {
     if held.is_empty() {
         return (None, None);
     }
-    let rows: Vec<(i64, i64, &str)> = held.iter().map(|h| (h.seq, h.at, h.state.as_str())).collect();
+    let rows: Vec<(i64, i64, &str)> = held
+        .iter()
+        .map(|h| (h.seq, h.at, h.state.as_str()))
+        .collect();
     (
         held.first().map(|h| h.at),
         Some(serde_json::to_string(&rows).expect("numbers and names serialize")),
@@ -190,10 +207,11 @@ pub(crate) fn held_columns(held: &[ledger::Observation]) -> (Option<i64>, Option
 impl<'r> sqlx::FromRow<'r, Row> for Rec<Session> {
     fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
         use sqlx::Row as _;
-        let phase = named(row, "phase", Phase::parse)?.ok_or_else(|| sqlx::Error::ColumnDecode {
-            index: "phase".into(),
-            source: "a session without a phase".into(),
-        })?;
+        let phase =
+            named(row, "phase", Phase::parse)?.ok_or_else(|| sqlx::Error::ColumnDecode {
+                index: "phase".into(),
+                source: "a session without a phase".into(),
+            })?;
         Ok(Rec(Session {
             org_id: row.try_get("org_id")?,
             session_id: row.try_get("session_id")?,

@@ -1,4 +1,6 @@
-// Stripe's tables (`StripeStore`), written once for both dialects.
+//! Stripe's tables (`StripeStore`), written once for both dialects.
+
+use super::*;
 
 /// Record that `customer` is `org`'s (a Stripe customer belongs to one org), in the
 /// transaction that links them; false if it is another org's.
@@ -79,7 +81,7 @@ async fn insert_event(
 }
 
 #[async_trait]
-impl StripeStore for Backend {
+impl StripeStore for D {
     async fn insert_stripe_event(
         &self,
         event_id: &str,
@@ -121,7 +123,8 @@ impl StripeStore for Backend {
             order: "created, event_id",
         };
         let mut tx = begin_write(self.write()).await?;
-        let mut rows: Vec<StripeEventRow> = claim_due(&mut tx, &queue, None, now, hold, limit).await?;
+        let mut rows: Vec<StripeEventRow> =
+            claim_due(&mut tx, &queue, None, now, hold, limit).await?;
         tx.commit().await?;
         rows.sort_by(|a, b| (a.created, &a.event_id).cmp(&(b.created, &b.event_id)));
         Ok(rows)
@@ -273,8 +276,8 @@ impl StripeStore for Backend {
             &Actor::stripe(source),
             Action::SubscriptionSynced,
             s.org_id.clone(),
-            Some(audit::subscription_state(&before)),
-            Some(audit::subscription_state(&after)),
+            Some(rush_meter_core::audit::subscription_state(&before)),
+            Some(rush_meter_core::audit::subscription_state(&after)),
         );
         write_audit(&mut tx, entry).await?;
         tx.commit().await?;
@@ -439,8 +442,8 @@ impl StripeStore for Backend {
             actor,
             Action::DowngradeScheduled,
             org_id.to_owned(),
-            Some(audit::downgrade_state(&before)),
-            Some(audit::downgrade_state(&after)),
+            Some(rush_meter_core::audit::downgrade_state(&before)),
+            Some(rush_meter_core::audit::downgrade_state(&after)),
         );
         write_audit(&mut tx, entry).await?;
         tx.commit().await?;

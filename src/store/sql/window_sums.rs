@@ -1,9 +1,11 @@
-// The window sums, written once for both dialects: seconds each org used in its month
-// and week windows, read in one statement (`window_sums_sql`), by the ledger's
-// `window_usage`, the gate (`window_usage_and_limits_on`) and funding.
+//! The window sums, written once for both dialects: seconds each org used in its month
+//! and week windows, read in one statement (`window_sums_sql`), by the ledger's
+//! `window_usage`, the gate (`window_usage_and_limits_on`) and funding.
+
+use super::*;
 
 /// `GREATEST(0, LEAST(hi, $b) - GREATEST(lo, $a))`: seconds of `[lo, hi)` inside `[$a, $b)`.
-fn overlap(lo: &str, hi: &str, a: usize, b: usize) -> String {
+pub(crate) fn overlap(lo: &str, hi: &str, a: usize, b: usize) -> String {
     format!("{GREATEST}(0, {LEAST}({hi}, ${b}) - {GREATEST}({lo}, ${a}))")
 }
 
@@ -11,17 +13,17 @@ fn overlap(lo: &str, hi: &str, a: usize, b: usize) -> String {
 /// week does): an empty interval past any span, so that its `end_at > $a` reads nothing
 /// from `spans_org_running_end` and its overlap is 0. (`(0, 0)` would read every span the
 /// org ever had, a cost that grew with its history.)
-const NO_EDGE: (Secs, Secs) = (i64::MAX / 4, i64::MAX / 4);
+pub(crate) const NO_EDGE: (Secs, Secs) = (i64::MAX / 4, i64::MAX / 4);
 
 /// Past any instant the ledger holds (2^62 s): the far bound that turns a half-line into a
 /// range for a generic plan.
 const FAR_END: &str = "4611686018427387904";
 
 /// A query of this dialect, bound step by step.
-type Query<'q> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>;
+pub(crate) type Query<'q> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>;
 
 /// Add a window sums row's figures (`org_id`, then `s1`…`s5` under `names`) to `out`.
-fn add_window_sums(
+pub(crate) fn add_window_sums(
     out: &mut HashMap<String, WindowTotals>,
     row: &Row,
     names: [&str; 5],
@@ -37,17 +39,17 @@ fn add_window_sums(
 }
 
 /// Parameters of the window sums before the org ids (`window_sums_sql`).
-const WINDOW_SUMS_PARAMETERS: usize = 21;
+pub(crate) const WINDOW_SUMS_PARAMETERS: usize = 21;
 
 /// The values the window sums' statement is bound with, for one pair of windows.
-struct WindowSums {
+pub(crate) struct WindowSums {
     windows: [Interval; 2],
     full: [(Secs, Secs); 2],
-    edges: [[(Secs, Secs); 2]; 2],
+    pub(crate) edges: [[(Secs, Secs); 2]; 2],
 }
 
 impl WindowSums {
-    fn new(windows: &Windows) -> WindowSums {
+    pub(crate) fn new(windows: &Windows) -> WindowSums {
         let ws = [windows.month, windows.week];
         WindowSums {
             windows: ws,
@@ -60,7 +62,13 @@ impl WindowSums {
     }
 
     /// Bind `window_sums_sql`'s parameters for `orgs` (its first ones) to `q`.
-    fn bind<'q>(&self, mut q: Query<'q>, orgs: &[&'q str], now: Secs, rules: &Rules) -> Query<'q> {
+    pub(crate) fn bind<'q>(
+        &self,
+        mut q: Query<'q>,
+        orgs: &[&'q str],
+        now: Secs,
+        rules: &Rules,
+    ) -> Query<'q> {
         let full = self.full;
         let (lo, hi) = (full[0].0.min(full[1].0), full[0].1.max(full[1].1));
         for v in [full[0].0, full[0].1, full[1].0, full[1].1, lo, hi] {
@@ -83,7 +91,7 @@ impl WindowSums {
 /// The window sums' statement for `orgs` org ids (`$22…`) and these window edges (absent
 /// ones `NO_EDGE`): see `window_usage_on` for its parameters. Its columns: `org_id`, then
 /// `s1`…`s5` (month, week, running, month and week provisional).
-fn window_sums_sql(orgs: usize, edges: &[[(Secs, Secs); 2]; 2]) -> String {
+pub(crate) fn window_sums_sql(orgs: usize, edges: &[[(Secs, Secs); 2]; 2]) -> String {
     // Parameters: $1..$4 full-hour bounds, $5 $6 hull, $7..$14 edges, $15..$18 windows,
     // $19 now, $20 interval, $21 lease; org ids follow.
     let sum_edges = |lo_col: &str, hi_col: &str, w: usize| {
@@ -117,7 +125,12 @@ fn window_sums_sql(orgs: usize, edges: &[[(Secs, Secs); 2]; 2]) -> String {
         }
         let ranges: Vec<String> = present
             .iter()
-            .map(|a| format!("(end_at > ${a} AND end_at < {FAR_END} AND start_at < ${})", a + 1))
+            .map(|a| {
+                format!(
+                    "(end_at > ${a} AND end_at < {FAR_END} AND start_at < ${})",
+                    a + 1
+                )
+            })
             .collect();
         format!(
             "UNION ALL \
@@ -154,7 +167,7 @@ fn window_sums_sql(orgs: usize, edges: &[[(Secs, Secs); 2]; 2]) -> String {
 /// windows), in one statement so that one snapshot gives every figure: whole hours from
 /// the hourly rollup, part hours at the windows' edges from the spans and open stretches,
 /// and each running session counted up to `now` (`SessionLedger::provisional`).
-async fn window_usage_on(
+pub(crate) async fn window_usage_on(
     conn: &mut <DB as sqlx::Database>::Connection,
     org_ids: &[&str],
     windows: &Windows,

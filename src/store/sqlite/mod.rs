@@ -13,64 +13,21 @@ use super::PoolSettings;
 mod gate;
 mod sessions;
 
-use gate::{lock_keys, slot_counts, write_admissions};
-use sessions::{
-    claim_owners, insert_new_session_rows, lock_sessions_where, release_owners, select_org_ids,
-    select_orgs_in, select_owners, select_sessions_for_update, write_booking,
-};
+// The shared SQL, compiled for this backend (the other compiles it too: on purpose).
+#[allow(clippy::duplicate_mod)]
+#[path = "../sql/mod.rs"]
+mod sql;
 
-pub type DB = sqlx::Sqlite;
-type Row = sqlx::sqlite::SqliteRow;
-/// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
-const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
-/// The single writer connection and BEGIN IMMEDIATE already serialise writers.
-const FOR_UPDATE: &str = "";
-const SKIP_LOCKED: &str = "";
-/// SQLite's multi-argument scalar MIN and MAX.
-const LEAST: &str = "MIN";
-const GREATEST: &str = "MAX";
-/// SQLite compares text byte by byte (BINARY) already.
-const BYTE_ORDER: &str = "";
-/// `BEGIN IMMEDIATE` holds the write lock already.
-const LOCK_ORGS: &str = "";
-const JSON_AGG: &str = "json_group_array";
-const JSON_ARRAY: &str = "json_array";
+use sql::*;
 
-/// `org_id` among the orgs of parameter `$n` (a JSON array, bound with `org_list`).
-fn org_in(n: usize) -> String {
-    in_list("org_id", n)
-}
-
-/// `column` among the ids of parameter `$n` (bound with `org_list`).
-fn in_list(column: &str, n: usize) -> String {
-    format!("{column} IN (SELECT value FROM json_each(${n}))")
-}
-
-fn org_list(orgs: &[&str]) -> String {
-    serde_json::to_string(orgs).expect("ids serialise")
-}
-
-include!("../sql/common.rs");
-include!("../sql/rows.rs");
-include!("../sql/orgs.rs");
-include!("../sql/funding.rs");
-include!("../sql/overage.rs");
-include!("../sql/members.rs");
-include!("../sql/ledger.rs");
-include!("../sql/window_sums.rs");
-include!("../sql/gate.rs");
-include!("../sql/stripe.rs");
-include!("../sql/periods.rs");
-include!("../sql/notifications.rs");
-include!("../sql/audit.rs");
+/// The backend the shared SQL (`sql/`) is compiled for here.
+type Engine = Lite;
 
 /// Writes go through one connection; reads through a pool of read-only ones.
 pub struct Lite {
     read: SqlitePool,
     write: SqlitePool,
 }
-
-type Backend = Lite;
 
 impl Lite {
     pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Lite> {
@@ -93,6 +50,36 @@ impl Lite {
             .await?;
         Ok(Lite { read, write })
     }
+}
+
+impl Dialect for Lite {
+    type DB = sqlx::Sqlite;
+    type Row = sqlx::sqlite::SqliteRow;
+    type Ids = String;
+
+    /// Take the write lock up front, so a read-then-write never fails on a stale snapshot.
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    /// The single writer connection and BEGIN IMMEDIATE already serialise writers.
+    const FOR_UPDATE: &'static str = "";
+    const SKIP_LOCKED: &'static str = "";
+    /// SQLite's multi-argument scalar MIN and MAX.
+    const LEAST: &'static str = "MIN";
+    const GREATEST: &'static str = "MAX";
+    /// SQLite compares text byte by byte (BINARY) already.
+    const BYTE_ORDER: &'static str = "";
+    /// `BEGIN IMMEDIATE` holds the write lock already.
+    const LOCK_ORGS: &'static str = "";
+    const JSON_AGG: &'static str = "json_group_array";
+    const JSON_ARRAY: &'static str = "json_array";
+
+    /// A JSON array parameter, read with `json_each`.
+    fn in_list(column: &str, n: usize) -> String {
+        format!("{column} IN (SELECT value FROM json_each(${n}))")
+    }
+
+    fn id_list(ids: &[&str]) -> String {
+        serde_json::to_string(ids).expect("ids serialise")
+    }
 
     fn read(&self) -> &SqlitePool {
         &self.read
@@ -105,7 +92,7 @@ impl Lite {
 
     /// A group commit's transaction: as any write (SQLite prepares once per connection).
     async fn begin_hot(&self) -> StoreResult<Tx> {
-        begin_in_writer(self.write(), BEGIN_WRITE).await
+        begin_in_writer(self.write(), Self::BEGIN_WRITE).await
     }
 
     /// One instance, one file: every org on shard 0.
@@ -113,22 +100,11 @@ impl Lite {
         Ok(vec![0; orgs.len()])
     }
 
-    /// The sessions these `(session, org)` pairs name, of `orgs` (the single writer holds
-    /// the lock already).
-    async fn lock_session_rows(
-        &self,
-        tx: &mut Tx,
-        orgs: &[&str],
-        pairs: &[(&str, &str)],
-    ) -> StoreResult<Vec<Rec<Session>>> {
-        select_sessions_for_update(tx, orgs, pairs).await
-    }
-
     /// A grouping's `(k, s)` rows (`sql` binds the org, `from` and `to`), read as one row
     /// of JSON: sqlx hands each row of SQLite's over from its worker thread as a message of
     /// its own, and a month by session or by hour is thousands of rows. SQLite plans each
     /// statement once a connection, so `_plan_per_call` (PostgreSQL's choice) is moot here.
-    async fn key_seconds<K: serde::de::DeserializeOwned>(
+    async fn key_seconds<K: GroupKey>(
         &self,
         sql: &str,
         org_id: &str,
@@ -165,19 +141,78 @@ impl Lite {
         &self.write
     }
 
-    /// Claim session ids (`claim_owners`); the slots are counted, and the window sums
-    /// read, after it (statements cost
-    /// no round trip here, so there is nothing to save by merging them).
-    async fn claim_owners_counting_slots(
+    async fn lock_session_rows(
         &self,
         tx: &mut Tx,
-        wanted: &[(&str, &str)],
-        _shards: &BTreeMap<i64, Vec<&str>>,
-        _keys: &[(&str, &str)],
-        _since: Secs,
-        _reads: Option<&GateReads<'_>>,
-    ) -> StoreResult<(Vec<String>, Option<Vec<SlotCount>>, Option<Vec<Row>>)> {
-        Ok((claim_owners(tx, wanted).await?, None, None))
+        orgs: &[&str],
+        pairs: &[(&str, &str)],
+    ) -> StoreResult<Vec<Rec<Session>>> {
+        // The single writer holds the lock already.
+        sessions::select_sessions_for_update(tx, orgs, pairs).await
+    }
+
+    async fn lock_sessions_where(
+        tx: &mut Tx,
+        orgs: &[&str],
+        condition: &str,
+        since: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<Rec<Session>>> {
+        sessions::lock_sessions_where(tx, orgs, condition, since, limit).await
+    }
+
+    async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+        sessions::insert_new_session_rows(tx, rows).await
+    }
+
+    async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
+        sessions::write_booking(tx, shard, b).await
+    }
+
+    async fn claim_owners(tx: &mut Tx, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>> {
+        sessions::claim_owners(tx, pairs).await
+    }
+
+    async fn release_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<()> {
+        sessions::release_owners(tx, ids).await
+    }
+
+    async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<(String, String)>> {
+        sessions::select_owners(tx, ids).await
+    }
+
+    async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
+        sessions::select_org_ids(tx, ids).await
+    }
+
+    async fn select_orgs_in<'e, E: sqlx::Executor<'e, Database = DB>>(
+        ex: E,
+        ids: &[&str],
+    ) -> StoreResult<Vec<Rec<Org>>> {
+        sessions::select_orgs_in(ex, ids).await
+    }
+
+    async fn lock_keys(tx: &mut Tx, orgs: &[&str], keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> {
+        gate::lock_keys(tx, orgs, keys).await
+    }
+
+    async fn slot_counts(
+        tx: &mut Tx,
+        orgs: &[&str],
+        keys: &[(&str, &str)],
+        since: Secs,
+    ) -> StoreResult<Vec<SlotCount>> {
+        gate::slot_counts(tx, orgs, keys, since).await
+    }
+
+    async fn write_admissions(
+        tx: &mut Tx,
+        orgs: &[&str],
+        created: &[Session],
+        resumed: &[Session],
+        decisions: &[&Decision],
+    ) -> StoreResult<bool> {
+        gate::write_admissions(tx, orgs, created, resumed, decisions).await
     }
 }
 

@@ -80,7 +80,7 @@ async fn write_funding(tx: &mut Tx, f: &Funding) -> StoreResult<()> {
         });
         let orgs: Vec<&str> = chunk.iter().map(|g| g.org_id.as_str()).collect();
         q.push(") AS v WHERE grants.org_id IN (SELECT value FROM json_each(")
-            .push_bind(org_list(&orgs))
+            .push_bind(Lite::id_list(&orgs))
             .push(")) AND grants.org_id = v.column1 AND grants.grant_id = v.column2");
         once(&mut q).execute(&mut **tx).await?;
     }
@@ -160,7 +160,7 @@ async fn write_indexed_columns(tx: &mut Tx, rows: &[Session]) -> StoreResult<()>
     });
     let orgs: Vec<&str> = rows.iter().map(|r| r.org_id.as_str()).collect();
     q.push(") AS v WHERE sessions.org_id IN (SELECT value FROM json_each(")
-        .push_bind(org_list(&orgs))
+        .push_bind(Lite::id_list(&orgs))
         .push(format!(
             ")) AND sessions.org_id = v.column1 AND sessions.session_id = v.column2 AND ({})",
             differs.join(" OR ")
@@ -252,7 +252,10 @@ async fn add_session_hours(
     Ok(())
 }
 
-async fn insert_spans(tx: &mut Tx, rows: &[(String, String, ledger::Span)]) -> StoreResult<()> {
+async fn insert_spans(
+    tx: &mut Tx,
+    rows: &[(String, String, rush_meter_core::ledger::Span)],
+) -> StoreResult<()> {
     let mut q =
         QueryBuilder::<DB>::new("INSERT INTO spans (org_id, session_id, start_at, end_at, kind) ");
     q.push_values(rows, |mut b, (org, session, span)| {

@@ -1,53 +1,89 @@
-// What every file of the shared SQL uses. The SQL under `store/sql/` is written once and
-// compiled per dialect: `include!`d by `store::pg` and `store::sqlite`, which define `DB`,
-// `Backend` (with `read()` and `write()` pools), `BEGIN_WRITE`, `FOR_UPDATE`,
-// `SKIP_LOCKED`, `LEAST`, `GREATEST`, `BYTE_ORDER` and the set-based statements first.
-// Only this file has `use` items: the others are included into the same module.
+//! The SQL written once for both backends and compiled once for each: `store::pg` and
+//! `store::sqlite` each declare this directory as their module `sql`, with `Engine` (here
+//! `D`) their backend type. All that differs between the two (the words, the pools, how a
+//! transaction begins, the set-based statements, the fast paths) is what `D` implements of
+//! [`Dialect`] (dialect.rs): nothing here names a backend's item otherwise.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+// What the shared SQL and its backends use, in one place (`use super::*` below, `use
+// sql::*` in each backend).
+pub(crate) use std::collections::{BTreeMap, HashMap, HashSet};
 
-use async_trait::async_trait;
-use rust_decimal::Decimal;
-use rush_meter_core::audit::{self, Action, Actor, ActorKind, Entry};
-use rush_meter_core::booking::Booking;
-use rush_meter_core::breakdown::{GroupBy, Piece};
-use rush_meter_core::charges::Terms;
-use rush_meter_core::export::{PeriodFunding, SessionLine};
-use rush_meter_core::funding::{
-    self, Funds, Grant, GrantKind, Overage, Source, WindowFunds, WindowKind,
+pub(crate) use async_trait::async_trait;
+pub(crate) use rush_meter_core::audit::{Action, Actor, ActorKind, Entry};
+pub(crate) use rush_meter_core::booking::Booking;
+pub(crate) use rush_meter_core::breakdown::{GroupBy, Piece};
+pub(crate) use rush_meter_core::charges::Terms;
+pub(crate) use rush_meter_core::export::{PeriodFunding, SessionLine};
+pub(crate) use rush_meter_core::funding::{
+    Funds, Grant, GrantKind, Overage, Source, WindowFunds, WindowKind,
 };
-use rush_meter_core::gate::{
-    AdmissionRequest, AdmitReject, Decision, GroupFacts, LimitFigures, RunMembers,
+pub(crate) use rush_meter_core::gate::{
+    AdmissionRequest, AdmitReject, Decision, GroupFacts, GroupOutcome, LimitFigures, RunMembers,
 };
-use rush_meter_core::heartbeats::{self, Heartbeat, RequestOutcome};
-use rush_meter_core::ledger::{self, EndStatus, Phase, Rules, SessionLedger, VmState};
-use rush_meter_core::members::{Dimension, Limit, LimitKind, MemberUsage};
-use rush_meter_core::org::{Key, Org};
-use rush_meter_core::plans::Plans;
-use rush_meter_core::session::Session;
-use rush_meter_core::standing::WindowTotals;
-use rush_meter_core::time::{full_hours, partial_hours, Interval, Secs, Windows};
-use sqlx::{Pool, Transaction};
-use tokio::sync::mpsc;
+pub(crate) use rush_meter_core::heartbeats::{self, Heartbeat, RequestOutcome};
+pub(crate) use rush_meter_core::ledger::{EndStatus, Phase, Rules, SessionLedger, VmState};
+pub(crate) use rush_meter_core::members::{Dimension, Limit, LimitKind, MemberUsage};
+pub(crate) use rush_meter_core::org::{Key, Org};
+pub(crate) use rush_meter_core::plans::Plans;
+pub(crate) use rush_meter_core::session::Session;
+pub(crate) use rush_meter_core::standing::WindowTotals;
+pub(crate) use rush_meter_core::time::{full_hours, partial_hours, Interval, Secs, Windows};
+pub(crate) use rust_decimal::Decimal;
+pub(crate) use sqlx::{Pool, Transaction};
+pub(crate) use tokio::sync::mpsc;
 
-use super::api::{
+use super::Engine as D;
+pub(crate) use crate::store::api::{
     AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore, NotificationStore,
     OrgStore, OverageStore, PeriodStore, StripeStore, TermsOf, Written,
 };
-use super::{
-    FrozenOrgRow, OverageChargeRow, LineQuery, NotificationRow, OrgUpsert, PeriodRow, Rec,
+pub(crate) use crate::store::{
+    FrozenOrgRow, LineQuery, NotificationRow, OrgUpsert, OverageChargeRow, PeriodRow, Rec,
     StoreError, StoreResult, StripeEventRow, StripeRequestRow, TokenRow,
 };
 
-type Tx = Transaction<'static, DB>;
+mod audit;
+mod dialect;
+mod funding;
+mod gate;
+mod ledger;
+mod members;
+mod notifications;
+mod orgs;
+mod overage;
+mod periods;
+mod rows;
+mod stripe;
+mod window_sums;
+
+pub(crate) use self::{
+    audit::*, dialect::*, funding::*, gate::*, ledger::*, members::*, orgs::*, periods::*, rows::*,
+    window_sums::*,
+};
+
+/// The backend's database (`sqlx::Postgres` or `sqlx::Sqlite`), its rows and transactions.
+pub(crate) type DB = <D as Dialect>::DB;
+pub(crate) type Row = <D as Dialect>::Row;
+pub(crate) type Tx = Transaction<'static, DB>;
+
+// The backend's words, named here so that the SQL can write them in its format strings.
+const BEGIN_WRITE: &str = D::BEGIN_WRITE;
+const FOR_UPDATE: &str = D::FOR_UPDATE;
+const SKIP_LOCKED: &str = D::SKIP_LOCKED;
+const LEAST: &str = D::LEAST;
+const GREATEST: &str = D::GREATEST;
+const BYTE_ORDER: &str = D::BYTE_ORDER;
+const LOCK_ORGS: &str = D::LOCK_ORGS;
+const JSON_AGG: &str = D::JSON_AGG;
+const JSON_ARRAY: &str = D::JSON_ARRAY;
 
 /// The slots a key holds: `(org_id, key_id, count)`.
-type SlotCount = (String, String, i64);
+pub(crate) type SlotCount = (String, String, i64);
 
 /// Rows a multi-row statement carries at most (SQLite allows 32,766 bound values).
-const CHUNK: usize = 500;
+pub(crate) const CHUNK: usize = 500;
 
-async fn begin_write(pool: &Pool<DB>) -> StoreResult<Tx> {
+pub(crate) async fn begin_write(pool: &Pool<DB>) -> StoreResult<Tx> {
     begin_whole(pool, BEGIN_WRITE).await
 }
 
@@ -72,25 +108,25 @@ async fn begin_whole(pool: &Pool<DB>, statement: &'static str) -> StoreResult<Tx
 /// Begin a group commit's transaction (`begin_hot`) in place: the gate's and ingest's
 /// writers run on tasks of their own that nothing drops mid-group, so the task
 /// `begin_whole` spawns would only add a hand-off to every group.
-async fn begin_in_writer(pool: &Pool<DB>, statement: &'static str) -> StoreResult<Tx> {
+pub(crate) async fn begin_in_writer(pool: &Pool<DB>, statement: &'static str) -> StoreResult<Tx> {
     Ok(pool.begin_with(statement).await?)
 }
 
 /// The distinct items, in byte order: the order every writer takes its locks in.
-fn sorted_unique<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
+pub(crate) fn sorted_unique<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
     let mut v: Vec<T> = items.collect();
     v.sort_unstable();
     v.dedup();
     v
 }
 
-impl Backend {
+impl D {
     /// `orgs` grouped by the shard their rows live on: shards in order, orgs in byte
     /// order within each, the order every writer takes its locks in. Each statement that
     /// locks, upserts or claims org rows is sent once a shard, so that a distributed
     /// PostgreSQL routes it to one node; on one PostgreSQL (or SQLite) there is one shard,
     /// and one statement for all.
-    async fn by_shard<'a>(
+    pub(crate) async fn by_shard<'a>(
         &self,
         tx: &mut Tx,
         orgs: impl Iterator<Item = &'a str>,
@@ -106,7 +142,7 @@ impl Backend {
 
     /// Lock and read the sessions that `(org, session)` pairs name, each looked for in the
     /// org that names it, shard after shard.
-    async fn lock_sessions(
+    pub(crate) async fn lock_sessions(
         &self,
         tx: &mut Tx,
         named: &[(&str, &str)],
@@ -130,8 +166,37 @@ impl Backend {
         Ok(found)
     }
 
+    /// Phase one of a group that names sessions: lock those `named` `(org, session)` pairs
+    /// name, each in the org that names it, and find the owner of each id not found there
+    /// (another org's). `None` when an id turns out to be its naming org's after all: the
+    /// session was created after its lock was looked for, and the try starts over.
+    pub(crate) async fn lock_named(
+        &self,
+        tx: &mut Tx,
+        named: &[(&str, &str)],
+    ) -> StoreResult<Option<LockedSessions>> {
+        if named.is_empty() {
+            return Ok(Some(LockedSessions::default()));
+        }
+        let sessions = self.lock_sessions(tx, named).await?;
+        let missing = sorted_unique(
+            named
+                .iter()
+                .map(|(_, s)| *s)
+                .filter(|s| !sessions.contains_key(*s)),
+        );
+        let owners = self.owners(tx, &missing).await?;
+        if named
+            .iter()
+            .any(|(o, s)| owners.get(*s).is_some_and(|owner| owner == o))
+        {
+            return Ok(None);
+        }
+        Ok(Some(LockedSessions { sessions, owners }))
+    }
+
     /// The shard of each of `orgs`.
-    async fn shard_of<'a>(
+    pub(crate) async fn shard_of<'a>(
         &self,
         tx: &mut Tx,
         orgs: impl Iterator<Item = &'a str>,
@@ -146,51 +211,68 @@ impl Backend {
     /// Claim the ids of sessions first seen now, then insert their rows a shard at a
     /// time; false if another writer claimed one of the ids first (the transaction must
     /// then start over).
-    async fn insert_new_sessions(&self, tx: &mut Tx, mut rows: Vec<Session>) -> StoreResult<bool> {
+    pub(crate) async fn insert_new_sessions(
+        &self,
+        tx: &mut Tx,
+        mut rows: Vec<Session>,
+    ) -> StoreResult<bool> {
         for chunk in rows.chunks(CHUNK) {
             if !claim_all(tx, chunk).await? {
                 return Ok(false);
             }
         }
-        let shard_of = self.shard_of(tx, rows.iter().map(|s| s.org_id.as_str())).await?;
+        let shard_of = self
+            .shard_of(tx, rows.iter().map(|s| s.org_id.as_str()))
+            .await?;
         rows.sort_by_key(|s| shard_of[&s.org_id]);
         let mut inserted = 0;
         for part in rows.chunk_by(|a, b| shard_of[&a.org_id] == shard_of[&b.org_id]) {
             for chunk in part.chunks(CHUNK) {
-                inserted += insert_new_session_rows(tx, chunk).await?;
+                inserted += D::insert_new_session_rows(tx, chunk).await?;
             }
         }
         Ok(inserted == rows.len() as u64)
     }
 
     /// The owner of each of `ids` that exists.
-    async fn owners(&self, tx: &mut Tx, ids: &[&str]) -> StoreResult<HashMap<String, String>> {
+    pub(crate) async fn owners(
+        &self,
+        tx: &mut Tx,
+        ids: &[&str],
+    ) -> StoreResult<HashMap<String, String>> {
         let mut owners = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(CHUNK) {
-            owners.extend(select_owners(tx, chunk).await?);
+            owners.extend(D::select_owners(tx, chunk).await?);
         }
         Ok(owners)
     }
 }
 
+/// The sessions a group names, locked, and the org of each named id held by another.
+#[derive(Default)]
+pub(crate) struct LockedSessions {
+    pub(crate) sessions: HashMap<String, Session>,
+    pub(crate) owners: HashMap<String, String>,
+}
+
 /// Claim the ids of `sessions` (at most `CHUNK`) for their orgs; false if another writer
 /// holds one of them.
-async fn claim_all(tx: &mut Tx, sessions: &[Session]) -> StoreResult<bool> {
+pub(crate) async fn claim_all(tx: &mut Tx, sessions: &[Session]) -> StoreResult<bool> {
     let pairs: Vec<(&str, &str)> = sessions
         .iter()
         .map(|s| (s.org_id.as_str(), s.session_id.as_str()))
         .collect();
-    Ok(claim_owners(tx, &pairs).await?.len() == pairs.len())
+    Ok(D::claim_owners(tx, &pairs).await?.len() == pairs.len())
 }
 
 /// The values of `Rec`s read by `query_as`.
-fn unwrap_all<T>(rows: Vec<Rec<T>>) -> Vec<T> {
+pub(crate) fn unwrap_all<T>(rows: Vec<Rec<T>>) -> Vec<T> {
     rows.into_iter().map(|r| r.0).collect()
 }
 
 /// Run a group's transaction until it completes: again when it saw a row appear that it
 /// could not lock (`Ok(None)`), and on a serialization failure or deadlock; 6 tries.
-async fn retry_group<T, F, Fut>(what: &str, mut once: F) -> StoreResult<T>
+pub(crate) async fn retry_group<T, F, Fut>(what: &str, mut once: F) -> StoreResult<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = StoreResult<Option<T>>>,
@@ -209,7 +291,7 @@ where
 }
 
 /// A work queue (Stripe events, notifications): its table, key, due column and order.
-struct Queue {
+pub(crate) struct Queue {
     table: &'static str,
     key: &'static str,
     due: &'static str,
@@ -221,7 +303,7 @@ struct Queue {
 /// time), count an attempt and hold them `hold` seconds, so an instance that dies mid-work
 /// leaves them to the others; rows another instance holds are skipped. Rows come back
 /// unordered.
-async fn claim_due<R>(
+pub(crate) async fn claim_due<R>(
     tx: &mut Tx,
     q: &Queue,
     orgs: Option<&[&str]>,
@@ -239,7 +321,7 @@ where
         order,
     } = q;
     let of_orgs = if orgs.is_some() {
-        format!("{} AND ", org_in(4))
+        format!("{} AND ", D::org_in(4))
     } else {
         String::new()
     };
@@ -251,18 +333,18 @@ where
          RETURNING *"
     );
     let query = sqlx::query_as::<_, R>(&sql)
-    .bind(now)
-    .bind(hold)
-    .bind(limit);
+        .bind(now)
+        .bind(hold)
+        .bind(limit);
     let query = match orgs {
-        Some(orgs) => query.bind(org_list(orgs)),
+        Some(orgs) => query.bind(D::id_list(orgs)),
         None => query,
     };
     Ok(query.fetch_all(&mut **tx).await?)
 }
 
 /// Row counts and sums of every table: equal digests mean no write happened between them.
-async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
+pub(crate) async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64)>> {
     Ok(sqlx::query_as(
         "SELECT 'orgs', COUNT(*), CAST(COALESCE(SUM(updated_at), 0) AS BIGINT) FROM orgs \
          UNION ALL SELECT 'api_keys', COUNT(*), CAST(COALESCE(SUM(updated_at + COALESCE(concurrency_limit, 0)), 0) AS BIGINT) FROM api_keys \

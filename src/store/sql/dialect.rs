@@ -1,0 +1,183 @@
+//! What a backend provides the shared SQL: the contract `Pg` (PostgreSQL) and `Lite`
+//! (SQLite) each implement, and the only way the files beside this one reach a backend.
+//!
+//! This file is compiled with the shared SQL, once for each backend (see `mod.rs`), so its
+//! signatures can name the shared types (`Tx`, `Rec`, `GateReads`) of that backend; the
+//! text is one, and each backend is checked against it.
+
+use super::*;
+
+/// A transaction of backend `E`.
+pub(crate) type TxOf<E> = Transaction<'static, <E as Dialect>::DB>;
+
+/// A grouping's key (`key_seconds`) as either backend reads it: a column value on
+/// PostgreSQL, an element of a JSON array on SQLite.
+pub trait GroupKey:
+    serde::de::DeserializeOwned + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB> + Send + Unpin
+{
+}
+
+impl<K> GroupKey for K where
+    K: serde::de::DeserializeOwned + for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB> + Send + Unpin
+{
+}
+
+/// The backend contract. Associated functions without `self` are statements run in a
+/// transaction the caller holds; methods with `self` reach the backend's pools.
+///
+/// Its `async fn`s promise no `Send` in their signatures: every caller names a concrete
+/// backend (`D`), so the compiler sees each future's type and checks it is `Send` where the
+/// store's `async_trait`s need it. (`pub` only so that rows read through it may be named
+/// in the public `FromRow` impls; the module is private to the store.)
+#[allow(async_fn_in_trait)]
+pub trait Dialect: Sized + Send + Sync + 'static {
+    /// `sqlx::Postgres` or `sqlx::Sqlite`.
+    type DB: sqlx::Database<Row = Self::Row>;
+    /// Its row (named here, not as `DB::Row`, so the shared `FromRow` impls stay apart).
+    type Row: sqlx::Row<Database = Self::DB>;
+    /// A list of ids bound as one parameter (an array, or a JSON array).
+    type Ids: Send;
+
+    // The words in which the two SQL dialects differ.
+    /// How a write transaction begins.
+    const BEGIN_WRITE: &'static str;
+    /// Appended to a SELECT that locks the rows it reads.
+    const FOR_UPDATE: &'static str;
+    /// Appended to a work queue's SELECT: lock, skipping rows another writer holds.
+    const SKIP_LOCKED: &'static str;
+    /// The scalar least and greatest of several values.
+    const LEAST: &'static str;
+    const GREATEST: &'static str;
+    /// Appended to an `ORDER BY` column: byte order, whatever the database's locale.
+    const BYTE_ORDER: &'static str;
+    /// A booking's lock of its orgs' rows (appended to `SELECT … FROM orgs o`).
+    const LOCK_ORGS: &'static str;
+    /// Aggregate rows into a JSON array, and build one from values.
+    const JSON_AGG: &'static str;
+    const JSON_ARRAY: &'static str;
+
+    /// `column` among the ids bound (with `id_list`) as parameter `$n`.
+    fn in_list(column: &str, n: usize) -> String;
+
+    /// `org_id` among the ids bound as parameter `$n`.
+    fn org_in(n: usize) -> String {
+        Self::in_list("org_id", n)
+    }
+
+    /// `ids` as one parameter, for `in_list`.
+    fn id_list(ids: &[&str]) -> Self::Ids;
+
+    // Pools and transactions.
+    /// Reads that may run long (exports, breakdowns), planned per call.
+    fn read(&self) -> &Pool<Self::DB>;
+    /// One org's reads by key, asked on every page view.
+    fn keyed(&self) -> &Pool<Self::DB>;
+    /// Writes.
+    fn write(&self) -> &Pool<Self::DB>;
+    /// A group commit's transaction (heartbeats, admissions).
+    async fn begin_hot(&self) -> StoreResult<TxOf<Self>>;
+
+    /// The shard of each of `orgs`, in order (0 for all where there is one).
+    async fn shard_ids(&self, tx: &mut TxOf<Self>, orgs: &[&str]) -> StoreResult<Vec<i64>>;
+
+    // Reads the backends make differently.
+    /// A grouping's `(k, seconds)` rows: `sql` binds the org, `from` and `to`;
+    /// `plan_per_call` asks for a plan made for the range (large groupings).
+    async fn key_seconds<K: GroupKey>(
+        &self,
+        sql: &str,
+        org_id: &str,
+        from: Secs,
+        to: Secs,
+        plan_per_call: bool,
+    ) -> StoreResult<Vec<(K, i64)>>;
+
+    /// The frozen lines of the closed period starting at `period_start`, sent down `tx`
+    /// in export order.
+    async fn send_frozen_lines(
+        &self,
+        period_start: Secs,
+        tx: &mpsc::Sender<Vec<SessionLine>>,
+    ) -> StoreResult<()>;
+
+    // Set-based statements: many rows in one statement (arrays on PostgreSQL, multi-row
+    // VALUES on SQLite). Each takes at most `CHUNK` rows, of one shard's `orgs`.
+    /// Lock and read the sessions these `(session, org)` pairs name.
+    async fn lock_session_rows(
+        &self,
+        tx: &mut TxOf<Self>,
+        orgs: &[&str],
+        pairs: &[(&str, &str)],
+    ) -> StoreResult<Vec<Rec<Session>>>;
+
+    /// Up to `limit` sessions of `orgs` matching `condition` (on `$since`), locked,
+    /// skipping rows another writer holds.
+    async fn lock_sessions_where(
+        tx: &mut TxOf<Self>,
+        orgs: &[&str],
+        condition: &str,
+        since: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<Rec<Session>>>;
+
+    /// Insert sessions first seen now; the number inserted.
+    async fn insert_new_session_rows(tx: &mut TxOf<Self>, rows: &[Session]) -> StoreResult<u64>;
+
+    /// Write what one transaction books: session rows, rollups, spans, funding.
+    async fn write_booking(tx: &mut TxOf<Self>, shard: i64, b: &Booking) -> StoreResult<()>;
+
+    /// Claim session ids for `(org, session)` pairs; the ids claimed (not held already).
+    async fn claim_owners(tx: &mut TxOf<Self>, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>>;
+
+    /// Give back claims of session ids.
+    async fn release_owners(tx: &mut TxOf<Self>, ids: &[&str]) -> StoreResult<()>;
+
+    /// `(session_id, org_id)` of each of `ids` that is claimed.
+    async fn select_owners(tx: &mut TxOf<Self>, ids: &[&str])
+        -> StoreResult<Vec<(String, String)>>;
+
+    /// The ids among `ids` of orgs that exist.
+    async fn select_org_ids(tx: &mut TxOf<Self>, ids: &[&str]) -> StoreResult<Vec<String>>;
+
+    /// The orgs of `ids` that exist.
+    async fn select_orgs_in<'e, E: sqlx::Executor<'e, Database = Self::DB>>(
+        ex: E,
+        ids: &[&str],
+    ) -> StoreResult<Vec<Rec<Org>>>;
+
+    // The gate's statements.
+    /// Lock the rows of `keys` (of `orgs`), in the order given.
+    async fn lock_keys(
+        tx: &mut TxOf<Self>,
+        orgs: &[&str],
+        keys: &[(&str, &str)],
+    ) -> StoreResult<Vec<Key>>;
+
+    /// The slots each of `keys` holds: sessions in an open phase heard since `since`.
+    async fn slot_counts(
+        tx: &mut TxOf<Self>,
+        orgs: &[&str],
+        keys: &[(&str, &str)],
+        since: Secs,
+    ) -> StoreResult<Vec<SlotCount>>;
+
+    /// Write a group's admissions: new and resumed sessions, and every decision; false
+    /// when a session to insert exists already.
+    async fn write_admissions(
+        tx: &mut TxOf<Self>,
+        orgs: &[&str],
+        created: &[Session],
+        resumed: &[Session],
+        decisions: &[&Decision],
+    ) -> StoreResult<bool>;
+
+    /// The claim phase of an admission: claim the ids the group would create. A backend
+    /// may also count the keys' slots and make the group's first reads in the same
+    /// statement (`Claimed::early`).
+    async fn claim(&self, tx: &mut TxOf<Self>, ask: &ClaimAsk<'_>) -> StoreResult<Claimed> {
+        Ok(Claimed {
+            ids: Self::claim_owners(tx, ask.wanted).await?,
+            early: None,
+        })
+    }
+}
