@@ -69,126 +69,94 @@ pub struct RateLimit {
     pub burst: f64,
 }
 
-/// Settings shared by every command.
+/// The database every command but `simulate` opens (a flag of every command, before or after
+/// its name).
 #[derive(Clone, Args)]
-pub struct Settings {
+pub struct DatabaseArgs {
     /// `sqlite://FILE` (created if missing) or `postgres://…`.
     #[arg(
         long,
+        global = true,
         env = "RUSH_METER_DATABASE_URL",
-        default_value = "sqlite://rush-meter.db",
-        global = true
+        default_value = "sqlite://rush-meter.db"
     )]
     pub database_url: String,
-    /// Address the HTTP service listens on.
-    #[arg(
-        long,
-        env = "RUSH_METER_LISTEN",
-        default_value = "127.0.0.1:8080",
-        global = true
-    )]
-    pub listen: String,
+}
+
+/// The plan files, for the commands that price or decide.
+#[derive(Clone, Args)]
+pub struct PlansArgs {
     /// Directory of plan files (`*.toml`).
-    #[arg(
-        long,
-        env = "RUSH_METER_PLANS_DIR",
-        default_value = "plans",
-        global = true
-    )]
+    #[arg(long, env = "RUSH_METER_PLANS_DIR", default_value = "plans")]
     pub plans_dir: PathBuf,
+}
+
+/// The ledger's timing, which `serve` keeps and `simulate` drives with.
+#[derive(Clone, Args)]
+pub struct RulesArgs {
     /// How often supervisors send a heartbeat for each running microVM.
-    #[arg(
-        long,
-        env = "RUSH_METER_HEARTBEAT_INTERVAL_SECS",
-        default_value_t = 15,
-        global = true
-    )]
+    #[arg(long, env = "RUSH_METER_HEARTBEAT_INTERVAL_SECS", default_value_t = 15)]
     pub heartbeat_interval_secs: i64,
     /// A running session silent longer than this is presumed gone.
-    #[arg(
-        long,
-        env = "RUSH_METER_LEASE_SECS",
-        default_value_t = 45,
-        global = true
-    )]
+    #[arg(long, env = "RUSH_METER_LEASE_SECS", default_value_t = 45)]
     pub lease_secs: i64,
+}
+
+/// The HTTP listener of `serve`: its address, limits and first token.
+#[derive(Clone, Args)]
+pub struct ListenerArgs {
+    /// Address the HTTP service listens on.
+    #[arg(long, env = "RUSH_METER_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
     /// When set, a token with every scope and this secret exists after start-up.
-    #[arg(
-        long,
-        env = "RUSH_METER_BOOTSTRAP_ADMIN_TOKEN",
-        global = true,
-        hide_env_values = true
-    )]
+    #[arg(long, env = "RUSH_METER_BOOTSTRAP_ADMIN_TOKEN", hide_env_values = true)]
     pub bootstrap_admin_token: Option<String>,
     /// Largest request body accepted, in bytes (a full batch of 1,000 heartbeats is ~200 KB).
-    #[arg(long, env = "RUSH_METER_MAX_BODY_BYTES", default_value_t = 1 << 20, global = true)]
+    #[arg(long, env = "RUSH_METER_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
     /// Client connections open at once; past it the instance accepts no more until one
     /// closes (keep it well under the open-file limit, which database connections share).
-    #[arg(
-        long,
-        env = "RUSH_METER_MAX_CONNECTIONS",
-        default_value_t = 4096,
-        global = true
-    )]
+    #[arg(long, env = "RUSH_METER_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
     /// Seconds a client connection may go without a byte either way (idle between
     /// requests, or silent mid-request) before it is closed. Longer than the usual client
     /// pools keep an idle connection (90 s), so that clients close first.
-    #[arg(
-        long,
-        env = "RUSH_METER_IDLE_CONNECTION_SECS",
-        default_value_t = 120,
-        global = true
-    )]
+    #[arg(long, env = "RUSH_METER_IDLE_CONNECTION_SECS", default_value_t = 120)]
     pub idle_connection_secs: u64,
+    /// Requests a second each API token may make on this instance (0: no limit); over it,
+    /// 429 with Retry-After.
+    #[arg(long, env = "RUSH_METER_RATE_LIMIT_PER_SEC", default_value_t = 1000)]
+    pub rate_limit_per_sec: u32,
+    /// Requests a token may make at once above its rate.
+    #[arg(long, env = "RUSH_METER_RATE_LIMIT_BURST", default_value_t = 2000)]
+    pub rate_limit_burst: u32,
+    /// Seconds an export may wait on a client that reads nothing before it is cut short
+    /// (its database connection freed); the client sees an incomplete body.
+    #[arg(long, env = "RUSH_METER_EXPORT_STALL_SECS", default_value_t = 120)]
+    pub export_stall_secs: u64,
+}
+
+/// Stripe, for `serve` and the `stripe` commands.
+#[derive(Clone, Args)]
+pub struct StripeArgs {
     /// Stripe secret key; Stripe is off when unset.
-    #[arg(
-        long,
-        env = "RUSH_METER_STRIPE_SECRET_KEY",
-        global = true,
-        hide_env_values = true
-    )]
+    #[arg(long, env = "RUSH_METER_STRIPE_SECRET_KEY", hide_env_values = true)]
     pub stripe_secret_key: Option<String>,
     /// Stripe webhook signing secret(s), comma-separated during a rollover.
-    #[arg(
-        long,
-        env = "RUSH_METER_STRIPE_WEBHOOK_SECRET",
-        global = true,
-        hide_env_values = true
-    )]
+    #[arg(long, env = "RUSH_METER_STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
     pub stripe_webhook_secret: Option<String>,
     /// Stripe API base URL (a local Stripe fake in tests).
     #[arg(
         long,
         env = "RUSH_METER_STRIPE_API_BASE",
-        default_value = "https://api.stripe.com",
-        global = true
+        default_value = "https://api.stripe.com"
     )]
     pub stripe_api_base: String,
-    /// Requests a second each API token may make on this instance (0: no limit); over it,
-    /// 429 with Retry-After.
-    #[arg(
-        long,
-        env = "RUSH_METER_RATE_LIMIT_PER_SEC",
-        default_value_t = 1000,
-        global = true
-    )]
-    pub rate_limit_per_sec: u32,
-    /// Requests a token may make at once above its rate.
-    #[arg(
-        long,
-        env = "RUSH_METER_RATE_LIMIT_BURST",
-        default_value_t = 2000,
-        global = true
-    )]
-    pub rate_limit_burst: u32,
     /// How old a webhook's signed timestamp may be, in seconds.
     #[arg(
         long,
         env = "RUSH_METER_STRIPE_WEBHOOK_TOLERANCE_SECS",
-        default_value_t = 300,
-        global = true
+        default_value_t = 300
     )]
     pub stripe_webhook_tolerance_secs: i64,
     /// Where Stripe Checkout and the customer portal send the user back to (the console's
@@ -196,58 +164,86 @@ pub struct Settings {
     #[arg(
         long,
         env = "RUSH_METER_STRIPE_RETURN_URL",
-        default_value = "http://localhost:3000/billing",
-        global = true
+        default_value = "http://localhost:3000/billing"
     )]
     pub stripe_return_url: String,
     /// Seconds between two reconciliations with Stripe in `serve` (0: never).
-    #[arg(
-        long,
-        env = "RUSH_METER_STRIPE_RECONCILE_SECS",
-        default_value_t = 3600,
-        global = true
-    )]
+    #[arg(long, env = "RUSH_METER_STRIPE_RECONCILE_SECS", default_value_t = 3600)]
     pub stripe_reconcile_secs: u64,
+}
+
+/// The background jobs of `serve`: closing periods, usage notifications.
+#[derive(Clone, Args)]
+pub struct JobArgs {
     /// Seconds after a month ends before `serve` closes it as a billing period (0: only
     /// `rush-meter period close` closes periods). At least the lease, so that every
     /// heartbeat of the month has landed.
-    #[arg(
-        long,
-        env = "RUSH_METER_PERIOD_SETTLE_SECS",
-        default_value_t = 21_600,
-        global = true
-    )]
+    #[arg(long, env = "RUSH_METER_PERIOD_SETTLE_SECS", default_value_t = 21_600)]
     pub period_settle_secs: i64,
-    /// Seconds an export may wait on a client that reads nothing before it is cut short
-    /// (its database connection freed); the client sees an incomplete body.
-    #[arg(
-        long,
-        env = "RUSH_METER_EXPORT_STALL_SECS",
-        default_value_t = 120,
-        global = true
-    )]
-    pub export_stall_secs: u64,
     /// Where usage-threshold notifications are POSTed (off when unset).
-    #[arg(long, env = "RUSH_METER_NOTIFY_URL", global = true)]
+    #[arg(long, env = "RUSH_METER_NOTIFY_URL")]
     pub notify_url: Option<String>,
     /// The secret notifications are signed with (HMAC-SHA256); required with the URL.
-    #[arg(
-        long,
-        env = "RUSH_METER_NOTIFY_SECRET",
-        global = true,
-        hide_env_values = true
-    )]
+    #[arg(long, env = "RUSH_METER_NOTIFY_SECRET", hide_env_values = true)]
     pub notify_secret: Option<String>,
+}
+
+/// How every command logs (a flag of every command).
+#[derive(Clone, Args)]
+pub struct LogArgs {
     /// How log lines are written to stderr: `text` for people, `json` (one object a line,
     /// with the fields of the request's span: request id, route, org) for a log shipper.
     #[arg(
         long,
+        global = true,
         env = "RUSH_METER_LOG_FORMAT",
         value_enum,
-        default_value_t = LogFormat::Text,
-        global = true
+        default_value_t = LogFormat::Text
     )]
     pub log_format: LogFormat,
+}
+
+/// What `serve` takes (and `rush-meter` without a command): every group but the
+/// database's, which every command takes.
+#[derive(Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub plans: PlansArgs,
+    #[command(flatten)]
+    pub rules: RulesArgs,
+    #[command(flatten)]
+    pub listener: ListenerArgs,
+    #[command(flatten)]
+    pub stripe: StripeArgs,
+    #[command(flatten)]
+    pub jobs: JobArgs,
+}
+
+/// Every setting. A command takes the groups it uses as flags (`cli::Command`); the
+/// others come from their environment variables and defaults, so that one validation
+/// serves every command.
+#[derive(Clone)]
+pub struct Settings {
+    pub database: DatabaseArgs,
+    pub plans: PlansArgs,
+    pub rules: RulesArgs,
+    pub listener: ListenerArgs,
+    pub stripe: StripeArgs,
+    pub jobs: JobArgs,
+}
+
+impl Settings {
+    /// `serve`'s settings on `database`.
+    pub fn of(database: &DatabaseArgs, serve: &ServeArgs) -> Settings {
+        Settings {
+            database: database.clone(),
+            plans: serve.plans.clone(),
+            rules: serve.rules.clone(),
+            listener: serve.listener.clone(),
+            stripe: serve.stripe.clone(),
+            jobs: serve.jobs.clone(),
+        }
+    }
 }
 
 /// The shape of log lines (`--log-format` / `RUSH_METER_LOG_FORMAT`).
@@ -257,29 +253,28 @@ pub enum LogFormat {
     Json,
 }
 
+/// `None` or `[redacted]`: a secret's presence, never its value.
+fn redact(s: &Option<String>) -> Option<&'static str> {
+    s.as_ref().map(|_| "[redacted]")
+}
+
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let redact = |s: &Option<String>| s.as_ref().map(|_| "[redacted]");
+        let (l, s, r) = (&self.listener, &self.stripe, &self.rules);
         f.debug_struct("Settings")
-            .field("database_url", &redact_url(&self.database_url))
-            .field("listen", &self.listen)
-            .field("plans_dir", &self.plans_dir)
-            .field("heartbeat_interval_secs", &self.heartbeat_interval_secs)
-            .field("lease_secs", &self.lease_secs)
-            .field(
-                "bootstrap_admin_token",
-                &redact(&self.bootstrap_admin_token),
-            )
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("max_connections", &self.max_connections)
-            .field("idle_connection_secs", &self.idle_connection_secs)
-            .field("stripe_secret_key", &redact(&self.stripe_secret_key))
-            .field(
-                "stripe_webhook_secret",
-                &redact(&self.stripe_webhook_secret),
-            )
-            .field("stripe_api_base", &self.stripe_api_base)
-            .field("log_format", &self.log_format)
+            .field("database_url", &redact_url(&self.database.database_url))
+            .field("listen", &l.listen)
+            .field("plans_dir", &self.plans.plans_dir)
+            .field("heartbeat_interval_secs", &r.heartbeat_interval_secs)
+            .field("lease_secs", &r.lease_secs)
+            .field("bootstrap_admin_token", &redact(&l.bootstrap_admin_token))
+            .field("max_body_bytes", &l.max_body_bytes)
+            .field("max_connections", &l.max_connections)
+            .field("idle_connection_secs", &l.idle_connection_secs)
+            .field("stripe_secret_key", &redact(&s.stripe_secret_key))
+            .field("stripe_webhook_secret", &redact(&s.stripe_webhook_secret))
+            .field("stripe_api_base", &s.stripe_api_base)
+            .field("notify_secret", &redact(&self.jobs.notify_secret))
             .finish()
     }
 }
@@ -355,40 +350,97 @@ impl Default for StripeConfig {
 impl Settings {
     /// Check every setting; the error says which one and how to fix it.
     pub fn validate(&self) -> Result<Config, ConfigError> {
+        let listener = self.listener.validate()?;
+        let database_url = self.database.validate()?;
+        let rules = self.rules.validate()?;
+        let stripe = self.stripe.validate()?;
+        let (period_settle, notify) = self.jobs.validate(rules.lease)?;
+        Ok(Config {
+            database_url,
+            listen: listener.listen,
+            plans_dir: self.plans.plans_dir.clone(),
+            rules,
+            bootstrap_admin_token: listener.bootstrap_admin_token,
+            max_body_bytes: listener.max_body_bytes,
+            max_connections: listener.max_connections,
+            idle_connection: listener.idle_connection,
+            stripe,
+            rate_limit: listener.rate_limit,
+            period_settle,
+            notify,
+            export_stall: listener.export_stall,
+        })
+    }
+}
+
+impl DatabaseArgs {
+    fn validate(&self) -> Result<String, ConfigError> {
+        let url = &self.database_url;
+        if url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://")
+        {
+            return Ok(url.clone());
+        }
+        Err(bad(
+            "--database-url / RUSH_METER_DATABASE_URL",
+            format!(
+                "`{}` is neither sqlite://FILE nor postgres://…",
+                redact_url(url)
+            ),
+        ))
+    }
+}
+
+impl RulesArgs {
+    fn validate(&self) -> Result<Rules, ConfigError> {
+        let (interval, lease) = (self.heartbeat_interval_secs, self.lease_secs);
+        if !(1..=3600).contains(&interval) {
+            return Err(bad(
+                "--heartbeat-interval-secs / RUSH_METER_HEARTBEAT_INTERVAL_SECS",
+                format!("must be 1 to 3600 (got {interval})"),
+            ));
+        }
+        if lease < interval || lease > 86_400 {
+            return Err(bad(
+                "--lease-secs / RUSH_METER_LEASE_SECS",
+                format!(
+                    "must be at least the heartbeat interval ({interval}) and at most 86400 \
+                     (got {lease})"
+                ),
+            ));
+        }
+        Ok(Rules { interval, lease })
+    }
+}
+
+/// The listener's settings, validated.
+struct Listener {
+    listen: SocketAddr,
+    bootstrap_admin_token: Option<SecretString>,
+    max_body_bytes: usize,
+    max_connections: usize,
+    idle_connection: std::time::Duration,
+    rate_limit: Option<RateLimit>,
+    export_stall: std::time::Duration,
+}
+
+/// `Err` naming `setting` unless `value` is at least 1.
+fn at_least_one(setting: &'static str, value: u64) -> Result<(), ConfigError> {
+    if value < 1 {
+        return Err(bad(setting, "must be at least 1"));
+    }
+    Ok(())
+}
+
+impl ListenerArgs {
+    fn validate(&self) -> Result<Listener, ConfigError> {
         let listen: SocketAddr = self.listen.parse().map_err(|_| {
             bad(
                 "--listen / RUSH_METER_LISTEN",
                 format!("`{}` is not an address such as 127.0.0.1:8080", self.listen),
             )
         })?;
-        let url = &self.database_url;
-        if !(url.starts_with("sqlite:")
-            || url.starts_with("postgres://")
-            || url.starts_with("postgresql://"))
-        {
-            return Err(bad(
-                "--database-url / RUSH_METER_DATABASE_URL",
-                format!(
-                    "`{}` is neither sqlite://FILE nor postgres://…",
-                    redact_url(url)
-                ),
-            ));
-        }
-        if !(1..=3600).contains(&self.heartbeat_interval_secs) {
-            return Err(bad(
-                "--heartbeat-interval-secs / RUSH_METER_HEARTBEAT_INTERVAL_SECS",
-                format!("must be 1 to 3600 (got {})", self.heartbeat_interval_secs),
-            ));
-        }
-        if self.lease_secs < self.heartbeat_interval_secs || self.lease_secs > 86_400 {
-            return Err(bad(
-                "--lease-secs / RUSH_METER_LEASE_SECS",
-                format!(
-                    "must be at least the heartbeat interval ({}) and at most 86400 (got {})",
-                    self.heartbeat_interval_secs, self.lease_secs
-                ),
-            ));
-        }
         if let Some(t) = &self.bootstrap_admin_token {
             if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(bad(
@@ -403,6 +455,44 @@ impl Settings {
                 "must be at least 1024",
             ));
         }
+        if self.rate_limit_per_sec > 0 && self.rate_limit_burst < 1 {
+            return Err(bad(
+                "--rate-limit-burst / RUSH_METER_RATE_LIMIT_BURST",
+                "must be at least 1",
+            ));
+        }
+        at_least_one(
+            "--max-connections / RUSH_METER_MAX_CONNECTIONS",
+            self.max_connections as u64,
+        )?;
+        at_least_one(
+            "--idle-connection-secs / RUSH_METER_IDLE_CONNECTION_SECS",
+            self.idle_connection_secs,
+        )?;
+        at_least_one(
+            "--export-stall-secs / RUSH_METER_EXPORT_STALL_SECS",
+            self.export_stall_secs,
+        )?;
+        Ok(Listener {
+            listen,
+            bootstrap_admin_token: self
+                .bootstrap_admin_token
+                .as_deref()
+                .map(SecretString::from),
+            max_body_bytes: self.max_body_bytes,
+            max_connections: self.max_connections,
+            idle_connection: std::time::Duration::from_secs(self.idle_connection_secs),
+            rate_limit: (self.rate_limit_per_sec > 0).then(|| RateLimit {
+                per_sec: f64::from(self.rate_limit_per_sec),
+                burst: f64::from(self.rate_limit_burst),
+            }),
+            export_stall: std::time::Duration::from_secs(self.export_stall_secs),
+        })
+    }
+}
+
+impl StripeArgs {
+    fn validate(&self) -> Result<StripeConfig, ConfigError> {
         if !(1..=86_400).contains(&self.stripe_webhook_tolerance_secs) {
             return Err(bad(
                 "--stripe-webhook-tolerance-secs / RUSH_METER_STRIPE_WEBHOOK_TOLERANCE_SECS",
@@ -412,41 +502,45 @@ impl Settings {
                 ),
             ));
         }
-        for (setting, url) in [
-            (
-                "--stripe-api-base / RUSH_METER_STRIPE_API_BASE",
-                &self.stripe_api_base,
-            ),
-            (
-                "--stripe-return-url / RUSH_METER_STRIPE_RETURN_URL",
-                &self.stripe_return_url,
-            ),
-        ] {
-            http_url(setting, url)?;
-        }
-        let webhook_secrets: Vec<SecretString> = self
-            .stripe_webhook_secret
-            .iter()
-            .flat_map(|s| s.split(','))
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(SecretString::from)
-            .collect();
-        if self.rate_limit_per_sec > 0 && self.rate_limit_burst < 1 {
-            return Err(bad(
-                "--rate-limit-burst / RUSH_METER_RATE_LIMIT_BURST",
-                "must be at least 1",
-            ));
-        }
-        if self.period_settle_secs < 0
-            || (self.period_settle_secs > 0 && self.period_settle_secs < self.lease_secs)
-        {
+        http_url(
+            "--stripe-api-base / RUSH_METER_STRIPE_API_BASE",
+            &self.stripe_api_base,
+        )?;
+        http_url(
+            "--stripe-return-url / RUSH_METER_STRIPE_RETURN_URL",
+            &self.stripe_return_url,
+        )?;
+        Ok(StripeConfig {
+            secret_key: self
+                .stripe_secret_key
+                .as_deref()
+                .filter(|k| !k.is_empty())
+                .map(SecretString::from),
+            webhook_secrets: self
+                .stripe_webhook_secret
+                .iter()
+                .flat_map(|s| s.split(','))
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(SecretString::from)
+                .collect(),
+            webhook_tolerance_secs: self.stripe_webhook_tolerance_secs,
+            api_base: self.stripe_api_base.trim_end_matches('/').to_owned(),
+            return_url: self.stripe_return_url.clone(),
+            reconcile_every: (self.stripe_reconcile_secs > 0)
+                .then(|| std::time::Duration::from_secs(self.stripe_reconcile_secs)),
+        })
+    }
+}
+
+impl JobArgs {
+    /// The period settle time and the notifications, checked against the `lease`.
+    fn validate(&self, lease: Secs) -> Result<(Option<Secs>, Option<NotifyConfig>), ConfigError> {
+        let settle = self.period_settle_secs;
+        if settle < 0 || (settle > 0 && settle < lease) {
             return Err(bad(
                 "--period-settle-secs / RUSH_METER_PERIOD_SETTLE_SECS",
-                format!(
-                    "0 (off) or at least the lease ({}) (got {})",
-                    self.lease_secs, self.period_settle_secs
-                ),
+                format!("0 (off) or at least the lease ({lease}) (got {settle})"),
             ));
         }
         let notify = match (&self.notify_url, &self.notify_secret) {
@@ -465,60 +559,7 @@ impl Settings {
                 ))
             }
         };
-        if self.max_connections < 1 {
-            return Err(bad(
-                "--max-connections / RUSH_METER_MAX_CONNECTIONS",
-                "must be at least 1",
-            ));
-        }
-        if self.idle_connection_secs < 1 {
-            return Err(bad(
-                "--idle-connection-secs / RUSH_METER_IDLE_CONNECTION_SECS",
-                "must be at least 1",
-            ));
-        }
-        if self.export_stall_secs < 1 {
-            return Err(bad(
-                "--export-stall-secs / RUSH_METER_EXPORT_STALL_SECS",
-                "must be at least 1",
-            ));
-        }
-        Ok(Config {
-            export_stall: std::time::Duration::from_secs(self.export_stall_secs),
-            max_connections: self.max_connections,
-            idle_connection: std::time::Duration::from_secs(self.idle_connection_secs),
-            period_settle: (self.period_settle_secs > 0).then_some(self.period_settle_secs),
-            notify,
-            rate_limit: (self.rate_limit_per_sec > 0).then(|| RateLimit {
-                per_sec: f64::from(self.rate_limit_per_sec),
-                burst: f64::from(self.rate_limit_burst),
-            }),
-            stripe: StripeConfig {
-                secret_key: self
-                    .stripe_secret_key
-                    .as_deref()
-                    .filter(|k| !k.is_empty())
-                    .map(SecretString::from),
-                webhook_secrets,
-                webhook_tolerance_secs: self.stripe_webhook_tolerance_secs,
-                api_base: self.stripe_api_base.trim_end_matches('/').to_owned(),
-                return_url: self.stripe_return_url.clone(),
-                reconcile_every: (self.stripe_reconcile_secs > 0)
-                    .then(|| std::time::Duration::from_secs(self.stripe_reconcile_secs)),
-            },
-            database_url: self.database_url.clone(),
-            listen,
-            plans_dir: self.plans_dir.clone(),
-            rules: Rules {
-                interval: self.heartbeat_interval_secs,
-                lease: self.lease_secs,
-            },
-            bootstrap_admin_token: self
-                .bootstrap_admin_token
-                .as_deref()
-                .map(SecretString::from),
-            max_body_bytes: self.max_body_bytes,
-        })
+        Ok(((settle > 0).then_some(settle), notify))
     }
 }
 
@@ -534,16 +575,26 @@ fn http_url(setting: &'static str, url: &str) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
-    /// The settings of a command line, as the CLI parses them.
+    /// The settings of a `serve` command line.
     #[derive(clap::Parser)]
     struct Cli {
         #[command(flatten)]
+        database: DatabaseArgs,
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    struct Parsed {
         settings: Settings,
     }
 
-    fn parse(args: &[&str]) -> Cli {
+    fn parse(args: &[&str]) -> Parsed {
         use clap::Parser;
-        Cli::try_parse_from(std::iter::once("rush-meter").chain(args.iter().copied())).unwrap()
+        let cli =
+            Cli::try_parse_from(std::iter::once("rush-meter").chain(args.iter().copied())).unwrap();
+        Parsed {
+            settings: Settings::of(&cli.database, &cli.serve),
+        }
     }
 
     #[test]

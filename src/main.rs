@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use rush_meter::cli::{self, Cli};
 use rush_meter::config::LogFormat;
 use tracing_subscriber::EnvFilter;
@@ -13,9 +12,9 @@ use tracing_subscriber::EnvFilter;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logs(cli.settings.log_format);
-    let config = match cli.settings.validate() {
+    let cli = Cli::try_parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    init_logs(cli.log.log_format);
+    let config = match cli.settings().validate() {
         Ok(c) => c,
         Err(e) => return fail(&e.to_string()),
     };

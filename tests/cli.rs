@@ -34,7 +34,7 @@ fn bad_settings_stop_start_up_naming_what_to_fix() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("m.db").display());
     let (code, _, err) =
-        run(rush_meter().args(["--lease-secs", "3", "--database-url", &db, "migrate"]));
+        run(rush_meter().args(["serve", "--lease-secs", "3", "--database-url", &db]));
     assert_eq!(code, 2);
     assert!(
         err.contains("--lease-secs / RUSH_METER_LEASE_SECS"),
@@ -439,11 +439,11 @@ async fn simulate_reconciles_a_fleet_and_fails_on_a_wrong_interval(backend: Back
     let simulate = |interval: &str, secs: &str, extra: &[&str]| {
         let mut c = rush_meter();
         c.args([
+            "simulate",
             "--heartbeat-interval-secs",
             interval,
             "--lease-secs",
             "3",
-            "simulate",
         ])
         .args([
             "--url",

@@ -30,7 +30,9 @@ fn with_stripe(ls: &LocalStripe) -> StripeConfig {
 
 /// `rush-meter <args>` on the server's database, against localstripe.
 fn stripe_cli(srv: &TestServer, ls: &LocalStripe, args: &[&str]) -> std::process::Output {
+    // The command's name first: the Stripe and plan flags are its own.
     std::process::Command::new(env!("CARGO_BIN_EXE_rush-meter"))
+        .args(args)
         .args([
             "--database-url",
             &srv.database_url,
@@ -39,7 +41,6 @@ fn stripe_cli(srv: &TestServer, ls: &LocalStripe, args: &[&str]) -> std::process
         ])
         .args(["--stripe-api-base", &ls.url])
         .args(["--plans-dir", concat!(env!("CARGO_MANIFEST_DIR"), "/plans")])
-        .args(args)
         .env("RUST_LOG", "error")
         .output()
         .unwrap()

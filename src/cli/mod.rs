@@ -12,7 +12,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{Config, Settings};
+use crate::config::{
+    Config, DatabaseArgs, LogArgs, PlansArgs, RulesArgs, ServeArgs, Settings, StripeArgs,
+};
 
 /// What a command failed with: a message for the person who ran it (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +54,10 @@ from_display!(
 
 pub type CliResult = Result<(), CliError>;
 
-#[derive(Debug, Parser)]
+/// Each command takes the flags it uses (`--help` after a command lists them); the
+/// database and the log format are every command's, before or after its name. Without a
+/// command, `serve` runs, and takes its flags.
+#[derive(Parser)]
 #[command(
     name = "rush-meter",
     version,
@@ -60,15 +65,73 @@ pub type CliResult = Result<(), CliError>;
 )]
 pub struct Cli {
     #[command(flatten)]
-    pub settings: Settings,
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+    /// `serve`'s, when no command is named.
+    #[command(flatten)]
+    pub serve: ServeArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
-#[derive(Debug, Subcommand)]
+impl Cli {
+    /// The command line `args` (the program's name first), or clap's error: `serve`'s
+    /// flags before a command's name are refused unless the command is `serve`, since no
+    /// other command would read them.
+    pub fn try_parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{Args, CommandFactory, FromArgMatches};
+        let mut cmd = Cli::command();
+        let matches = cmd.try_get_matches_from_mut(args)?;
+        if let Some((name, _)) = matches.subcommand() {
+            let serve = ServeArgs::augment_args(clap::Command::new("serve"));
+            let given = serve.get_arguments().find(|a| {
+                matches.value_source(a.get_id().as_str())
+                    == Some(clap::parser::ValueSource::CommandLine)
+            });
+            if let Some(arg) = given {
+                let flag = arg.get_long().unwrap_or_default();
+                return Err(cmd.error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!("--{flag} is a flag of `serve`, not of `{name}`"),
+                ));
+            }
+        }
+        Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+    }
+
+    /// Every setting: the command's flags, and for the groups it does not take, their
+    /// environment variables and defaults (read by `serve`'s, parsed beside any command).
+    pub fn settings(&self) -> Settings {
+        let mut s = Settings::of(&self.database, &self.serve);
+        match &self.command {
+            Some(Command::Serve(serve)) => s = Settings::of(&self.database, serve),
+            Some(Command::Export { plans, .. })
+            | Some(Command::Period(PeriodCommand::Close { plans, .. })) => {
+                s.plans = plans.clone();
+            }
+            Some(Command::Stripe(
+                StripeCommand::Reconcile { plans, stripe }
+                | StripeCommand::InvoiceReport { plans, stripe, .. },
+            )) => {
+                s.plans = plans.clone();
+                s.stripe = stripe.clone();
+            }
+            Some(Command::Simulate(args)) => s.rules = args.rules.clone(),
+            _ => {}
+        }
+        s
+    }
+}
+
+#[derive(Subcommand)]
 pub enum Command {
     /// Run the HTTP service (the default).
-    Serve,
+    Serve(ServeArgs),
     /// Bring the database schema up to date and exit.
     Migrate,
     /// Manage API tokens.
@@ -91,6 +154,8 @@ pub enum Command {
         /// Write here instead of to standard output.
         #[arg(long)]
         out: Option<PathBuf>,
+        #[command(flatten)]
+        plans: PlansArgs,
     },
     /// Billing periods (calendar months in UTC).
     #[command(subcommand)]
@@ -118,11 +183,14 @@ pub enum Command {
     },
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(clap::Args)]
 pub struct SimulateArgs {
     /// The server to drive.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub url: String,
+    /// The server's heartbeat interval and lease.
+    #[command(flatten)]
+    pub rules: RulesArgs,
     /// A token with the admin, admission, ingest and console scopes (the bootstrap admin
     /// token has them).
     #[arg(long, env = "RUSH_METER_TOKEN", hide_env_values = true)]
@@ -158,7 +226,7 @@ pub struct SimulateArgs {
     pub run: Option<String>,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 pub enum PeriodCommand {
     /// Close a month (and any open month before it): freeze its totals for good. Usage
     /// that arrives later becomes an adjustment in the next month.
@@ -166,26 +234,37 @@ pub enum PeriodCommand {
         /// The month, as YYYY-MM; it must have ended.
         #[arg(long)]
         period: String,
+        #[command(flatten)]
+        plans: PlansArgs,
     },
     /// The closed periods with their totals.
     List,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 pub enum StripeCommand {
     /// Read every subscription from Stripe, repair each org that is out of step, and
     /// print what changed (recorded in the change log too).
-    Reconcile,
+    Reconcile {
+        #[command(flatten)]
+        plans: PlansArgs,
+        #[command(flatten)]
+        stripe: StripeArgs,
+    },
     /// For a closed month: what the ledger says each org used and owes, against what
     /// Stripe invoiced, with the differences (CSV on stdout).
     InvoiceReport {
         /// The month, as YYYY-MM.
         #[arg(long)]
         period: String,
+        #[command(flatten)]
+        plans: PlansArgs,
+        #[command(flatten)]
+        stripe: StripeArgs,
     },
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 pub enum TokenCommand {
     /// Create a token and print its secret (shown this once; only its hash is stored).
     Create {
@@ -218,8 +297,11 @@ pub enum TokenCommand {
 
 /// Run the command `cli` names on a validated `config`.
 pub async fn run(command: Option<Command>, config: &Config) -> CliResult {
-    match command.unwrap_or(Command::Serve) {
-        Command::Serve => serve::serve(config).await,
+    let Some(command) = command else {
+        return serve::serve(config).await;
+    };
+    match command {
+        Command::Serve(_) => serve::serve(config).await,
         Command::Migrate => serve::migrate(config).await,
         Command::Token(TokenCommand::Create {
             scope,
@@ -238,8 +320,8 @@ pub async fn run(command: Option<Command>, config: &Config) -> CliResult {
         }
         Command::Token(TokenCommand::List { org }) => token::list(config, org.as_deref()).await,
         Command::Token(TokenCommand::Revoke { token_id }) => token::revoke(config, &token_id).await,
-        Command::Stripe(StripeCommand::Reconcile) => stripe::reconcile(config).await,
-        Command::Stripe(StripeCommand::InvoiceReport { period }) => {
+        Command::Stripe(StripeCommand::Reconcile { .. }) => stripe::reconcile(config).await,
+        Command::Stripe(StripeCommand::InvoiceReport { period, .. }) => {
             stripe::invoice_report(config, &period).await
         }
         Command::Export {
@@ -247,8 +329,11 @@ pub async fn run(command: Option<Command>, config: &Config) -> CliResult {
             by,
             format,
             out,
+            ..
         } => export::export(config, &period, &by, &format, out.as_deref()).await,
-        Command::Period(PeriodCommand::Close { period }) => period::close(config, &period).await,
+        Command::Period(PeriodCommand::Close { period, .. }) => {
+            period::close(config, &period).await
+        }
         Command::Period(PeriodCommand::List) => period::list(config).await,
         Command::Simulate(args) => simulate::simulate(config, args).await,
         Command::Audit {
@@ -265,15 +350,76 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Cli {
-        Cli::try_parse_from(std::iter::once("rush-meter").chain(args.iter().copied())).unwrap()
+        Cli::try_parse_args(std::iter::once("rush-meter").chain(args.iter().copied())).unwrap()
     }
 
     #[test]
     fn flags_work_before_and_after_the_command() {
         let c = parse(&["serve", "--lease-secs", "60"]);
-        assert_eq!(c.settings.lease_secs, 60);
-        let c = parse(&["--lease-secs", "61", "migrate"]);
-        assert_eq!(c.settings.lease_secs, 61);
-        assert!(matches!(c.command, Some(Command::Migrate)));
+        assert_eq!(c.settings().rules.lease_secs, 60);
+        let c = parse(&["--lease-secs", "61"]);
+        assert_eq!(c.settings().rules.lease_secs, 61);
+        assert!(c.command.is_none());
+        let c = parse(&["--database-url", "sqlite://a.db", "migrate"]);
+        assert_eq!(c.settings().database.database_url, "sqlite://a.db");
+        let c = parse(&["token", "list", "--database-url", "sqlite://b.db"]);
+        assert_eq!(c.settings().database.database_url, "sqlite://b.db");
+    }
+
+    #[test]
+    fn each_command_takes_only_its_own_flags() {
+        let refused = |args: &[&str]| {
+            Cli::try_parse_args(std::iter::once("rush-meter").chain(args.iter().copied())).is_err()
+        };
+        assert!(refused(&["token", "list", "--listen", "127.0.0.1:1"]));
+        assert!(refused(&[
+            "token",
+            "create",
+            "--scope",
+            "admin",
+            "--stripe-secret-key",
+            "k"
+        ]));
+        assert!(refused(&["migrate", "--lease-secs", "60"]));
+        assert!(refused(&["--lease-secs", "60", "migrate"]));
+        assert!(!refused(&[
+            "export",
+            "--period",
+            "2026-10",
+            "--plans-dir",
+            "p"
+        ]));
+        assert!(!refused(&[
+            "simulate",
+            "--token",
+            "t",
+            "--lease-secs",
+            "60"
+        ]));
+        let help = |args: &[&str]| {
+            let line = std::iter::once("rush-meter").chain(args.iter().copied());
+            match Cli::try_parse_args(line.chain(["--help"])) {
+                Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.to_string(),
+                _ => panic!("no help for {args:?}"),
+            }
+        };
+        let token = help(&["token", "create"]);
+        assert!(
+            token.contains("--database-url") && token.contains("--scope"),
+            "{token}"
+        );
+        for other in [
+            "--listen",
+            "--stripe-secret-key",
+            "--max-connections",
+            "--lease-secs",
+        ] {
+            assert!(!token.contains(other), "{other} in {token}");
+        }
+        let serve = help(&["serve"]);
+        assert!(
+            serve.contains("--listen") && serve.contains("--stripe-secret-key"),
+            "{serve}"
+        );
     }
 }
