@@ -163,7 +163,8 @@ every_backend! {
         let d: Vec<_> = answers.into_iter().map(Result::unwrap).collect();
         let month = rush_meter_core::time::calendar_month(now);
         let summary = |d: &rush_meter_core::gate::Decision| {
-            (d.org_id.clone(), d.decision.clone(), d.reason.clone(), d.month_start, d.month_used)
+            let reason = d.reason.map(|r| r.as_str().to_owned());
+            (d.org_id.clone(), d.decision.as_str().to_owned(), reason, d.month_start, d.month_used)
         };
         assert_eq!(
             d.iter().map(summary).collect::<Vec<_>>(),

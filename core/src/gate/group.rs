@@ -220,10 +220,7 @@ pub fn decide_group(
             }
             let (source, rooms) = funded_by(&state, now);
             let (reason, upgrade) = match rule {
-                Rule::Denied(r) => (
-                    Some(r.as_str().to_owned()),
-                    upgrade_for(plans, r, &f).map(|p| p.id.clone()),
-                ),
+                Rule::Denied(r) => (Some(r), upgrade_for(plans, r, &f).map(|p| p.id.clone())),
                 _ => (None, None),
             };
             let decision = Decision {
@@ -236,11 +233,9 @@ pub fn decide_group(
                     Verdict::Allow
                 } else {
                     Verdict::Deny
-                }
-                .as_str()
-                .to_owned(),
+                },
                 reason,
-                rule: rule.as_str().to_owned(),
+                rule,
                 plan_id: plan.id.clone(),
                 suspended: org.suspended,
                 month_start: month.start,
@@ -254,20 +249,17 @@ pub fn decide_group(
                 running: running + i64::from(rule.allows()),
                 concurrency_limit: f.limit,
                 upgrade_plan: upgrade,
-                funded_by: rule
-                    .allows()
-                    .then(|| source.map(|s| s.as_str().to_owned()))
-                    .flatten(),
-                plan_room: rooms[0],
-                grant_room: rooms[1],
-                overage_room: rooms[2],
+                funded_by: source.filter(|_| rule.allows()),
+                plan_room: rooms.plan,
+                grant_room: rooms.grant,
+                overage_room: rooms.overage,
                 limit: spent_member.filter(|_| !rule.allows()).map(|l| {
                     let used = usage
                         .get(&(l.kind.dimension(), l.member_id.clone()))
                         .copied()
                         .unwrap_or_default();
                     LimitFigures {
-                        kind: l.kind.as_str().to_owned(),
+                        kind: l.kind,
                         member_id: l.member_id.clone(),
                         month_used: used.0,
                         month_limit: l.monthly_seconds(),
@@ -529,7 +521,7 @@ mod tests {
         );
         let out = decide_group(&plans(), &[request("s")], facts, 1000, 60, ids());
         let d = out.answers[0].as_ref().unwrap();
-        assert_eq!(d.reason.as_deref(), Some("subscription_inactive"));
+        assert_eq!(d.reason.map(Reason::as_str), Some("subscription_inactive"));
         assert_eq!(d.plan_id, "free");
         assert_eq!(d.upgrade_plan, None);
         // Within Free's terms, it runs on Free.

@@ -3,8 +3,6 @@
 
 mod group;
 
-use serde::Serialize;
-
 use crate::funding::{self, Source, WindowKind};
 use crate::members::LimitKind;
 use crate::plans::{Plan, Plans};
@@ -59,10 +57,9 @@ pub struct Decision {
     pub decided_at: Secs,
     pub session_id: String,
     pub key_id: String,
-    /// `allow` or `deny` (`Verdict`).
-    pub decision: String,
-    pub reason: Option<String>,
-    pub rule: String,
+    pub decision: Verdict,
+    pub reason: Option<Reason>,
+    pub rule: Rule,
     pub plan_id: String,
     pub suspended: bool,
     pub month_start: Secs,
@@ -76,8 +73,8 @@ pub struct Decision {
     pub running: i64,
     pub concurrency_limit: i64,
     pub upgrade_plan: Option<String>,
-    /// What pays for an allowed run's first second (`Source`: plan, grant or overage).
-    pub funded_by: Option<String>,
+    /// What pays for an allowed run's first second: plan, grant or overage.
+    pub funded_by: Option<Source>,
     /// Seconds each source had left at the decision (running sessions counted up to now).
     pub plan_room: i64,
     pub grant_room: i64,
@@ -91,7 +88,7 @@ pub struct Decision {
 /// A member's limit and use, as a decision records them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitFigures {
-    pub kind: String,
+    pub kind: LimitKind,
     pub member_id: String,
     pub month_used: i64,
     pub month_limit: Option<i64>,
@@ -120,9 +117,8 @@ named! {
     }
 }
 
-/// The rule that decided, recorded with every decision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// The rule that decided, recorded with every decision (and written as its name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {
     /// The session already holds a slot: the same answer again, no second slot.
     AlreadyAdmitted,
@@ -137,6 +133,15 @@ impl Rule {
             Rule::AlreadyAdmitted => "already_admitted",
             Rule::WithinLimits => "within_limits",
             Rule::Denied(r) => r.as_str(),
+        }
+    }
+
+    /// The rule of a name `as_str` gave.
+    pub fn parse(s: &str) -> Option<Rule> {
+        match s {
+            "already_admitted" => Some(Rule::AlreadyAdmitted),
+            "within_limits" => Some(Rule::WithinLimits),
+            _ => Reason::parse(s).map(Rule::Denied),
         }
     }
 
@@ -213,14 +218,22 @@ pub fn spent(state: &funding::State, now: Secs) -> Option<Reason> {
     })
 }
 
+/// Seconds each source has left, running sessions counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rooms {
+    pub plan: i64,
+    pub grant: i64,
+    pub overage: i64,
+}
+
 /// What pays for a run allowed at `now`, and each source's room then.
-pub fn funded_by(state: &funding::State, now: Secs) -> (Option<Source>, [i64; 3]) {
+pub fn funded_by(state: &funding::State, now: Secs) -> (Option<Source>, Rooms) {
     let w = state.windows_at(now);
-    let rooms = [
-        state.plan_room(&w),
-        state.grant_room(now),
-        state.overage_room(&w),
-    ];
+    let rooms = Rooms {
+        plan: state.plan_room(&w),
+        grant: state.grant_room(now),
+        overage: state.overage_room(&w),
+    };
     (state.next_source(now).map(|(s, _)| s), rooms)
 }
 
@@ -365,7 +378,17 @@ mod tests {
             price_units: 5000,
             cap_units: 5000 * 60,
         });
-        assert_eq!(funded_by(&capped, NOW), (Some(Source::Overage), [0, 0, 60]));
+        assert_eq!(
+            funded_by(&capped, NOW),
+            (
+                Some(Source::Overage),
+                Rooms {
+                    plan: 0,
+                    grant: 0,
+                    overage: 60
+                }
+            )
+        );
         let mut spent_cap = capped.clone();
         spent_cap.project(NOW, 60);
         assert_eq!(spent(&spent_cap, NOW), Some(Reason::SpendCapReached));

@@ -2,7 +2,8 @@
 
 use axum::extract::State;
 use axum::Json;
-use rush_meter_core::gate::{AdmissionRequest, Agent, Decision, Reason, Verdict};
+use rush_meter_core::funding::Source;
+use rush_meter_core::gate::{AdmissionRequest, Agent, Decision, Reason, Rule, Verdict};
 use rush_meter_core::ids::Id;
 use rush_meter_core::members::LimitKind;
 use rush_meter_core::standing::WindowUsage;
@@ -51,22 +52,20 @@ pub struct Concurrency {
 #[derive(Serialize, ToSchema)]
 pub struct Upgrade {
     plan: String,
-    #[schema(value_type = Reason)]
-    reason: String,
+    reason: Reason,
 }
 
 /// A decision as the orchestrator and support read it.
 #[derive(Serialize, ToSchema)]
 pub struct DecisionView {
     decision_id: String,
-    #[schema(value_type = Verdict)]
-    decision: String,
+    decision: Verdict,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Reason>)]
-    reason: Option<String>,
+    reason: Option<Reason>,
     /// The rule that decided: `within_limits`, `already_admitted`, or the reason.
-    #[schema(schema_with = crate::http::openapi::strings::rule)]
-    rule: String,
+    #[serde(serialize_with = "rule_name")]
+    #[schema(schema_with = crate::http::openapi::strings::rule, value_type = String)]
+    rule: Rule,
     session_id: String,
     key_id: String,
     plan: String,
@@ -77,8 +76,8 @@ pub struct DecisionView {
     upgrade: Option<Upgrade>,
     /// What pays for an allowed run: `plan`, `grant` or `overage`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::http::openapi::strings::funded_by)]
-    funded_by: Option<String>,
+    #[schema(schema_with = crate::http::openapi::strings::funded_by, value_type = String)]
+    funded_by: Option<Source>,
     /// What each source had left when this was decided, running sessions counted.
     remaining: Remaining,
     /// The org's limit on the run's user, project or key that refused it
@@ -104,8 +103,7 @@ pub struct Remaining {
 /// A limit inside the org and what its member had used, running sessions counted.
 #[derive(Serialize, ToSchema)]
 pub struct MemberLimitView {
-    #[schema(value_type = LimitKind)]
-    kind: String,
+    kind: LimitKind,
     member_id: String,
     month_used_seconds: i64,
     /// `null`: no monthly limit.
@@ -113,6 +111,11 @@ pub struct MemberLimitView {
     week_used_seconds: i64,
     /// `null`: no weekly limit.
     week_limit_seconds: Option<i64>,
+}
+
+/// A rule as its name (`Rule::as_str`).
+fn rule_name<S: serde::Serializer>(rule: &Rule, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(rule.as_str())
 }
 
 fn window(start: Secs, end: Secs, used: i64, limit: i64) -> WindowUsage {
@@ -130,10 +133,10 @@ impl From<Decision> for DecisionView {
                 running: d.running,
                 limit: d.concurrency_limit,
             },
-            upgrade: d.upgrade_plan.map(|plan| Upgrade {
-                plan,
-                reason: d.reason.clone().unwrap_or_default(),
-            }),
+            upgrade: d
+                .upgrade_plan
+                .zip(d.reason)
+                .map(|(plan, reason)| Upgrade { plan, reason }),
             funded_by: d.funded_by,
             remaining: Remaining {
                 plan_seconds: d.plan_room,
@@ -207,9 +210,10 @@ pub async fn post_admission(
         .await
         .map_err(|e| ApiError::from(e.as_ref()))?
         .map_err(|r| ApiError::admit_reject(r, &req))?;
-    state
-        .metrics
-        .observe_decision(&decision.decision, decision.reason.as_deref());
+    state.metrics.observe_decision(
+        decision.decision.as_str(),
+        decision.reason.map(Reason::as_str),
+    );
     Ok(Json(decision.into()))
 }
 

@@ -18,7 +18,8 @@ pub(crate) use rush_meter_core::funding::{
     Funds, Grant, GrantKind, Overage, Source, WindowFunds, WindowKind,
 };
 pub(crate) use rush_meter_core::gate::{
-    AdmissionRequest, AdmitReject, Decision, GroupFacts, GroupOutcome, LimitFigures, RunMembers,
+    AdmissionRequest, AdmitReject, Decision, GroupFacts, GroupOutcome, LimitFigures, Reason, Rule,
+    RunMembers, Verdict,
 };
 pub(crate) use rush_meter_core::heartbeats::{self, Heartbeat, RequestOutcome};
 pub(crate) use rush_meter_core::ledger::{EndStatus, Phase, Rules, SessionLedger, VmState};

@@ -66,8 +66,7 @@ from_row!(Key {
 impl<'r> sqlx::FromRow<'r, Row> for Rec<Decision> {
     fn from_row(row: &'r Row) -> Result<Self, sqlx::Error> {
         use sqlx::Row as _;
-        let kind: Option<String> = row.try_get("limit_kind")?;
-        let limit = match kind {
+        let limit = match named(row, "limit_kind", LimitKind::parse)? {
             Some(kind) => Some(LimitFigures {
                 kind,
                 member_id: row
@@ -90,9 +89,9 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Decision> {
             decided_at: row.try_get("decided_at")?,
             session_id: row.try_get("session_id")?,
             key_id: row.try_get("key_id")?,
-            decision: row.try_get("decision")?,
-            reason: row.try_get("reason")?,
-            rule: row.try_get("rule")?,
+            decision: required(row, "decision", Verdict::parse)?,
+            reason: named(row, "reason", Reason::parse)?,
+            rule: required(row, "rule", Rule::parse)?,
             plan_id: row.try_get("plan_id")?,
             suspended: row.try_get("suspended")?,
             month_start: row.try_get("month_start")?,
@@ -106,7 +105,7 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Decision> {
             running: row.try_get("running")?,
             concurrency_limit: row.try_get("concurrency_limit")?,
             upgrade_plan: row.try_get("upgrade_plan")?,
-            funded_by: row.try_get("funded_by")?,
+            funded_by: named(row, "funded_by", Source::parse)?,
             plan_room: row.try_get("plan_room")?,
             grant_room: row.try_get("grant_room")?,
             overage_room: row.try_get("overage_room")?,
@@ -163,6 +162,18 @@ pub(crate) fn named<T>(
         })
     })
     .transpose()
+}
+
+/// A NOT NULL column holding one of an enum's names.
+pub(crate) fn required<T>(
+    row: &Row,
+    column: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, sqlx::Error> {
+    named(row, column, parse)?.ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: "NULL where a value is required".into(),
+    })
 }
 
 /// A session row's held heartbeats (`held`, `[[seq, at, state], …]`).
