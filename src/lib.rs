@@ -18,6 +18,7 @@ pub mod clock;
 pub mod config;
 pub mod failpoint;
 pub mod http;
+pub mod ids;
 pub mod metrics;
 pub mod sim;
 pub mod store;

@@ -9,7 +9,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The service's top-level modules from the bottom up: a module may use those of a lower
 /// layer, never one of its own or a higher one (the core is a crate below them all).
 const LAYERS: &[&[&str]] = &[
-    &["clock", "failpoint"],
+    &["clock", "failpoint", "ids"],
     &["config", "metrics"],
     &["store"],
     &["tokens"],

@@ -119,7 +119,7 @@ pub async fn topup_paid(b: &Billing, object: &serde_json::Value) -> BillingResul
     let now = b.clock.now();
     let grant = Grant {
         org_id: org.org_id.clone(),
-        grant_id: format!("grt_{:016x}", rand::random::<u64>()),
+        grant_id: crate::ids::mint(crate::ids::Kind::Grant),
         kind: GrantKind::Purchased,
         seconds: hours * 3600,
         used_seconds: 0,

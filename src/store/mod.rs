@@ -35,26 +35,6 @@ pub use error::{StoreError, StoreResult};
 pub use pg::hot_reads as pg_hot_reads;
 pub use rows::*;
 
-/// A fresh audit entry id: `aud_`, 16 hex digits of nanoseconds since the epoch (read
-/// from this machine's clock and never repeated or going back within the process), and 6
-/// random ones. Entries are listed by their time and then this id, so those of one second
-/// list in the order they were made (across instances, as far as their clocks agree). A
-/// ULID would do the same; this is the four lines it takes.
-pub fn audit_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let prev = LAST.fetch_max(now, Ordering::SeqCst);
-    let t = if now > prev {
-        now
-    } else {
-        LAST.fetch_add(1, Ordering::SeqCst) + 1
-    };
-    format!("aud_{t:016x}{:06x}", rand::random::<u32>() & 0xff_ffff)
-}
-
 /// Which database a `Db` is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {

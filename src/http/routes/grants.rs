@@ -144,7 +144,7 @@ pub async fn post_grant(
         idempotency_key: body.idempotency_key,
     };
     let now = state.clock.now();
-    let id = format!("grt_{:016x}", rand::random::<u64>());
+    let id = crate::ids::mint(crate::ids::Kind::Grant);
     let grant = ask.clone().check(org_id.as_str(), &id, now)?;
     let (made, created) = state
         .db

@@ -68,7 +68,7 @@ pub(crate) fn change(
 ) -> Option<Entry> {
     Entry::of_change(
         org_id,
-        crate::store::audit_id(),
+        crate::ids::audit(),
         at,
         actor,
         action,

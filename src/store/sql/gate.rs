@@ -453,7 +453,7 @@ fn decide_phase(
         member_usage: read.member_usage,
     };
     rush_meter_core::gate::decide_group(plans, requests, facts, ask.0, ask.1.lease, || {
-        format!("dec_{:016x}", rand::random::<u64>())
+        crate::ids::mint(crate::ids::Kind::Decision)
     })
 }
 
