@@ -17,10 +17,47 @@ use crate::billing::api::StripeFailure;
 use crate::billing::BillingError;
 use crate::store::StoreError;
 
+rush_meter_core::named! {
+    /// Every code an error answers with: the stable name a caller branches on (API.md),
+    /// and the one behaviour switches on here.
+    pub enum ErrorCode {
+        MalformedBody = "malformed_body",
+        InvalidValue = "invalid_value",
+        Unauthorized = "unauthorized",
+        Forbidden = "forbidden",
+        OrgNotFound = "org_not_found",
+        SessionNotFound = "session_not_found",
+        TokenRevoked = "token_revoked",
+        TokenExpired = "token_expired",
+        IdempotencyKeyReused = "idempotency_key_reused",
+        StripeOff = "stripe_off",
+        NotFound = "not_found",
+        UnsupportedMediaType = "unsupported_media_type",
+        MethodNotAllowed = "method_not_allowed",
+        BodyTooLarge = "body_too_large",
+        Unavailable = "unavailable",
+        RateLimited = "rate_limited",
+        HeadersTooLarge = "headers_too_large",
+        UriTooLong = "uri_too_long",
+        MalformedRequest = "malformed_request",
+        Internal = "internal",
+        Refused = "refused",
+        Conflict = "conflict",
+        InvalidSignature = "invalid_signature",
+        SessionConflict = "session_conflict",
+        KeyNotFound = "key_not_found",
+        SessionEnded = "session_ended",
+        AlreadyOnPlan = "already_on_plan",
+        StripeConflict = "stripe_conflict",
+        StripeUnavailable = "stripe_unavailable",
+        StripeRefused = "stripe_refused",
+    }
+}
+
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     pub field: Option<String>,
     /// Seconds for `Retry-After`.
@@ -37,7 +74,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// A stable snake_case code to branch on.
     #[schema(example = "invalid_value")]
-    code: &'static str,
+    code: ErrorCode,
     /// What went wrong and how to fix it, for people.
     message: String,
     /// The request field at fault (`heartbeats[3].seq`), when there is one.
@@ -46,7 +83,7 @@ pub struct ErrorDetail {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -68,17 +105,22 @@ impl ApiError {
     }
 
     pub fn malformed(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "malformed_body", message)
+        Self::new(StatusCode::BAD_REQUEST, ErrorCode::MalformedBody, message)
     }
 
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_value", message).with_field(field)
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::InvalidValue,
+            message,
+        )
+        .with_field(field)
     }
 
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "send `Authorization: Bearer <token>` with a valid token",
         )
     }
@@ -86,7 +128,7 @@ impl ApiError {
     pub fn forbidden(scope: &str) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             format!("this token lacks the `{scope}` scope this route needs"),
         )
     }
@@ -94,7 +136,7 @@ impl ApiError {
     pub fn org_not_found(org_id: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "org_not_found",
+            ErrorCode::OrgNotFound,
             format!("no org `{org_id}`; create it with PUT /v1/orgs/{org_id}"),
         )
     }
@@ -102,7 +144,7 @@ impl ApiError {
     pub fn session_not_found(session_id: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "session_not_found",
+            ErrorCode::SessionNotFound,
             format!("no session `{session_id}`"),
         )
     }
@@ -111,7 +153,7 @@ impl ApiError {
     pub fn bound_token(what: &str) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             format!("this token is bound to one org, and {what} covers every org; use a token bound to no org"),
         )
     }
@@ -119,7 +161,7 @@ impl ApiError {
     pub fn token_revoked() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
-            "token_revoked",
+            ErrorCode::TokenRevoked,
             "this token was revoked; ask an admin for a new one (rush-meter token create)",
         )
     }
@@ -127,7 +169,7 @@ impl ApiError {
     pub fn token_expired() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
-            "token_expired",
+            ErrorCode::TokenExpired,
             "this token has expired; ask an admin for a new one (rush-meter token create)",
         )
     }
@@ -136,7 +178,7 @@ impl ApiError {
     pub fn grant_key_reused(grant_id: &str) -> Self {
         Self::new(
             StatusCode::CONFLICT,
-            "idempotency_key_reused",
+            ErrorCode::IdempotencyKeyReused,
             format!(
                 "idempotency_key was used for grant `{grant_id}` with other values; use a new key for a new grant"
             ),
@@ -148,20 +190,20 @@ impl ApiError {
     pub fn webhooks_off() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "stripe_off",
+            ErrorCode::StripeOff,
             "Stripe webhooks are off on this instance: set RUSH_METER_STRIPE_WEBHOOK_SECRET",
         )
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+        Self::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, message)
     }
 
     /// A body sent as something other than JSON.
     pub fn unsupported_media_type(sent: Option<&str>) -> Self {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             format!(
                 "the body must be JSON sent with `Content-Type: application/json` (it came as {})",
                 sent.map_or("no content type".to_owned(), |t| {
@@ -174,7 +216,7 @@ impl ApiError {
     pub fn method_not_allowed() -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
+            ErrorCode::MethodNotAllowed,
             "this route does not take that method; GET /openapi.json lists the methods of each route",
         )
     }
@@ -182,7 +224,7 @@ impl ApiError {
     pub fn too_large() -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
+            ErrorCode::BodyTooLarge,
             "the body is larger than the service accepts (RUSH_METER_MAX_BODY_BYTES); send smaller batches",
         )
     }
@@ -190,7 +232,7 @@ impl ApiError {
     pub fn unavailable() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
+            ErrorCode::Unavailable,
             "the database is unreachable; retry shortly (nothing was written)",
         )
         .retry_after(1)
@@ -199,7 +241,7 @@ impl ApiError {
     pub fn rate_limited(wait: u64) -> Self {
         Self::new(
             StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
+            ErrorCode::RateLimited,
             format!("this token is over its request rate (RUSH_METER_RATE_LIMIT_PER_SEC); retry in {wait} s"),
         )
         .retry_after(wait)
@@ -210,18 +252,18 @@ impl ApiError {
         match status {
             431 => Self::new(
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                "headers_too_large",
+                ErrorCode::HeadersTooLarge,
                 "the request's headers are more than the service reads (at most 100 headers, \
                  about 400 KiB in all); send fewer or smaller ones",
             ),
             414 => Self::new(
                 StatusCode::URI_TOO_LONG,
-                "uri_too_long",
+                ErrorCode::UriTooLong,
                 "the request's URI is longer than the service reads; send a shorter path and query",
             ),
             _ => Self::new(
                 StatusCode::BAD_REQUEST,
-                "malformed_request",
+                ErrorCode::MalformedRequest,
                 "the request line or a header is not valid HTTP/1.1",
             ),
         }
@@ -253,7 +295,7 @@ impl ApiError {
     pub fn internal() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
+            ErrorCode::Internal,
             "an internal error occurred; it has been logged",
         )
     }
@@ -268,7 +310,7 @@ impl IntoResponse for ApiError {
                 field: self.field,
             },
         };
-        let unreachable = self.code == "unavailable";
+        let unreachable = self.code == ErrorCode::Unavailable;
         let mut resp = (self.status, axum::Json(body)).into_response();
         if unreachable {
             resp.extensions_mut().insert(super::DatabaseUnreachable);
@@ -307,7 +349,7 @@ pub async fn errors_as_json(req: axum::extract::Request, next: axum::middleware:
             ApiError::internal()
         }
         StatusCode::METHOD_NOT_ALLOWED => ApiError::method_not_allowed(),
-        s => ApiError::new(s, "refused", text),
+        s => ApiError::new(s, ErrorCode::Refused, text),
     }
     .into_response()
 }
@@ -329,7 +371,7 @@ impl From<&StoreError> for ApiError {
                 tracing::info!(error = %msg, "write refused by a uniqueness rule");
                 ApiError::new(
                     StatusCode::CONFLICT,
-                    "conflict",
+                    ErrorCode::Conflict,
                     "the write conflicts with existing data; re-read and retry",
                 )
             }
@@ -337,7 +379,7 @@ impl From<&StoreError> for ApiError {
                 tracing::info!(error = %msg, "write refused by a check rule");
                 ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_value",
+                    ErrorCode::InvalidValue,
                     "a value is out of the range the service keeps; check the request",
                 )
             }
@@ -352,7 +394,11 @@ impl From<&StoreError> for ApiError {
 impl From<DecodeError> for ApiError {
     fn from(e: DecodeError) -> Self {
         if e.invalid {
-            let err = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_value", e.message);
+            let err = ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::InvalidValue,
+                e.message,
+            );
             return match e.field {
                 Some(f) => err.with_field(f),
                 None => err,
@@ -375,7 +421,11 @@ impl From<Invalid> for ApiError {
 /// A webhook whose `Stripe-Signature` does not verify: 400, nothing stored.
 impl From<SignatureError> for ApiError {
     fn from(e: SignatureError) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_signature", e.to_string())
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidSignature,
+            e.to_string(),
+        )
     }
 }
 
@@ -399,7 +449,7 @@ impl From<IngestReject> for ApiError {
             }
             IngestReject::SessionOfAnotherOrg { index, session_id } => ApiError::new(
                 StatusCode::CONFLICT,
-                "session_conflict",
+                ErrorCode::SessionConflict,
                 format!("session `{session_id}` belongs to another org; session ids are global"),
             )
             .with_field(format!("heartbeats[{index}].session_id")),
@@ -414,7 +464,7 @@ impl ApiError {
             AdmitReject::UnknownOrg => ApiError::org_not_found(&req.org_id).with_field("org_id"),
             AdmitReject::UnknownKey => ApiError::new(
                 StatusCode::NOT_FOUND,
-                "key_not_found",
+                ErrorCode::KeyNotFound,
                 format!(
                     "no key `{}` in org `{}`; register it with PUT /v1/orgs/{}/keys/{}",
                     req.key_id, req.org_id, req.org_id, req.key_id
@@ -423,7 +473,7 @@ impl ApiError {
             .with_field("key_id"),
             AdmitReject::SessionOfAnotherOrg => ApiError::new(
                 StatusCode::CONFLICT,
-                "session_conflict",
+                ErrorCode::SessionConflict,
                 format!(
                     "session `{}` belongs to another org; session ids are global",
                     req.session_id
@@ -432,7 +482,7 @@ impl ApiError {
             .with_field("session_id"),
             AdmitReject::SessionEnded => ApiError::new(
                 StatusCode::CONFLICT,
-                "session_ended",
+                ErrorCode::SessionEnded,
                 format!(
                     "session `{}` has ended; start a new session id",
                     req.session_id
@@ -446,33 +496,39 @@ impl ApiError {
 impl From<BillingError> for ApiError {
     fn from(e: BillingError) -> Self {
         match e {
-            BillingError::Off => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "stripe_off", e.to_string())
-            }
-            BillingError::SamePlan(_) => {
-                ApiError::new(StatusCode::CONFLICT, "already_on_plan", e.to_string())
-                    .with_field("plan")
-            }
+            BillingError::Off => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::StripeOff,
+                e.to_string(),
+            ),
+            BillingError::SamePlan(_) => ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::AlreadyOnPlan,
+                e.to_string(),
+            )
+            .with_field("plan"),
             BillingError::NoPrice(_) => ApiError::invalid("plan", e.to_string()),
             BillingError::NoItem
             | BillingError::Conflict(_)
             | BillingError::Unmatched(_)
-            | BillingError::Unrecognized(_) => {
-                ApiError::new(StatusCode::CONFLICT, "stripe_conflict", e.to_string())
-            }
+            | BillingError::Unrecognized(_) => ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::StripeConflict,
+                e.to_string(),
+            ),
             BillingError::Stripe(StripeFailure::Unreachable(m)) => {
                 // Its words name the API's address and the request: for operators only.
                 tracing::warn!(error = %m, "Stripe did not answer");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "stripe_unavailable",
+                    ErrorCode::StripeUnavailable,
                     "Stripe did not answer; nothing changed, retry shortly",
                 )
                 .retry_after(5)
             }
             BillingError::Stripe(StripeFailure::ServerError { status, .. }) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "stripe_unavailable",
+                ErrorCode::StripeUnavailable,
                 format!(
                     "Stripe failed the request ({status}); retry shortly: the retry first reads \
                      back what Stripe did, so nothing is made twice"
@@ -484,7 +540,7 @@ impl From<BillingError> for ApiError {
                 tracing::warn!(error = %f, "Stripe refused a change");
                 ApiError::new(
                     StatusCode::BAD_GATEWAY,
-                    "stripe_refused",
+                    ErrorCode::StripeRefused,
                     "Stripe refused the change; nothing changed here (the reason is logged)",
                 )
             }
