@@ -1,4 +1,4 @@
-//! How cost grows with history (issue 18, item 3): four databases of 10⁴, 10⁵, 10⁶ and 10⁷
+//! How cost grows with history: four databases of 10⁴, 10⁵, 10⁶ and 10⁷
 //! heartbeats of history (and 10 to 100,000 orgs), each with the same present, and on each
 //! a decision, a heartbeat, the usage page and a breakdown, timed over HTTP. Writes
 //! reports/growth.md and reports/growth.png.
@@ -682,7 +682,7 @@ asked 100 times a round on each size, 10 rounds after a warm-up round; within a 
 the sizes take the requests in turn, one each, so that the machine's drift falls on
 every size alike. A figure is the median of the rounds' medians, with the p99 of all
 requests beside it. The plot is
-reports/growth.png. Target (issue 18): each cost within 1.2x from the smallest size to
+reports/growth.png. Target: each cost within 1.2x from the smallest size to
 the largest.
 
 "#;

@@ -243,51 +243,16 @@ async fn sqlite_raw_rows(url: &str, batch: usize, clients: usize, table: &str) -
     rate
 }
 
-fn main() {
-    let rt = common::runtime();
-    let only = common::only_backend();
-    // The second word names a load (`100x16`) or a setup (`plan`, `past`, `limits`: that
-    // one beside the plan's), as `benches/compare.sh` asks for the plan's alone.
-    let word = common::only_load();
-    let only_setup = word
-        .clone()
-        .filter(|w| Setup::ALL.iter().any(|s| s.word() == w));
-    let only_load = word.filter(|_| only_setup.is_none());
-    let mut outcomes = Vec::new();
-    // Each load: the setups it runs with. Single heartbeats at 8 and 32 concurrent are the
-    // points issue 18 compares with one-row commits; they run within the plan only.
-    for (backend, batch, clients, setups) in [
-        (Backend::Postgres, 100, 16, &Setup::ALL[..]),
-        (Backend::Postgres, 1, 128, &Setup::ALL[..]),
-        (Backend::Postgres, 1, 8, &Setup::ALL[..1]),
-        (Backend::Postgres, 1, 32, &Setup::ALL[..1]),
-        (Backend::Sqlite, 100, 16, &Setup::ALL[..]),
-        (Backend::Sqlite, 1, 128, &Setup::ALL[..]),
-        (Backend::Sqlite, 1, 8, &Setup::ALL[..1]),
-        (Backend::Sqlite, 1, 32, &Setup::ALL[..1]),
-    ] {
-        if !common::wanted(only.as_deref(), backend)
-            || only_load
-                .as_ref()
-                .is_some_and(|l| *l != format!("{batch}x{clients}"))
-        {
-            continue;
-        }
-        for _ in 0..ROUNDS {
-            for &setup in setups.iter().filter(|s| s.wanted(only_setup.as_deref())) {
-                let o = rt.block_on(run(backend, batch, clients, setup));
-                eprintln!(
-                    "{:?} batch {} at {} ({}): {:.0} rows/s, {:.0} requests/s, p50 {:?}, p99 {:?}, {} errors, {:.1} requests per commit, raw {:?} rows/s",
-                    o.backend, o.batch, o.clients, setup.label(), o.rows as f64 / o.elapsed.as_secs_f64(), o.requests as f64 / o.elapsed.as_secs_f64(), o.p50, o.p99, o.errors, o.mean_group, o.raw
-                );
-                outcomes.push(o);
-            }
-        }
-    }
-    let rate = |o: &Outcome| o.rows as f64 / o.elapsed.as_secs_f64();
+/// A heartbeat rate: rows booked a second.
+fn rate(o: &Outcome) -> f64 {
+    o.rows as f64 / o.elapsed.as_secs_f64()
+}
+
+/// Each load and setup once: its median round, and every round's rate.
+fn medians(outcomes: &[Outcome]) -> Vec<(&Outcome, Vec<f64>)> {
     // Each load and funding: its rounds' rates, and its median round.
     let mut rows: Vec<(&Outcome, Vec<f64>)> = Vec::new();
-    for o in &outcomes {
+    for o in outcomes {
         let same = |b: &&Outcome| {
             b.backend == o.backend
                 && b.batch == o.batch
@@ -302,6 +267,12 @@ fn main() {
         runs.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
         rows.push((runs[runs.len() / 2], rates));
     }
+    rows
+}
+
+/// reports/ingest.md: the table of `outcomes` and how it was measured.
+fn report(outcomes: &[Outcome]) -> String {
+    let rows = medians(outcomes);
     let mut md = String::new();
     md.push_str("# Heartbeat ingest\n\n");
     md.push_str(
@@ -371,7 +342,7 @@ fn main() {
         ));
     }
     md.push_str(concat!(
-        "\nRaw rows by hand (issue 18): what the machine does with the same durable writes and ",
+        "\nRaw rows by hand: what the machine does with the same durable writes and ",
         "nothing else, on the database just measured, at the same concurrency, in a table of ",
         "its own (`raw_rows`: four columns, no index): one row inserted and committed a ",
         "transaction for single heartbeats (`benches/raw/one_row.sql`), one INSERT of 100 rows ",
@@ -380,8 +351,8 @@ fn main() {
         "by hand in the benchmark (`sqlite_raw_rows`: the clients share one writer connection, ",
         "as the service's writes do; WAL, `synchronous = FULL`). A heartbeat does much more than ",
         "a raw row (the session's row, the hourly, member and funding rollups, closed spans, ",
-        "the answer's room), so the ratio is what grouping buys against that extra work. Issue ",
-        "18 asks for single heartbeats at 2x one-row commits at 32 concurrent and 1x at 8, ",
+        "the answer's room), so the ratio is what grouping buys against that extra work. The ",
+        "target asks for single heartbeats at 2x one-row commits at 32 concurrent and 1x at 8, ",
         "batches at 0.9x of 100-row INSERTs. The raw writes run at up to 32 clients (a ",
         "connection a client; PostgreSQL's `max_connections` is 100 here), so the loads at 128 ",
         "have none.\n",
@@ -390,141 +361,63 @@ fn main() {
         "\nOrgs: `plan` is 50 Team orgs well within their plan; `grants and pay-as-you-go` ",
         "is 50 orgs past a plan spent at once, half on a 100,000-hour grant and half paying as ",
         "they go under a high cap, so that every second booked is attributed past the plan ",
-        "(issue 14: at least 0.9 of the plan's rate, measured in the same run); `limits on every ",
+        "(target: at least 0.9 of the plan's rate, measured in the same run); `limits on every ",
         "member` is the plan's orgs with a monthly and weekly limit (never reached) on each of ",
         "their 4 keys, 5 projects and 10 users, so that each booking also reads the limits and ",
-        "use of its sessions' members for the heartbeat answers (issue 15: at least 0.9 of the ",
+        "use of its sessions' members for the heartbeat answers (target: at least 0.9 of the ",
         "rate without them). Every session is admitted with a key, project, user and agent ",
         "before the load, so every booking also writes the member rollup.\n",
     ));
-    md.push_str("\nTargets (issue 18, as ratios in one run): batches of 100 at 0.9 of raw 100-row INSERTs,\n");
+    md.push_str("\nTargets against raw SQL (as ratios in one run): batches of 100 at 0.9 of raw 100-row INSERTs,\n");
     md.push_str("single-heartbeat requests at 1x one-row commits at 8 clients and 2x at 32 (the\n");
     md.push_str("\"against raw\" column). They are not met on PostgreSQL.\n\n");
-    md.push_str(concat!(
-        "## Where the time goes\n\n",
-        "- What bounds the ratios (2026-12-05): the CPU each process used, read from\n",
-        "  /proc every 2 s through one run of each load (`ingest-<hash> postgres 1x8`, `1x32`,\n",
-        "  `100x16`), against the heartbeats done. Single heartbeats at 8 clients (3.7k/s): the\n",
-        "  PostgreSQL backends 0.71 cores, the service 0.39, wrk 0.05, the cores 34% idle: 0.33\n",
-        "  ms of CPU a heartbeat, so with both cores busy the machine would book at most about\n",
-        "  6k/s, 0.46 of the one-row commits (13.1k/s that day). At 32 clients (8.8k/s): 0.80,\n",
-        "  0.39, 0.09 cores, 35% idle: 0.145 ms a heartbeat, at most 13.8k/s, 0.94 of the\n",
-        "  one-row commits (14.7k/s, pgbench's run: the backends 1.40 cores, pgbench 0.28, 12%\n",
-        "  idle, 0.095 ms of PostgreSQL's time a row). PostgreSQL's own time a heartbeat grouped\n",
-        "  8.5 a commit (0.091 ms: the session row, four rollups and spans, all indexed) is\n",
-        "  already that of a raw row, so even a service costing nothing could not pass about\n",
-        "  1.35x; 2x needs a heartbeat to write less, not to be sent faster. Batches of 100 at\n",
-        "  16 clients (83k/s): 0.92 cores of backends, 0.46 of service, 28% idle: 0.017 ms a\n",
-        "  heartbeat against 0.003 ms of PostgreSQL's a raw row (1.45 cores for about 500k\n",
-        "  rows/s): at most 0.23 of the 100-row INSERTs with every core busy.\n",
-        "- Where the idle third goes: a writer's group is a chain of round trips (at 8 clients,\n",
-        "  sqlx's timings: the session lock 0.16 ms, the funding read 0.24, the write 0.36,\n",
-        "  COMMIT 0.39, one group of 2.2 requests every 1.2 ms a writer), and a raw one-row commit\n",
-        "  at 8 clients takes 0.6 ms in all. Tried on 2026-12-05 and not kept, three pairs of\n",
-        "  runs each in turns with the build before: the gate's overlapping commits (a writer\n",
-        "  begins its next group while one commits, reports/admission.md) for heartbeats:\n",
-        "  3.6-3.9k/s at 8 clients either way, 8.3-9.2k/s at 32 against 8.8-9.1k; consecutive\n",
-        "  groups of one writer share their orgs' rows (the funding lock, the writer's own\n",
-        "  `org_hourly` rows), so the newer one waits for the older's COMMIT all the same, and\n",
-        "  its groups were smaller (6.3 requests a commit against 8.5). Three and four writers a\n",
-        "  queue kind at 32 clients: 7.8k and 7.3k/s against 8.3-9.0k with two (smaller groups,\n",
-        "  each paying a commit's fixed statements on the same busy cores).\n",
-        "- Where the service's share goes (2026-12-05): `perf record -e cpu-clock -F 999 -g` on\n",
-        "  the benchmark's process for 20 s of `ingest-<hash> postgres 1x32` (8.4k-9.4k/s in its\n",
-        "  rounds, 0.38-0.41 of that run's one-row commits), the service's samples by symbol: the\n",
-        "  kernel 27% (loopback TCP for wrk's requests and PostgreSQL's connections: a send on\n",
-        "  loopback also runs the receiving side's stack), the HTTP stack (hyper, axum, tower) 17%,\n",
-        "  the allocator 16%, sqlx 8%, tokio 7%, libc 4%, hashing 2%, JSON 2%, the service's own\n",
-        "  code and the core's rules 5% together, frames perf could not name 11%. A flat profile\n",
-        "  of per-request work: no part of it would move the ratio much. The service's whole\n",
-        "  share halved (0.047 to 0.024 ms a heartbeat at 32 clients) would leave 0.12 ms of CPU a\n",
-        "  heartbeat, at most about 16.6k/s with both cores busy: under 1x of the one-row commits.\n",
-        "- Batches of 100 on PostgreSQL: each group is one transaction of six round trips:\n",
-        "  BEGIN, lock the sessions (by id through the primary key `(session_id, org_id)`, the\n",
-        "  orgs a hashed semi-join; migration 0011, reports/citus.md), lock the orgs' rows, read\n",
-        "  their funding, one statement that writes session rows, every rollup and closed spans\n",
-        "  through UNNEST arrays, COMMIT. The orgs were locked and read in one statement until\n",
-        "  2026-12-05: a statement reads from the snapshot it began with, so a booking that\n",
-        "  waited there for another booking's lock of the org read its funding from before that\n",
-        "  booking committed and wrote over it (tests/funding.rs). The statement more cost\n",
-        "  nothing measurable (`ingest-<hash> postgres 1x8` and `1x32`, two runs of each build\n",
-        "  in turns: 3.0k-3.9k/s against 3.5k-4.1k at 8 clients, 6.8k-7.8k against 6.8k-8.1k at\n",
-        "  32, within the runs' spread).\n",
-        "- Planning was the largest part of PostgreSQL's work (pg_stat_statements with\n",
-        "  `track_planning`, one load at a time: `cargo bench --bench ingest -- postgres 1x8`):\n",
-        "  under the connections' `force_custom_plan` the group's write took 0.24 ms to plan and\n",
-        "  0.13 ms to run, the funding read 0.20 and 0.05, the session lock 0.07 and 0.03. The\n",
-        "  group's transaction now uses generic plans (`begin_hot` in src/store/pg/mod.rs: its\n",
-        "  statements have fixed texts and find rows by key; a plan is remade when statistics\n",
-        "  change). Same run, same load: 2.1k to 3.1k single heartbeats/s at 8 clients.\n",
-        "- Fewer writers: with planning gone the two cores are still busy (perf: PostgreSQL\n",
-        "  backends 53%, the service 25%, wrk 3%, idle 16%), and every commit pays its five\n",
-        "  statements whatever it carries, so fewer writers taking bigger groups do more. Measured\n",
-        "  one load at a time with 1, 2 and 4 writers a queue kind: at 8 clients 3.8k, 3.5k and\n",
-        "  3.1k/s, at 32 clients 8.4k, 8.4k and 3.9k/s, batches of 100 at 16 clients 65k, 78k\n",
-        "  (4: not run that day). Two are kept (src/store/mod.rs `writers`): one writer stuck on\n",
-        "  another instance's lock must not hold up every request.\n",
-        "- SQLite has one writer; single-heartbeat requests share commits (about 60 requests per\n",
-        "  commit at 128 clients), so it does about as much as PostgreSQL with half its writers'\n",
-        "  commits. First run after the two changes above (2026-12-03): PostgreSQL single\n",
-        "  heartbeats at 0.26 and 0.41 of one-row commits at 8 and 32 clients (0.16 and 0.33 the\n",
-        "  day before), batches at 0.09 of 100-row INSERTs (0.05). This run (later that day, the\n",
-        "  machine 30-40% slower in every column, raw included): 0.24 and 0.46, batches 0.08.\n",
-        "- Batches of 100 at 16 clients, by statement (pg_stat_statements over one run of\n",
-        "  `cargo bench --bench ingest -- postgres 100x16`, 2026-12-04): the group's write\n",
-        "  statement 7.9-9 ms a call, the orgs' funding read (which locks their rows) 11-13 ms,\n",
-        "  the session lock 1.95 ms for about 275 rows. The funding read is mostly waiting: a group\n",
-        "  of 16 requests of 100 heartbeats covers all 50 orgs, so the two writers' groups take\n",
-        "  the same org locks and follow each other. The session lock's 1.95 ms was the generic\n",
-        "  plan testing each row against every org of `org_id = ANY($1)` (1.68 ms by id alone);\n",
-        "  on one PostgreSQL it now hashes the orgs (`org_id IN (SELECT UNNEST($1))`,\n",
-        "  tests/generic_plans.rs checks the plan).\n",
-        "- SQLite's one writer, by statement (sqlx's own timings, `RUST_LOG=sqlx::query=debug`\n",
-        "  over `cargo bench --bench ingest -- sqlite 1x128`, 2026-12-04): a group's session\n",
-        "  upsert took 0.86 ms, the session read 0.54, the orgs' funding read 0.42, the member\n",
-        "  rollup 0.29, the other rollups 0.06-0.14 each. SQLite rewrites the entries of every\n",
-        "  index holding a column an UPDATE names in its SET, changed or not, and the upsert\n",
-        "  named `phase` and `key_id` (four indexes); it now leaves them out and a second\n",
-        "  statement writes them where they differ (src/store/sqlite/sessions.rs): 0.32 + 0.22 ms,\n",
-        "  and single heartbeats at 128 clients went from 13.6-15.1k/s (that day's compare run)\n",
-        "  to 18.8-19.4k/s. The funding read and the member rollup are the later features' share.\n",
-        "- Generic plans follow the tables' statistics, and the benchmark's tables (a new\n",
-        "  deployment's too) grow from empty faster than autovacuum looks: the statistics job now\n",
-        "  analyzes a hot table each time it changed by more rows than it held when last analyzed\n",
-        "  (src/store/pg/mod.rs `gather_statistics`; reports/admission.md has the profile that found it).\n",
-        "- Funding (docs/funding.md): every booking locks the rows of the orgs it bills, so the\n",
-        "  bookings of one org follow each other; past the plan, a booking also writes the grants\n",
-        "  it used and the hourly rollup of what the plan did not pay. A request whose heartbeats\n",
-        "  are all of one org goes to that org's writer (one queue a writer, by org), so requests\n",
-        "  of one org are grouped together instead of waiting on each other's org locks across\n",
-        "  writers; requests of several orgs go to writers sharing one queue (routing those by\n",
-        "  org too cost batches of 100 about a third of their rate). With one heartbeat a\n",
-        "  request at 128 clients, past the plan costs a tenth to a fifth more than within it:\n",
-        "  the extra rows of each group's one write statement, on a machine whose two cores are\n",
-        "  busy. By statement (sqlx's timings over one round of each, 2026-12-05, 32 requests a\n",
-        "  commit): the write 1.59 ms a group past the plan against 1.26 within it (the grants\n",
-        "  it used, about 25 `funding_hourly` rows more), the funding read 0.78 against 0.66\n",
-        "  (the grants come with the orgs), the session lock and COMMIT alike; 17.2k against\n",
-        "  19.8k heartbeats/s in that pair of rounds. Issue 14 asked for 0.9 of the plan's rate;\n",
-        "  the report before this one, on a machine half as fast that day, had 0.90: the\n",
-        "  faster the rest of a group, the larger the extra rows' part of it.\n",
-        "- Members (issue 15): every session is now admitted with a key, project, user and\n",
-        "  agent, so each booking also upserts the member rollup: about 22 rows an org-hour here\n",
-        "  (4 keys, 5 projects, 10 users, 3 agents) beside one of the org's hourly rollup, three\n",
-        "  times the rollup rows of a commit before. The machine's own raw one-row commits ran at\n",
-        "  5.4k/s at 8 clients one day and 11.7k/s another (pgbench), so figures are not\n",
-        "  comparable with reports of other days: only the ratios in a column are. Limits\n",
-        "  themselves cost a booking only the read of the limited members' use for\n",
-        "  the answers, one statement a commit for the orgs that set any (`orgs.sets_limits`),\n",
-        "  and no more than every 2 s an org (an org's answer is reused while it has room to\n",
-        "  spare). The orgs' answers expire together, so every 2 s one commit reads all 50: on\n",
-        "  SQLite 55-65 ms (`RUST_LOG=sqlx::query=debug` over `ingest-<hash> sqlite 1x128`),\n",
-        "  the p99 of the limits rows. Nearly all of it was the running sessions, read once for\n",
-        "  each kind (key, project, user); since 2026-12-04 they are read once, summed by the\n",
-        "  three and spread over the kinds (a copy of the read in Python's sqlite3 over 50 orgs of\n",
-        "  200 running sessions: 65 ms before, 41 ms after), and an org's answer, kept for\n",
-        "  2 s, is shared by the commits that reuse it instead of copied into each.\n",
-    ));
+    // Readings and what was tried are kept by hand in reports/ingest-notes.md.
+    md.push_str("Where the time goes, and what was tried: reports/ingest-notes.md.\n");
+    md
+}
+
+fn main() {
+    let rt = common::runtime();
+    let only = common::only_backend();
+    // The second word names a load (`100x16`) or a setup (`plan`, `past`, `limits`: that
+    // one beside the plan's), as `benches/compare.sh` asks for the plan's alone.
+    let word = common::only_load();
+    let only_setup = word
+        .clone()
+        .filter(|w| Setup::ALL.iter().any(|s| s.word() == w));
+    let only_load = word.filter(|_| only_setup.is_none());
+    let mut outcomes = Vec::new();
+    // Each load: the setups it runs with. Single heartbeats at 8 and 32 concurrent are the
+    // points compared with one-row commits; they run within the plan only.
+    for (backend, batch, clients, setups) in [
+        (Backend::Postgres, 100, 16, &Setup::ALL[..]),
+        (Backend::Postgres, 1, 128, &Setup::ALL[..]),
+        (Backend::Postgres, 1, 8, &Setup::ALL[..1]),
+        (Backend::Postgres, 1, 32, &Setup::ALL[..1]),
+        (Backend::Sqlite, 100, 16, &Setup::ALL[..]),
+        (Backend::Sqlite, 1, 128, &Setup::ALL[..]),
+        (Backend::Sqlite, 1, 8, &Setup::ALL[..1]),
+        (Backend::Sqlite, 1, 32, &Setup::ALL[..1]),
+    ] {
+        if !common::wanted(only.as_deref(), backend)
+            || only_load
+                .as_ref()
+                .is_some_and(|l| *l != format!("{batch}x{clients}"))
+        {
+            continue;
+        }
+        for _ in 0..ROUNDS {
+            for &setup in setups.iter().filter(|s| s.wanted(only_setup.as_deref())) {
+                let o = rt.block_on(run(backend, batch, clients, setup));
+                eprintln!(
+                    "{:?} batch {} at {} ({}): {:.0} rows/s, {:.0} requests/s, p50 {:?}, p99 {:?}, {} errors, {:.1} requests per commit, raw {:?} rows/s",
+                    o.backend, o.batch, o.clients, setup.label(), o.rows as f64 / o.elapsed.as_secs_f64(), o.requests as f64 / o.elapsed.as_secs_f64(), o.p50, o.p99, o.errors, o.mean_group, o.raw
+                );
+                outcomes.push(o);
+            }
+        }
+    }
+    let md = report(&outcomes);
     if only.is_none() {
         std::fs::write(
             concat!(env!("CARGO_MANIFEST_DIR"), "/reports/ingest.md"),

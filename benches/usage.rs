@@ -797,7 +797,7 @@ fn console_section(md: &mut String, backend: Backend, (sent, pairs): (u64, Vec<P
     md.push_str(&verdict(&pairs));
 }
 
-/// Which breakdowns of this run are within issue 15's 2x of their rollup, and which not.
+/// Which breakdowns of this run are within 2x of their rollup, and which not.
 fn verdict(pairs: &[Pair]) -> String {
     let ratio = |p: &Pair| p.service.p50.as_secs_f64() / p.raw.p50.as_secs_f64();
     let (within, over): (Vec<&Pair>, Vec<&Pair>) = pairs
@@ -847,7 +847,7 @@ fn main() {
         "the rollup it is computed from over the same range, on the same database (request,\n",
         "read, request, …, so that the machine's drift falls on both alike): the machine's\n",
         "own limit for that read, with no HTTP, no JSON, no running sessions added.\n",
-        "Target (issue 15): every grouping within 2x of reading its rollup. The first row is\n",
+        "Target: every grouping within 2x of reading its rollup. The first row is\n",
         "the service's floor, a request that reads the org's row by key beside that read: what\n",
         "HTTP on loopback, the token and JSON add to any read.\n\n",
     ));
@@ -937,7 +937,7 @@ fn main() {
     md.push_str(concat!(
         "machine's own limit for the same lines: PostgreSQL's COPY of the frozen lines as CSV,\n",
         "on SQLite a plain SELECT of them): the median round's time (each round's in brackets)\n",
-        "and the median of the rounds' ratios, the baseline's time over the export's (issue 18:\n",
+        "and the median of the rounds' ratios, the baseline's time over the export's (target:\n",
         "at least 0.9). The open month runs once.\n\n",
     ));
     md.push_str(&exports_md);
