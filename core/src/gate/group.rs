@@ -124,165 +124,13 @@ pub fn decide_group(
     lease: Secs,
     mut decision_id: impl FnMut() -> String,
 ) -> GroupOutcome {
-    let mut created = BTreeSet::new();
-    let mut resumed = BTreeSet::new();
+    let mut made = Made::default();
     let answers = requests
         .iter()
         .map(|req| {
-            let org = facts.orgs.get(&req.org_id).ok_or(AdmitReject::UnknownOrg)?;
-            let key_id = (req.org_id.clone(), req.key_id.clone());
-            let key = facts.keys.get(&key_id).ok_or(AdmitReject::UnknownKey)?;
-            if facts
-                .owners
-                .get(&req.session_id)
-                .is_some_and(|owner| *owner != req.org_id)
-            {
-                return Err(AdmitReject::SessionOfAnotherOrg);
-            }
-            let session = facts.sessions.get(&req.session_id);
-            if let Some(s) = session {
-                if s.org_id != req.org_id {
-                    return Err(AdmitReject::SessionOfAnotherOrg);
-                }
-                if s.ledger.phase == Phase::Ended {
-                    return Err(AdmitReject::SessionEnded);
-                }
-            }
-            let holds = session.is_some_and(|s| holds_slot(s, now, lease));
-            // Rule 1 is a slot of this key. A session holding another key's slot (or running
-            // unadmitted, on none) asked for under this one moves to it: decided against
-            // this key, and, if allowed, its slot leaves the other key.
-            let own = holds && session.is_some_and(|s| s.key_id.as_deref() == Some(&req.key_id));
-            let moved_from = session
-                .filter(|_| holds && !own)
-                .and_then(|s| s.key_id.clone())
-                .map(|k| (req.org_id.clone(), k));
-            let slots = facts.slots.entry(key_id).or_default();
-            let running = *slots - i64::from(own);
-            let windows = Windows::at(now, org.billing_period());
-            let used = facts.usage.get(&req.org_id).copied().unwrap_or_default();
-            let (paid, access) = org.plan_access(plans, now);
-            let plan = if access.grants_plan() {
-                paid
-            } else {
-                plans.free()
-            };
-            let recorded = facts.funding.get(&req.org_id).cloned().unwrap_or_default();
-            let facts_on = |plan: &Plan| {
-                let month = WindowUsage::new(windows.month, used.month, plan.monthly_limit_seconds);
-                let week = WindowUsage::new(windows.week, used.week, plan.weekly_limit_seconds);
-                let state = funding_state_on(org, plan, now, recorded.clone(), &used);
-                (
-                    month,
-                    week,
-                    effective_concurrency_limit(key.concurrency_limit, plan),
-                    state,
-                )
-            };
-            let (month, week, limit, state) = facts_on(plan);
-            let applicable = facts
-                .limits
-                .get(&req.org_id)
-                .map(|l| limits_of(l, RunMembers::of(req, session)))
-                .unwrap_or_default();
-            let no_usage = MemberUsage::new();
-            let usage = facts.member_usage.get(&req.org_id).unwrap_or(&no_usage);
-            let spent_member = spent_limit(&applicable, usage);
-            let f = Facts {
-                suspended: org.suspended,
-                plan,
-                month: &month,
-                week: &week,
-                running,
-                limit,
-                holds_slot: own,
-                funding: &state,
-                now,
-                spent_limit: spent_member.map(|l| l.kind),
-            };
-            let mut rule = decide(&f);
-            // Refused on Free's terms, where the plan it pays for would allow it: the fix is
-            // to pay, not to upgrade.
-            if !access.grants_plan() && matches!(rule, Rule::Denied(r) if r != Reason::OrgSuspended)
-            {
-                let (m, w, limit, paid_state) = facts_on(paid);
-                let on_paid = Facts {
-                    plan: paid,
-                    month: &m,
-                    week: &w,
-                    limit,
-                    funding: &paid_state,
-                    ..f.clone()
-                };
-                if decide(&on_paid).allows() {
-                    rule = Rule::Denied(Reason::SubscriptionInactive);
-                }
-            }
-            let (source, rooms) = funded_by(&state, now);
-            let (reason, upgrade) = match rule {
-                Rule::Denied(r) => (Some(r), upgrade_for(plans, r, &f).map(|p| p.id.clone())),
-                _ => (None, None),
-            };
-            let decision = Decision {
-                org_id: req.org_id.clone(),
-                decision_id: decision_id(),
-                decided_at: now,
-                session_id: req.session_id.clone(),
-                key_id: req.key_id.clone(),
-                decision: if rule.allows() {
-                    Verdict::Allow
-                } else {
-                    Verdict::Deny
-                },
-                reason,
-                rule,
-                plan_id: plan.id.clone(),
-                suspended: org.suspended,
-                month_start: month.start,
-                month_end: month.end,
-                month_used: month.used_seconds,
-                month_limit: month.limit_seconds,
-                week_start: week.start,
-                week_end: week.end,
-                week_used: week.used_seconds,
-                week_limit: week.limit_seconds,
-                running: running + i64::from(rule.allows()),
-                concurrency_limit: f.limit,
-                upgrade_plan: upgrade,
-                funded_by: source.filter(|_| rule.allows()),
-                plan_room: rooms.plan,
-                grant_room: rooms.grant,
-                overage_room: rooms.overage,
-                limit: spent_member.filter(|_| !rule.allows()).map(|l| {
-                    let used = usage
-                        .get(&(l.kind.dimension(), l.member_id.clone()))
-                        .copied()
-                        .unwrap_or_default();
-                    LimitFigures {
-                        kind: l.kind,
-                        member_id: l.member_id.clone(),
-                        month_used: used.0,
-                        month_limit: l.monthly_seconds(),
-                        week_used: used.1,
-                        week_limit: l.weekly_seconds(),
-                    }
-                }),
-            };
-            if rule == Rule::WithinLimits {
-                *slots += 1;
-                if let Some(n) = moved_from.and_then(|k| facts.slots.get_mut(&k)) {
-                    *n -= 1;
-                }
-                if session.is_none() {
-                    created.insert(req.session_id.clone());
-                } else if !created.contains(&req.session_id) {
-                    resumed.insert(req.session_id.clone());
-                }
-                let row = facts
-                    .sessions
-                    .entry(req.session_id.clone())
-                    .or_insert_with(|| admitted_row(req, now));
-                take_slot(row, req, now);
+            let (decision, slot) = decide_one(plans, req, &facts, now, lease, &mut decision_id)?;
+            if decision.rule == Rule::WithinLimits {
+                made.take_slot(&mut facts, req, slot, now);
             }
             Ok(decision)
         })
@@ -290,8 +138,252 @@ pub fn decide_group(
     let row = |id: &String| facts.sessions[id].clone();
     GroupOutcome {
         answers,
-        created: created.iter().map(row).collect(),
-        resumed: resumed.iter().map(row).collect(),
+        created: made.created.iter().map(row).collect(),
+        resumed: made.resumed.iter().map(row).collect(),
+    }
+}
+
+/// The sessions a group creates and resumes, by id.
+#[derive(Default)]
+struct Made {
+    created: BTreeSet<String>,
+    resumed: BTreeSet<String>,
+}
+
+impl Made {
+    /// An allowed request takes its slot in `facts`, so that the next request sees it: the
+    /// key's count goes up (and down on the key the session moves from), and the session is
+    /// created or resumed.
+    fn take_slot(&mut self, facts: &mut GroupFacts, req: &AdmissionRequest, slot: Slot, now: Secs) {
+        *facts.slots.entry(slot.key).or_default() += 1;
+        if let Some(n) = slot.moved_from.and_then(|k| facts.slots.get_mut(&k)) {
+            *n -= 1;
+        }
+        if !facts.sessions.contains_key(&req.session_id) {
+            self.created.insert(req.session_id.clone());
+        } else if !self.created.contains(&req.session_id) {
+            self.resumed.insert(req.session_id.clone());
+        }
+        let row = facts
+            .sessions
+            .entry(req.session_id.clone())
+            .or_insert_with(|| admitted_row(req, now));
+        take_slot(row, req, now);
+    }
+}
+
+/// The slot a request asks for: its key's, and the key its session holds a slot of now,
+/// if another.
+struct Slot {
+    key: (String, String),
+    moved_from: Option<(String, String)>,
+}
+
+/// What a request names that exists: its org, key and session (if any), or why it is
+/// refused before any rule.
+fn named<'f>(
+    req: &AdmissionRequest,
+    facts: &'f GroupFacts,
+) -> Result<(&'f Org, &'f Key, Option<&'f Session>), AdmitReject> {
+    let org = facts.orgs.get(&req.org_id).ok_or(AdmitReject::UnknownOrg)?;
+    let key_id = (req.org_id.clone(), req.key_id.clone());
+    let key = facts.keys.get(&key_id).ok_or(AdmitReject::UnknownKey)?;
+    if facts
+        .owners
+        .get(&req.session_id)
+        .is_some_and(|owner| *owner != req.org_id)
+    {
+        return Err(AdmitReject::SessionOfAnotherOrg);
+    }
+    let session = facts.sessions.get(&req.session_id);
+    if let Some(s) = session {
+        if s.org_id != req.org_id {
+            return Err(AdmitReject::SessionOfAnotherOrg);
+        }
+        if s.ledger.phase == Phase::Ended {
+            return Err(AdmitReject::SessionEnded);
+        }
+    }
+    Ok((org, key, session))
+}
+
+/// One request decided against the group's facts as they stand: the decision, and the
+/// slot it takes if allowed.
+fn decide_one(
+    plans: &Plans,
+    req: &AdmissionRequest,
+    facts: &GroupFacts,
+    now: Secs,
+    lease: Secs,
+    decision_id: &mut impl FnMut() -> String,
+) -> Result<(Decision, Slot), AdmitReject> {
+    let (org, key, session) = named(req, facts)?;
+    let holds = session.is_some_and(|s| holds_slot(s, now, lease));
+    // Rule 1 is a slot of this key. A session holding another key's slot (or running
+    // unadmitted, on none) asked for under this one moves to it: decided against this
+    // key, and, if allowed, its slot leaves the other key.
+    let own = holds && session.is_some_and(|s| s.key_id.as_deref() == Some(&req.key_id));
+    let slot = Slot {
+        key: (req.org_id.clone(), req.key_id.clone()),
+        moved_from: session
+            .filter(|_| holds && !own)
+            .and_then(|s| s.key_id.clone())
+            .map(|k| (req.org_id.clone(), k)),
+    };
+    let slots = facts.slots.get(&slot.key).copied().unwrap_or(0);
+    let on = OrgOn {
+        org,
+        key,
+        used: facts.usage.get(&req.org_id).copied().unwrap_or_default(),
+        recorded: facts.funding.get(&req.org_id).cloned().unwrap_or_default(),
+        windows: Windows::at(now, org.billing_period()),
+        now,
+    };
+    let (paid, access) = org.plan_access(plans, now);
+    let plan = if access.grants_plan() {
+        paid
+    } else {
+        plans.free()
+    };
+    let (month, week, limit, state) = on.plan(plan);
+    let applicable = facts
+        .limits
+        .get(&req.org_id)
+        .map(|l| limits_of(l, RunMembers::of(req, session)))
+        .unwrap_or_default();
+    let no_usage = MemberUsage::new();
+    let usage = facts.member_usage.get(&req.org_id).unwrap_or(&no_usage);
+    let spent_member = spent_limit(&applicable, usage);
+    let f = Facts {
+        suspended: org.suspended,
+        plan,
+        month: &month,
+        week: &week,
+        running: slots - i64::from(own),
+        limit,
+        holds_slot: own,
+        funding: &state,
+        now,
+        spent_limit: spent_member.map(|l| l.kind),
+    };
+    let mut rule = decide(&f);
+    // Refused on Free's terms, where the plan it pays for would allow it: the fix is to
+    // pay, not to upgrade.
+    if !access.grants_plan()
+        && matches!(rule, Rule::Denied(r) if r != Reason::OrgSuspended)
+        && on.would_allow(paid, &f)
+    {
+        rule = Rule::Denied(Reason::SubscriptionInactive);
+    }
+    let figures = spent_member
+        .filter(|_| !rule.allows())
+        .map(|l| limit_figures(l, usage));
+    let decision = record(plans, req, &f, rule, figures, decision_id());
+    Ok((decision, slot))
+}
+
+/// An org's figures at a decision, and how they stand on a plan.
+struct OrgOn<'f> {
+    org: &'f Org,
+    key: &'f Key,
+    used: WindowTotals,
+    recorded: funding::Recorded,
+    windows: Windows,
+    now: Secs,
+}
+
+impl OrgOn<'_> {
+    /// The windows, the key's concurrency and the funding on `plan`.
+    fn plan(&self, plan: &Plan) -> (WindowUsage, WindowUsage, i64, funding::State) {
+        let (used, windows) = (&self.used, &self.windows);
+        let month = WindowUsage::new(windows.month, used.month, plan.monthly_limit_seconds);
+        let week = WindowUsage::new(windows.week, used.week, plan.weekly_limit_seconds);
+        let state = funding_state_on(self.org, plan, self.now, self.recorded.clone(), used);
+        (
+            month,
+            week,
+            effective_concurrency_limit(self.key.concurrency_limit, plan),
+            state,
+        )
+    }
+
+    /// Whether the `paid` plan would allow what `f` (on Free's terms) refused.
+    fn would_allow(&self, paid: &Plan, f: &Facts) -> bool {
+        let (m, w, limit, paid_state) = self.plan(paid);
+        let on_paid = Facts {
+            plan: paid,
+            month: &m,
+            week: &w,
+            limit,
+            funding: &paid_state,
+            ..f.clone()
+        };
+        decide(&on_paid).allows()
+    }
+}
+
+/// A spent limit's figures, as a denial records them.
+fn limit_figures(l: &Limit, usage: &MemberUsage) -> LimitFigures {
+    let used = usage
+        .get(&(l.kind.dimension(), l.member_id.clone()))
+        .copied()
+        .unwrap_or_default();
+    LimitFigures {
+        kind: l.kind,
+        member_id: l.member_id.clone(),
+        month_used: used.0,
+        month_limit: l.monthly_seconds(),
+        week_used: used.1,
+        week_limit: l.weekly_seconds(),
+    }
+}
+
+/// The decision `rule` makes of `req` on facts `f`, as it is recorded and answered.
+fn record(
+    plans: &Plans,
+    req: &AdmissionRequest,
+    f: &Facts,
+    rule: Rule,
+    limit: Option<LimitFigures>,
+    decision_id: String,
+) -> Decision {
+    let (source, rooms) = funded_by(f.funding, f.now);
+    let (reason, upgrade) = match rule {
+        Rule::Denied(r) => (Some(r), upgrade_for(plans, r, f).map(|p| p.id.clone())),
+        _ => (None, None),
+    };
+    let (month, week) = (f.month, f.week);
+    Decision {
+        org_id: req.org_id.clone(),
+        decision_id,
+        decided_at: f.now,
+        session_id: req.session_id.clone(),
+        key_id: req.key_id.clone(),
+        decision: if rule.allows() {
+            Verdict::Allow
+        } else {
+            Verdict::Deny
+        },
+        reason,
+        rule,
+        plan_id: f.plan.id.clone(),
+        suspended: f.suspended,
+        month_start: month.start,
+        month_end: month.end,
+        month_used: month.used_seconds,
+        month_limit: month.limit_seconds,
+        week_start: week.start,
+        week_end: week.end,
+        week_used: week.used_seconds,
+        week_limit: week.limit_seconds,
+        running: f.running + i64::from(rule.allows()),
+        concurrency_limit: f.limit,
+        upgrade_plan: upgrade,
+        funded_by: source.filter(|_| rule.allows()),
+        plan_room: rooms.plan,
+        grant_room: rooms.grant,
+        overage_room: rooms.overage,
+        limit,
     }
 }
 
