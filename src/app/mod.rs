@@ -63,6 +63,8 @@ pub struct Services {
     pub stripe_wake: Arc<Notify>,
     /// When each token was last used, written by a job in batches.
     pub last_used: Arc<crate::tokens::LastUsed>,
+    /// Each org's billing period as last read, so its windows' sums are read beside it.
+    pub periods: standing::PeriodGuesses,
 }
 
 /// A started service: database open and migrated, plans loaded, writers and jobs running.
@@ -152,6 +154,7 @@ impl App {
             breaker: Arc::default(),
             stripe_wake: Arc::default(),
             last_used: Arc::default(),
+            periods: standing::PeriodGuesses::default(),
         };
         let (stop_jobs, stop) = watch::channel(false);
         let jobs = jobs::start(&services, config, watch, crossings, &stop);

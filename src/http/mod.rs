@@ -21,7 +21,7 @@ use tower_http::trace::TraceLayer;
 use rush_meter_core::standing::Standing;
 use rush_meter_core::time::Secs;
 
-use crate::app::standing::{standing, PeriodGuesses};
+use crate::app::standing::standing;
 use crate::app::{App, Services};
 use crate::config::Config;
 use crate::store::TokenRow;
@@ -33,6 +33,7 @@ pub mod extract;
 pub mod openapi;
 pub mod rate_limit;
 pub mod routes;
+pub mod views;
 
 pub use error::{ApiError, ApiResult};
 
@@ -52,8 +53,6 @@ pub struct Shared {
     /// Hashes of the tokens this instance revoked: refused at once, whatever the cache
     /// holds (a read in flight when the revocation committed may cache the row before it).
     pub revoked_here: std::sync::RwLock<std::collections::HashSet<String>>,
-    /// Each org's billing period as last read, so its windows' sums are read beside it.
-    pub periods: PeriodGuesses,
 }
 
 impl Deref for AppState {
@@ -96,7 +95,6 @@ impl AppState {
                 .max_capacity(100_000)
                 .time_to_live(TOKEN_CACHE_TTL)
                 .build(),
-            periods: PeriodGuesses::default(),
             revoked_here: Default::default(),
         }))
     }
@@ -125,10 +123,9 @@ impl AppState {
         now: Secs,
         count_parked: bool,
     ) -> ApiResult<(Standing, i64)> {
-        let shared = self.shared();
         standing(
             &self.db,
-            &shared.periods,
+            &self.periods,
             &self.plans,
             org_id,
             now,

@@ -265,9 +265,7 @@ pub async fn list_decisions(
     )?;
     let only = named_param("decision", q.decision.as_deref(), Verdict::parse_named)?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
-    if state.db.get_org(org_id.as_str()).await?.is_none() {
-        return Err(ApiError::org_not_found(org_id.as_str()));
-    }
+    state.org(org_id.as_str()).await?;
     let rows = state
         .db
         .list_decisions(

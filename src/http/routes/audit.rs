@@ -10,7 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::http::auth::Principal;
 use crate::http::extract::{time_range, OrgPath, OrgReader, Page, Query};
 use crate::http::openapi::{BadId, BadQuery, Guarded};
-use crate::http::{ApiError, ApiResult, AppState};
+use crate::http::{ApiResult, AppState};
 use crate::tokens::Scope;
 
 /// Who made a change.
@@ -120,9 +120,7 @@ pub async fn org_audit(
     query: Query<AuditQuery>,
 ) -> ApiResult<Json<AuditPage>> {
     let q = query.read()?;
-    if state.db.get_org(org_id.as_str()).await?.is_none() {
-        return Err(ApiError::org_not_found(org_id.as_str()));
-    }
+    state.org(org_id.as_str()).await?;
     Ok(Json(page(&state, org_id.as_str(), q).await?))
 }
 

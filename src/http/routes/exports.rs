@@ -62,9 +62,7 @@ pub async fn get_usage_export(
         Some(org) => {
             let org = parse_id("org_id", org)?;
             principal.check_org(org.as_str())?;
-            if state.db.get_org(org.as_str()).await?.is_none() {
-                return Err(ApiError::org_not_found(org.as_str()));
-            }
+            state.org(org.as_str()).await?;
             Some(org.into_string())
         }
         None => principal.bound_org().map(str::to_owned),

@@ -1,80 +1,23 @@
 //! An org's hour grants: admin makes and voids them; finance and the org's console read
 //! them. Used after the plan, before pay-as-you-go; the rules are the core's
-//! (`core::funding`), docs/funding.md says how they play out. Also `FundingView`, the
-//! usage page's summary of what funds the org past its plan (grants and pay-as-you-go).
+//! (`core::funding`), docs/funding.md says how they play out.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use rush_meter_core::funding::{Grant, GrantAsk, GrantKind, GrantStatus, Source};
+use rush_meter_core::funding::{Grant, GrantAsk, GrantKind};
 use rush_meter_core::standing::Standing;
-use rush_meter_core::time::{hours, rfc3339, Secs};
+use rush_meter_core::time::{rfc3339, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::overage::OverageView;
 use crate::http::auth::Principal;
 use crate::http::error::{parse_id, parse_named};
 use crate::http::extract::{JsonBody, OrgGrantPath, OrgPath, OrgReader};
 use crate::http::openapi::{BadBody, BadId, Conflicting, Guarded};
+use crate::http::views::GrantView;
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::tokens::Scope;
-
-/// A grant of hours, as every reader sees it.
-#[derive(Serialize, ToSchema)]
-pub struct GrantView {
-    grant_id: String,
-    org_id: String,
-    kind: GrantKind,
-    status: GrantStatus,
-    seconds: i64,
-    /// Used so far, running sessions counted up to now.
-    used_seconds: i64,
-    /// Left to use: 0 once voided or expired.
-    remaining_seconds: i64,
-    remaining_hours: String,
-    /// 0 is used first, 100 last.
-    priority: i64,
-    #[serde(with = "rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    starts_at: Secs,
-    #[serde(with = "rfc3339::option")]
-    #[schema(value_type = Option<String>, format = DateTime)]
-    expires_at: Option<Secs>,
-    note: Option<String>,
-    #[serde(with = "rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    created_at: Secs,
-    #[serde(with = "rfc3339::option")]
-    #[schema(value_type = Option<String>, format = DateTime)]
-    voided_at: Option<Secs>,
-}
-
-impl GrantView {
-    fn of(g: Grant, now: Secs) -> GrantView {
-        let status = g.status(now);
-        let remaining = match status {
-            GrantStatus::Active | GrantStatus::Scheduled => g.remaining(),
-            _ => 0,
-        };
-        GrantView {
-            status,
-            remaining_seconds: remaining,
-            remaining_hours: hours(remaining),
-            grant_id: g.grant_id,
-            org_id: g.org_id,
-            kind: g.kind,
-            seconds: g.seconds,
-            used_seconds: g.used_seconds,
-            priority: g.priority,
-            starts_at: g.starts_at,
-            expires_at: g.expires_at,
-            note: g.note,
-            created_at: g.created_at,
-            voided_at: g.voided_at,
-        }
-    }
-}
 
 /// Grants with their use counted up to now: what the org's standing attributed to them
 /// (running sessions included) replaces what was booked.
@@ -209,39 +152,4 @@ pub async fn void_grant(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no grant `{grant_id}` in org `{org_id}`")))?;
     Ok(Json(GrantView::of(g, now)))
-}
-
-/// What funds the org past its plan, as the usage page shows it.
-#[derive(Serialize, ToSchema)]
-pub struct FundingView {
-    /// Agent time left from every source now: the plan, the grants in force, and
-    /// pay-as-you-go up to its cap.
-    remaining_seconds: i64,
-    remaining_hours: String,
-    /// What pays for the next second; `null` once everything is spent.
-    funded_by: Option<Source>,
-    /// Grants in force or starting later.
-    grants: Vec<GrantView>,
-    overage: OverageView,
-}
-
-impl FundingView {
-    pub fn of(s: &Standing) -> FundingView {
-        let remaining = s.remaining_seconds();
-        let grants = s
-            .funding
-            .grants
-            .iter()
-            .cloned()
-            .map(|g| GrantView::of(g, s.at))
-            .filter(|g| matches!(g.status, GrantStatus::Active | GrantStatus::Scheduled))
-            .collect();
-        FundingView {
-            remaining_seconds: remaining,
-            remaining_hours: hours(remaining),
-            funded_by: s.funding.next_source(s.at).map(|(src, _)| src),
-            grants,
-            overage: OverageView::of(s),
-        }
-    }
 }

@@ -218,9 +218,7 @@ pub async fn list_sessions(
     let now = state.clock.now();
     let (from, to) = time_range(q.from.as_deref(), q.to.as_deref(), now + 1, |_| 0)?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
-    if state.db.get_org(org_id.as_str()).await?.is_none() {
-        return Err(ApiError::org_not_found(org_id.as_str()));
-    }
+    state.org(org_id.as_str()).await?;
     let rows = state
         .db
         .list_sessions(

@@ -13,9 +13,9 @@ use rush_meter_core::time::{format_rfc3339, hours, month_window, rfc3339, Interv
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::grants::FundingView;
 use crate::http::extract::{named_param, time_param, OrgPath, OrgReader, Query};
 use crate::http::openapi::{BadId, BadQuery, Guarded};
+use crate::http::views::FundingView;
 use crate::http::{ApiError, ApiResult, AppState};
 
 #[derive(Serialize, ToSchema)]
@@ -201,7 +201,7 @@ pub async fn get_breakdown(
     };
     // The pieces are read beside the org, for the month it most likely has (`PeriodGuesses`);
     // again if its row says otherwise.
-    let periods = &state.shared().periods;
+    let periods = &state.periods;
     let guess = range_in(month_window(now, periods.period(org_id.as_str()).await)).ok();
     // By funding, the funding rollup and the standing are read beside them too.
     let funding_read = async {
