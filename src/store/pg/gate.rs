@@ -4,7 +4,8 @@
 
 // The dialect's words and the shared SQL's items (`Tx`, `Rec`, the column lists) are the
 // parent's.
-use super::sessions::{bind_sessions, claim_owners, column, SESSION_ARRAYS};
+use super::params::Params;
+use super::sessions::claim_owners;
 use super::*;
 
 /// The open phases, bound in this order as the slot count's phase parameters.
@@ -228,6 +229,47 @@ pub(super) async fn slot_counts(
         .await?)
 }
 
+/// Every column of `rows`, in `DECISION_COLUMNS` order, as `UNNEST`'s arguments.
+fn decision_arrays(p: &mut Params, rows: &[&Decision]) -> String {
+    fn limit<'d>(d: &&'d Decision) -> Option<&'d LimitFigures> {
+        d.limit.as_ref()
+    }
+    [
+        p.column("text[]", rows, |d| d.org_id.clone()),
+        p.column("text[]", rows, |d| d.decision_id.clone()),
+        p.column("int8[]", rows, |d| d.decided_at),
+        p.column("text[]", rows, |d| d.session_id.clone()),
+        p.column("text[]", rows, |d| d.key_id.clone()),
+        p.column("text[]", rows, |d| d.decision.as_str()),
+        p.column("text[]", rows, |d| d.reason.map(Reason::as_str)),
+        p.column("text[]", rows, |d| d.rule.as_str()),
+        p.column("text[]", rows, |d| d.plan_id.clone()),
+        p.column("bool[]", rows, |d| d.suspended),
+        p.column("int8[]", rows, |d| d.month_start),
+        p.column("int8[]", rows, |d| d.month_end),
+        p.column("int8[]", rows, |d| d.month_used),
+        p.column("int8[]", rows, |d| d.month_limit),
+        p.column("int8[]", rows, |d| d.week_start),
+        p.column("int8[]", rows, |d| d.week_end),
+        p.column("int8[]", rows, |d| d.week_used),
+        p.column("int8[]", rows, |d| d.week_limit),
+        p.column("int8[]", rows, |d| d.running),
+        p.column("int8[]", rows, |d| d.concurrency_limit),
+        p.column("text[]", rows, |d| d.upgrade_plan.clone()),
+        p.column("text[]", rows, |d| d.funded_by.map(Source::as_str)),
+        p.column("int8[]", rows, |d| d.plan_room),
+        p.column("int8[]", rows, |d| d.grant_room),
+        p.column("int8[]", rows, |d| d.overage_room),
+        p.column("text[]", rows, |d| limit(d).map(|l| l.kind.as_str())),
+        p.column("text[]", rows, |d| limit(d).map(|l| l.member_id.clone())),
+        p.column("int8[]", rows, |d| limit(d).map(|l| l.month_used)),
+        p.column("int8[]", rows, |d| limit(d).and_then(|l| l.month_limit)),
+        p.column("int8[]", rows, |d| limit(d).map(|l| l.week_used)),
+        p.column("int8[]", rows, |d| limit(d).and_then(|l| l.week_limit)),
+    ]
+    .join(", ")
+}
+
 /// Write what a group of admissions decided in one statement: new sessions (holding their
 /// slot), slots of resumed ones, decision records. False (and the transaction must be
 /// abandoned) if one of the new sessions existed already.
@@ -238,70 +280,33 @@ pub(super) async fn write_admissions(
     resumed: &[Session],
     decisions: &[&Decision],
 ) -> StoreResult<bool> {
+    let mut p = Params::new();
+    let new_rows = p.sessions(created);
+    let new_slots = p.column("int8[]", created, |r| r.slot_at);
+    let resumes = [
+        p.column("text[]", resumed, |r| r.session_id.clone()),
+        p.column("int8[]", resumed, |r| r.slot_at),
+        p.column("text[]", resumed, |r| r.key_id.clone()),
+        p.column("text[]", resumed, |r| r.agent.clone()),
+        p.column("text[]", resumed, |r| r.project_id.clone()),
+        p.column("text[]", resumed, |r| r.started_by.clone()),
+        p.column("text[]", resumed, |r| r.org_id.clone()),
+    ]
+    .join(", ");
+    let shard_orgs = p.add("text[]", Pg::id_list(orgs));
+    let records = decision_arrays(&mut p, decisions);
     let sql = format!(
         "WITH n AS (INSERT INTO sessions ({SESSION_COLUMNS}, slot_at) \
-           SELECT * FROM UNNEST({SESSION_ARRAYS}, $22::int8[]) ON CONFLICT DO NOTHING RETURNING 1), \
+           SELECT * FROM UNNEST({new_rows}, {new_slots}) ON CONFLICT DO NOTHING RETURNING 1), \
          r AS (UPDATE sessions SET slot_at = u.slot_at, key_id = u.key_id, agent = u.agent, \
            project_id = u.project_id, started_by = u.started_by \
-           FROM UNNEST($23::text[], $24::int8[], $25::text[], $26::text[], $27::text[], $28::text[], \
-             $50::text[]) AS u(session_id, slot_at, key_id, agent, project_id, started_by, org_id) \
-           WHERE sessions.org_id = ANY($51) AND sessions.org_id = u.org_id \
+           FROM UNNEST({resumes}) AS u(session_id, slot_at, key_id, agent, project_id, started_by, org_id) \
+           WHERE sessions.org_id = ANY({shard_orgs}) AND sessions.org_id = u.org_id \
              AND sessions.session_id = u.session_id), \
-         d AS (INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST($29::text[], \
-           $30::text[], $31::int8[], $32::text[], $33::text[], $34::text[], $35::text[], \
-           $36::text[], $37::text[], $38::bool[], $39::int8[], $40::int8[], $41::int8[], \
-           $42::int8[], $43::int8[], $44::int8[], $45::int8[], $46::int8[], $47::int8[], \
-           $48::int8[], $49::text[], $52::text[], $53::int8[], $54::int8[], $55::int8[], \
-           $56::text[], $57::text[], $58::int8[], $59::int8[], $60::int8[], $61::int8[])) \
+         d AS (INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST({records})) \
          SELECT COUNT(*) FROM n"
     );
-    fn col<T>(rows: &[&Decision], f: impl Fn(&Decision) -> T) -> Vec<T> {
-        rows.iter().map(|r| f(r)).collect()
-    }
-    let rows = decisions;
-    let row = bind_sessions(sqlx::query(&sql), created)
-        .bind(column(created, |r| r.slot_at))
-        .bind(column(resumed, |r| r.session_id.clone()))
-        .bind(column(resumed, |r| r.slot_at))
-        .bind(column(resumed, |r| r.key_id.clone()))
-        .bind(column(resumed, |r| r.agent.clone()))
-        .bind(column(resumed, |r| r.project_id.clone()))
-        .bind(column(resumed, |r| r.started_by.clone()))
-        .bind(col(rows, |d| d.org_id.clone()))
-        .bind(col(rows, |d| d.decision_id.clone()))
-        .bind(col(rows, |d| d.decided_at))
-        .bind(col(rows, |d| d.session_id.clone()))
-        .bind(col(rows, |d| d.key_id.clone()))
-        .bind(col(rows, |d| d.decision.as_str()))
-        .bind(col(rows, |d| d.reason.map(Reason::as_str)))
-        .bind(col(rows, |d| d.rule.as_str()))
-        .bind(col(rows, |d| d.plan_id.clone()))
-        .bind(col(rows, |d| d.suspended))
-        .bind(col(rows, |d| d.month_start))
-        .bind(col(rows, |d| d.month_end))
-        .bind(col(rows, |d| d.month_used))
-        .bind(col(rows, |d| d.month_limit))
-        .bind(col(rows, |d| d.week_start))
-        .bind(col(rows, |d| d.week_end))
-        .bind(col(rows, |d| d.week_used))
-        .bind(col(rows, |d| d.week_limit))
-        .bind(col(rows, |d| d.running))
-        .bind(col(rows, |d| d.concurrency_limit))
-        .bind(col(rows, |d| d.upgrade_plan.clone()))
-        .bind(column(resumed, |r| r.org_id.clone()))
-        .bind(orgs)
-        .bind(col(rows, |d| d.funded_by.map(Source::as_str)))
-        .bind(col(rows, |d| d.plan_room))
-        .bind(col(rows, |d| d.grant_room))
-        .bind(col(rows, |d| d.overage_room))
-        .bind(col(rows, |d| d.limit.as_ref().map(|l| l.kind.as_str())))
-        .bind(col(rows, |d| d.limit.as_ref().map(|l| l.member_id.clone())))
-        .bind(col(rows, |d| d.limit.as_ref().map(|l| l.month_used)))
-        .bind(col(rows, |d| d.limit.as_ref().and_then(|l| l.month_limit)))
-        .bind(col(rows, |d| d.limit.as_ref().map(|l| l.week_used)))
-        .bind(col(rows, |d| d.limit.as_ref().and_then(|l| l.week_limit)))
-        .fetch_one(&mut **tx)
-        .await?;
+    let row = sqlx::query_with(&sql, p.args).fetch_one(&mut **tx).await?;
     let inserted: i64 = sqlx::Row::try_get(&row, 0)?;
     Ok(inserted == created.len() as i64)
 }

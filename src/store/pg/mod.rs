@@ -14,6 +14,7 @@ use super::PoolSettings;
 mod copy_lines;
 mod gate;
 pub mod hot_reads;
+mod params;
 mod sessions;
 
 // The shared SQL, compiled for this backend (the other compiles it too: on purpose).

@@ -5,46 +5,8 @@
 
 // The dialect's words and the shared SQL's items (`Tx`, `Rec`, the column lists) are the
 // parent's.
+use super::params::Params;
 use super::*;
-
-/// One column of `rows` as an array parameter.
-pub(super) fn column<T, F: Fn(&Session) -> T>(rows: &[Session], f: F) -> Vec<T> {
-    rows.iter().map(f).collect()
-}
-
-pub(super) const SESSION_ARRAYS: &str =
-    "$1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-     $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], \
-     $13::int8[], $14::int8[], $15::bool[], $16::int8[], $17::int8[], $18::text[], $19::int8[], \
-     $20::int8[], $21::text[]";
-
-/// Bind every column of `rows` as one array each, in `SESSION_COLUMNS` order ($1..$21).
-pub(super) fn bind_sessions<'q>(
-    q: sqlx::query::Query<'q, DB, sqlx::postgres::PgArguments>,
-    rows: &[Session],
-) -> sqlx::query::Query<'q, DB, sqlx::postgres::PgArguments> {
-    q.bind(column(rows, |r| r.org_id.clone()))
-        .bind(column(rows, |r| r.session_id.clone()))
-        .bind(column(rows, |r| r.key_id.clone()))
-        .bind(column(rows, |r| r.agent.clone()))
-        .bind(column(rows, |r| r.project_id.clone()))
-        .bind(column(rows, |r| r.started_by.clone()))
-        .bind(column(rows, |r| r.vm_id.clone()))
-        .bind(column(rows, |r| r.ledger.phase.as_str()))
-        .bind(column(rows, |r| r.ledger.last_seq))
-        .bind(column(rows, |r| r.ledger.last_at))
-        .bind(column(rows, |r| r.ledger.span_start))
-        .bind(column(rows, |r| r.ledger.billed_seconds))
-        .bind(column(rows, |r| r.ledger.heartbeats))
-        .bind(column(rows, |r| r.ledger.silences))
-        .bind(column(rows, |r| r.unadmitted))
-        .bind(column(rows, |r| r.created_at))
-        .bind(column(rows, |r| r.ledger.ended_at))
-        .bind(column(rows, |r| r.ledger.end_status.map(EndStatus::as_str)))
-        .bind(column(rows, |r| r.heard_at))
-        .bind(column(rows, |r| held_columns(&r.ledger.held).0))
-        .bind(column(rows, |r| held_columns(&r.ledger.held).1))
-}
 
 /// Write what one transaction books (session rows, both rollups, closed spans, and who
 /// pays for it) in one statement: one round trip while the rows stay locked, whatever the
@@ -54,76 +16,91 @@ pub(super) async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> Store
         return Ok(());
     }
     let sessions: Vec<Session> = b.sessions.values().cloned().collect();
-    let (org_hours, session_hours, spans) = (&b.org_hours, &b.session_hours, &b.spans);
-    let f = &b.funding;
-    let m = &b.member_hours;
-    let orgs: Vec<String> = sorted_unique(b.sessions.values().map(|s| s.org_id.clone()));
-    let sql = format!(
-        "WITH s AS (INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}){SESSION_UPSERT}), \
-         o AS (INSERT INTO org_hourly (org_id, hour, shard, seconds) \
-               SELECT o, h, $34::int8, s FROM UNNEST($22::text[], $23::int8[], $24::int8[]) AS u(o, h, s) \
-               {ORG_HOURS_CONFLICT}), \
-         h AS (INSERT INTO session_hourly (org_id, hour, session_id, seconds) \
-               SELECT * FROM UNNEST($25::text[], $26::int8[], $27::text[], $28::int8[]){SESSION_HOURS_CONFLICT}), \
-         fw AS (INSERT INTO funding_windows ({FUNDING_WINDOW_COLUMNS}) \
-               SELECT * FROM UNNEST($35::text[], $36::text[], $37::int8[], $38::int8[], $39::int8[], \
-                 $40::int8[], $41::int8[], $42::int8[], $43::int8[]){FUNDING_WINDOW_UPSERT}), \
-         g AS (UPDATE grants SET used_seconds = u.used, used_up_at = u.used_up_at \
-               FROM UNNEST($44::text[], $45::text[], $46::int8[], $54::int8[]) AS u(org_id, grant_id, used, used_up_at) \
-               WHERE grants.org_id = ANY($47) AND grants.org_id = u.org_id AND grants.grant_id = u.grant_id), \
-         fh AS (INSERT INTO funding_hourly (org_id, hour, source, grant_id, seconds, charge_units) \
-               SELECT * FROM UNNEST($48::text[], $49::int8[], $50::text[], $51::text[], $52::int8[], \
-                 $53::int8[]){FUNDING_HOURS_CONFLICT}), \
-         mh AS (INSERT INTO member_hourly (org_id, dimension, bucket, member_id, seconds) \
-               SELECT * FROM UNNEST($55::text[], $56::text[], $57::int8[], $58::text[], $59::int8[]) \
-               {MEMBER_HOURS_CONFLICT}) \
-         INSERT INTO spans (org_id, session_id, start_at, end_at, kind) \
-         SELECT * FROM UNNEST($29::text[], $30::text[], $31::int8[], $32::int8[], $33::text[])"
+    let (oh, sh, spans) = (&b.org_hours, &b.session_hours, &b.spans);
+    let (f, m) = (&b.funding, &b.member_hours);
+    let mut p = Params::new();
+    let session_arrays = p.sessions(&sessions);
+    let org_hours = [
+        p.column("text[]", oh.keys(), |(o, _)| o.clone()),
+        p.column("int8[]", oh.keys(), |(_, h)| *h),
+        p.column("int8[]", oh.values(), |s| *s),
+    ]
+    .join(", ");
+    let session_hours = [
+        p.column("text[]", sh.keys(), |(o, _, _)| o.clone()),
+        p.column("int8[]", sh.keys(), |(_, h, _)| *h),
+        p.column("text[]", sh.keys(), |(_, _, s)| s.clone()),
+        p.column("int8[]", sh.values(), |s| *s),
+    ]
+    .join(", ");
+    let span_rows = [
+        p.column("text[]", spans, |(o, _, _)| o.clone()),
+        p.column("text[]", spans, |(_, s, _)| s.clone()),
+        p.column("int8[]", spans, |(_, _, sp)| sp.interval.start),
+        p.column("int8[]", spans, |(_, _, sp)| sp.interval.end),
+        p.column("text[]", spans, |(_, _, sp)| span_kind(sp.kind)),
+    ]
+    .join(", ");
+    let shard = p.add("int8", shard);
+    let windows = [
+        p.column("text[]", &f.windows, |(o, _)| o.clone()),
+        p.column("text[]", &f.windows, |(_, w)| w.kind.as_str()),
+        p.column("int8[]", &f.windows, |(_, w)| w.window.start),
+        p.column("int8[]", &f.windows, |(_, w)| w.window.end),
+        p.column("int8[]", &f.windows, |(_, w)| w.funds.plan),
+        p.column("int8[]", &f.windows, |(_, w)| w.funds.grant),
+        p.column("int8[]", &f.windows, |(_, w)| w.funds.overage),
+        p.column("int8[]", &f.windows, |(_, w)| w.funds.grace),
+        p.column("int8[]", &f.windows, |(_, w)| w.funds.charge_units),
+    ]
+    .join(", ");
+    let grants = [
+        p.column("text[]", &f.grants, |g| g.org_id.clone()),
+        p.column("text[]", &f.grants, |g| g.grant_id.clone()),
+        p.column("int8[]", &f.grants, |g| g.used_seconds),
+        p.column("int8[]", &f.grants, |g| g.used_up_at),
+    ]
+    .join(", ");
+    let grant_orgs = p.add(
+        "text[]",
+        sorted_unique(b.sessions.values().map(|s| s.org_id.clone())),
     );
-    fn col<T, U>(rows: impl IntoIterator<Item = T>, f: impl Fn(T) -> U) -> Vec<U> {
-        rows.into_iter().map(f).collect()
-    }
-    bind_sessions(sqlx::query(&sql), &sessions)
-        .bind(col(org_hours.keys(), |(o, _)| o.clone()))
-        .bind(col(org_hours.keys(), |(_, h)| *h))
-        .bind(col(org_hours.values(), |s| *s))
-        .bind(col(session_hours.keys(), |(o, _, _)| o.clone()))
-        .bind(col(session_hours.keys(), |(_, h, _)| *h))
-        .bind(col(session_hours.keys(), |(_, _, s)| s.clone()))
-        .bind(col(session_hours.values(), |s| *s))
-        .bind(col(spans, |(o, _, _)| o.clone()))
-        .bind(col(spans, |(_, s, _)| s.clone()))
-        .bind(col(spans, |(_, _, sp)| sp.interval.start))
-        .bind(col(spans, |(_, _, sp)| sp.interval.end))
-        .bind(col(spans, |(_, _, sp)| span_kind(sp.kind)))
-        .bind(shard)
-        .bind(col(&f.windows, |(o, _)| o.clone()))
-        .bind(col(&f.windows, |(_, w)| w.kind.as_str()))
-        .bind(col(&f.windows, |(_, w)| w.window.start))
-        .bind(col(&f.windows, |(_, w)| w.window.end))
-        .bind(col(&f.windows, |(_, w)| w.funds.plan))
-        .bind(col(&f.windows, |(_, w)| w.funds.grant))
-        .bind(col(&f.windows, |(_, w)| w.funds.overage))
-        .bind(col(&f.windows, |(_, w)| w.funds.grace))
-        .bind(col(&f.windows, |(_, w)| w.funds.charge_units))
-        .bind(col(&f.grants, |g| g.org_id.clone()))
-        .bind(col(&f.grants, |g| g.grant_id.clone()))
-        .bind(col(&f.grants, |g| g.used_seconds))
-        .bind(&orgs)
-        .bind(col(f.hourly.keys(), |(o, _, _, _)| o.clone()))
-        .bind(col(f.hourly.keys(), |(_, h, _, _)| *h))
-        .bind(col(f.hourly.keys(), |(_, _, s, _)| s.as_str()))
-        .bind(col(f.hourly.keys(), |(_, _, _, g)| g.clone()))
-        .bind(col(f.hourly.values(), |(s, _)| *s))
-        .bind(col(f.hourly.values(), |(_, u)| *u))
-        .bind(col(&f.grants, |g| g.used_up_at))
-        .bind(col(m.keys(), |(o, _, _, _)| o.clone()))
-        .bind(col(m.keys(), |(_, _, d, _)| d.as_str()))
-        .bind(col(m.keys(), |(_, b, _, _)| *b))
-        .bind(col(m.keys(), |(_, _, _, id)| id.clone()))
-        .bind(col(m.values(), |s| *s))
-        .execute(&mut **tx)
-        .await?;
+    let funding_hours = [
+        p.column("text[]", f.hourly.keys(), |(o, _, _, _)| o.clone()),
+        p.column("int8[]", f.hourly.keys(), |(_, h, _, _)| *h),
+        p.column("text[]", f.hourly.keys(), |(_, _, s, _)| s.as_str()),
+        p.column("text[]", f.hourly.keys(), |(_, _, _, g)| g.clone()),
+        p.column("int8[]", f.hourly.values(), |(s, _)| *s),
+        p.column("int8[]", f.hourly.values(), |(_, u)| *u),
+    ]
+    .join(", ");
+    let member_hours = [
+        p.column("text[]", m.keys(), |(o, _, _, _)| o.clone()),
+        p.column("text[]", m.keys(), |(_, _, d, _)| d.as_str()),
+        p.column("int8[]", m.keys(), |(_, b, _, _)| *b),
+        p.column("text[]", m.keys(), |(_, _, _, id)| id.clone()),
+        p.column("int8[]", m.values(), |s| *s),
+    ]
+    .join(", ");
+    let sql = format!(
+        "WITH s AS (INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({session_arrays}){SESSION_UPSERT}), \
+         o AS (INSERT INTO org_hourly (org_id, hour, shard, seconds) \
+               SELECT o, h, {shard}, s FROM UNNEST({org_hours}) AS u(o, h, s) {ORG_HOURS_CONFLICT}), \
+         h AS (INSERT INTO session_hourly (org_id, hour, session_id, seconds) \
+               SELECT * FROM UNNEST({session_hours}){SESSION_HOURS_CONFLICT}), \
+         fw AS (INSERT INTO funding_windows ({FUNDING_WINDOW_COLUMNS}) \
+               SELECT * FROM UNNEST({windows}){FUNDING_WINDOW_UPSERT}), \
+         g AS (UPDATE grants SET used_seconds = u.used, used_up_at = u.used_up_at \
+               FROM UNNEST({grants}) AS u(org_id, grant_id, used, used_up_at) \
+               WHERE grants.org_id = ANY({grant_orgs}) AND grants.org_id = u.org_id \
+                 AND grants.grant_id = u.grant_id), \
+         fh AS (INSERT INTO funding_hourly (org_id, hour, source, grant_id, seconds, charge_units) \
+               SELECT * FROM UNNEST({funding_hours}){FUNDING_HOURS_CONFLICT}), \
+         mh AS (INSERT INTO member_hourly (org_id, dimension, bucket, member_id, seconds) \
+               SELECT * FROM UNNEST({member_hours}) {MEMBER_HOURS_CONFLICT}) \
+         INSERT INTO spans (org_id, session_id, start_at, end_at, kind) SELECT * FROM UNNEST({span_rows})"
+    );
+    sqlx::query_with(&sql, p.args).execute(&mut **tx).await?;
     Ok(())
 }
 
@@ -132,11 +109,13 @@ pub(super) async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> Store
 pub(super) async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
     // Counted from RETURNING: a distributed PostgreSQL reports the rows offered to an
     // INSERT … SELECT … ON CONFLICT DO NOTHING, not the rows inserted (citus#3377).
+    let mut p = Params::new();
+    let arrays = p.sessions(rows);
     let sql = format!(
-        "INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({SESSION_ARRAYS}) \
+        "INSERT INTO sessions ({SESSION_COLUMNS}) SELECT * FROM UNNEST({arrays}) \
          ON CONFLICT DO NOTHING RETURNING 1"
     );
-    Ok(bind_sessions(sqlx::query(&sql), rows)
+    Ok(sqlx::query_with(&sql, p.args)
         .fetch_all(&mut **tx)
         .await?
         .len() as u64)
