@@ -240,19 +240,7 @@ pub async fn get_breakdown(
                 .await?
         }
     };
-    for s in running? {
-        if let Some(stretch) = s.ledger.provisional(now, &state.rules) {
-            let template = Piece {
-                hour: 0,
-                session_id: s.session_id.clone(),
-                project_id: s.project_id.clone(),
-                started_by: s.started_by.clone(),
-                agent: s.agent.clone(),
-                seconds: 0,
-            };
-            pieces.extend(provisional_pieces(&template, stretch, range));
-        }
-    }
+    add_running(&mut pieces, &running?, range, now, &state.rules);
     let grouped = if by == GroupBy::Funding {
         let total: i64 = pieces.iter().map(|p| p.seconds).sum();
         let provisional: i64 = pieces
@@ -270,36 +258,10 @@ pub async fn get_breakdown(
     } else {
         group(&pieces, by)
     };
-    let rows: Vec<BreakdownRow> = grouped
-        .into_iter()
-        .map(|(k, seconds)| BreakdownRow {
-            key: match k {
-                Key::Time(t) => Some(format_rfc3339(t)),
-                Key::Name(n) => n,
-            },
-            seconds,
-            hours: hours(seconds),
-        })
-        .collect();
+    let rows: Vec<BreakdownRow> = grouped.into_iter().map(BreakdownRow::of).collect();
     let total: i64 = rows.iter().map(|r| r.seconds).sum();
     let plan = org.effective_plan(&state.plans, now);
-    let (months, weeks) = windows_touched(range, org.billing_period());
-    let ceiling = |window, w: Interval, limit: i64| Ceiling {
-        window,
-        start: w.start,
-        end: w.end,
-        limit_seconds: limit,
-        limit_hours: hours(limit),
-    };
-    let ceilings: Vec<Ceiling> = months
-        .into_iter()
-        .map(|w| ceiling(WindowKind::Month, w, plan.monthly_limit_seconds))
-        .chain(
-            weeks
-                .into_iter()
-                .map(|w| ceiling(WindowKind::Week, w, plan.weekly_limit_seconds)),
-        )
-        .collect();
+    let ceilings = ceilings(range, org.billing_period(), plan);
     Ok(Json(Breakdown {
         org_id: org.org_id,
         plan: plan.id.clone(),
@@ -314,6 +276,67 @@ pub async fn get_breakdown(
         ceilings,
         as_of: format_rfc3339(now),
     }))
+}
+
+/// The running sessions' time not yet booked, as pieces within `range`.
+fn add_running(
+    pieces: &mut Vec<Piece>,
+    running: &[rush_meter_core::session::Session],
+    range: Interval,
+    now: Secs,
+    rules: &rush_meter_core::ledger::Rules,
+) {
+    for s in running {
+        if let Some(stretch) = s.ledger.provisional(now, rules) {
+            let template = Piece {
+                hour: 0,
+                session_id: s.session_id.clone(),
+                project_id: s.project_id.clone(),
+                started_by: s.started_by.clone(),
+                agent: s.agent.clone(),
+                seconds: 0,
+            };
+            pieces.extend(provisional_pieces(&template, stretch, range));
+        }
+    }
+}
+
+impl BreakdownRow {
+    fn of((k, seconds): (Key, i64)) -> BreakdownRow {
+        BreakdownRow {
+            key: match k {
+                Key::Time(t) => Some(format_rfc3339(t)),
+                Key::Name(n) => n,
+            },
+            seconds,
+            hours: hours(seconds),
+        }
+    }
+}
+
+/// The plan's ceiling on every month and week window that `range` touches.
+fn ceilings(
+    range: Interval,
+    period: Option<Interval>,
+    plan: &rush_meter_core::plans::Plan,
+) -> Vec<Ceiling> {
+    let (months, weeks) = windows_touched(range, period);
+    let ceiling = |window, w: Interval, limit: i64| Ceiling {
+        window,
+        start: w.start,
+        end: w.end,
+        limit_seconds: limit,
+        limit_hours: hours(limit),
+    };
+    months
+        .into_iter()
+        .map(|w| ceiling(WindowKind::Month, w, plan.monthly_limit_seconds))
+        .chain(
+            weeks
+                .into_iter()
+                .map(|w| ceiling(WindowKind::Week, w, plan.weekly_limit_seconds)),
+        )
+        .collect()
 }
 
 /// The funding rollup of the org over `range`, by source.

@@ -291,20 +291,7 @@ impl PeriodStore for D {
         if claimed.rows_affected() == 0 {
             return Ok(None);
         }
-        let (ls, le) = adjusting(q);
-        let sessions = sqlx::query(&format!(
-            "INSERT INTO period_sessions (period_start, org_id, session_id, project_id, started_by, \
-               agent, running_seconds, parked_seconds, spans, first_start, last_end, end_status, \
-               adjustment_seconds) SELECT $1, x.* FROM ({}) x",
-            live_lines_sql()
-        ))
-        .bind(q.period.start)
-        .bind(q.period.end)
-        .bind(ls)
-        .bind(le)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let sessions = freeze_sessions(&mut tx, q).await?;
         let sums: HashMap<String, (i64, i64)> = sqlx::query_as::<_, (String, i64, i64)>(
             "SELECT org_id, CAST(SUM(running_seconds) AS BIGINT), CAST(SUM(adjustment_seconds) AS BIGINT) \
              FROM period_sessions WHERE period_start = $1 GROUP BY org_id",
@@ -331,37 +318,7 @@ impl PeriodStore for D {
             let t: Terms = terms(org);
             total += run;
             adjusted += adj;
-            sqlx::query(
-                "INSERT INTO period_orgs (period_start, org_id, plan_id, stripe_customer_id, \
-                   stripe_subscription_id, agent_seconds, adjustment_seconds, included_hours, \
-                   unit_price, price, currency, grant_promo_seconds, grant_make_good_seconds, \
-                   grant_trial_seconds, grant_purchased_seconds, overage_seconds, grace_seconds, \
-                   charge_units, adjustment_overage_seconds, adjustment_charge_units) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-                   $17, $18, $19, $20)",
-            )
-            .bind(q.period.start)
-            .bind(&org.org_id)
-            .bind(&t.plan_id)
-            .bind(&org.stripe_customer_id)
-            .bind(&org.stripe_subscription_id)
-            .bind(run)
-            .bind(adj)
-            .bind(t.included_hours.to_string())
-            .bind(t.unit_price.to_string())
-            .bind(t.price.to_string())
-            .bind(&t.currency)
-            .bind(f.grant[0])
-            .bind(f.grant[1])
-            .bind(f.grant[2])
-            .bind(f.grant[3])
-            .bind(f.overage)
-            .bind(f.grace)
-            .bind(f.charge_units)
-            .bind(fa.overage)
-            .bind(fa.charge_units)
-            .execute(&mut *tx)
-            .await?;
+            freeze_org(&mut tx, q, org, &t, (run, adj), (f, fa)).await?;
         }
         let row = sqlx::query_as::<_, PeriodRow>(
             "UPDATE periods SET orgs = $2, sessions = $3, agent_seconds = $4, adjustment_seconds = $5 \
@@ -374,25 +331,92 @@ impl PeriodStore for D {
         .bind(adjusted)
         .fetch_one(&mut *tx)
         .await?;
-        let after = serde_json::json!({
-            "period_start": row.period_start,
-            "period_end": row.period_end,
-            "orgs": row.orgs,
-            "sessions": row.sessions,
-            "agent_seconds": row.agent_seconds,
-            "adjustment_seconds": row.adjustment_seconds,
-        });
-        let entry = change(
-            "",
-            now,
-            actor,
-            Action::PeriodClosed,
-            format!("period:{}", row.period_start),
-            None,
-            Some(after),
-        );
-        write_audit(&mut tx, entry).await?;
+        write_audit(&mut tx, closed_entry(&row, now, actor)).await?;
         tx.commit().await?;
         Ok(Some(row))
     }
+}
+
+/// Freeze every session line of the period (and the adjustments of the month before it
+/// closed); the number of lines.
+async fn freeze_sessions(tx: &mut Tx, q: &LineQuery) -> StoreResult<u64> {
+    let (ls, le) = adjusting(q);
+    Ok(sqlx::query(&format!(
+        "INSERT INTO period_sessions (period_start, org_id, session_id, project_id, started_by, \
+           agent, running_seconds, parked_seconds, spans, first_start, last_end, end_status, \
+           adjustment_seconds) SELECT $1, x.* FROM ({}) x",
+        live_lines_sql()
+    ))
+    .bind(q.period.start)
+    .bind(q.period.end)
+    .bind(ls)
+    .bind(le)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected())
+}
+
+/// Freeze one org's line of the period: its terms, its time (`run`, `adj`), and who paid
+/// for it (`funding`, and the adjustments').
+async fn freeze_org(
+    tx: &mut Tx,
+    q: &LineQuery,
+    org: &Org,
+    t: &Terms,
+    (run, adj): (i64, i64),
+    (f, fa): (PeriodFunding, PeriodFunding),
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO period_orgs (period_start, org_id, plan_id, stripe_customer_id, \
+           stripe_subscription_id, agent_seconds, adjustment_seconds, included_hours, \
+           unit_price, price, currency, grant_promo_seconds, grant_make_good_seconds, \
+           grant_trial_seconds, grant_purchased_seconds, overage_seconds, grace_seconds, \
+           charge_units, adjustment_overage_seconds, adjustment_charge_units) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+           $17, $18, $19, $20)",
+    )
+    .bind(q.period.start)
+    .bind(&org.org_id)
+    .bind(&t.plan_id)
+    .bind(&org.stripe_customer_id)
+    .bind(&org.stripe_subscription_id)
+    .bind(run)
+    .bind(adj)
+    .bind(t.included_hours.to_string())
+    .bind(t.unit_price.to_string())
+    .bind(t.price.to_string())
+    .bind(&t.currency)
+    .bind(f.grant[0])
+    .bind(f.grant[1])
+    .bind(f.grant[2])
+    .bind(f.grant[3])
+    .bind(f.overage)
+    .bind(f.grace)
+    .bind(f.charge_units)
+    .bind(fa.overage)
+    .bind(fa.charge_units)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The audit entry of a closed period.
+fn closed_entry(row: &PeriodRow, now: Secs, actor: &Actor) -> Option<Entry> {
+    let after = serde_json::json!({
+        "period_start": row.period_start,
+        "period_end": row.period_end,
+        "orgs": row.orgs,
+        "sessions": row.sessions,
+        "agent_seconds": row.agent_seconds,
+        "adjustment_seconds": row.adjustment_seconds,
+    });
+    change(
+        "",
+        now,
+        actor,
+        Action::PeriodClosed,
+        format!("period:{}", row.period_start),
+        None,
+        Some(after),
+    )
 }
