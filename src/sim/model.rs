@@ -126,75 +126,17 @@ pub fn org_name(i: usize) -> String {
 /// Generate a fleet for `seed`.
 pub fn generate(seed: u64, p: &Params) -> Fleet {
     let mut rng = StdRng::seed_from_u64(seed);
-    let end_of_sim = p.start + p.duration;
-    let interval = p.rules.interval;
     let mut truths = Vec::with_capacity(p.sessions);
-    // (delivery time, host, sent_at, beat)
     let mut arrivals: Vec<(Secs, usize, Beat)> = Vec::new();
     let mut ends: Vec<Delivery> = Vec::new();
     let mut beats_sent = 0;
-
     for s in 0..p.sessions {
         let org = org_name(rng.gen_range(0..p.orgs));
         let session = format!("ses_{seed}_{s:05}");
         let vm = format!("vm_{s:05}");
         let host = rng.gen_range(0..p.hosts);
-        let mut truth = Truth {
-            org: org.clone(),
-            session: session.clone(),
-            ..Truth::default()
-        };
-        let mut seq = 0i64;
-        let mut sent: Vec<(Secs, VmState)> = Vec::new();
-        let mut t = p.start + rng.gen_range(0..p.duration * 8 / 10);
-        let mut ended = None;
-        'life: loop {
-            // A turn: running from t to turn_end.
-            let turn = rng.gen_range(20..2400);
-            let turn_end = (t + turn).min(end_of_sim - 1);
-            truth.starts.push(t);
-            truth.running.push(Interval {
-                start: t,
-                end: turn_end.max(t + 1),
-            });
-            let turn_end = turn_end.max(t + 1);
-            let blackout = rng.gen_bool(p.p_blackout).then(|| {
-                let b0 = t + rng.gen_range(0..turn.max(1));
-                (b0, b0 + rng.gen_range(60..600))
-            });
-            let mut b = t;
-            while b < turn_end {
-                if !blackout.is_some_and(|(s, e)| b >= s && b < e) {
-                    sent.push((b, VmState::Running));
-                }
-                b += interval;
-            }
-            let roll: f64 = rng.gen();
-            if roll < p.p_crash {
-                truth.stops.push(turn_end);
-                break 'life;
-            }
-            if roll < p.p_crash + 0.2 || turn_end >= end_of_sim - 1 {
-                ended = Some((turn_end, EndStatus::Completed));
-                break 'life;
-            }
-            // Parked until the next turn.
-            truth.stops.push(turn_end);
-            let park = rng.gen_range(30..6 * 3600);
-            let resume = turn_end + park;
-            let mut b = turn_end;
-            while b < resume.min(end_of_sim) {
-                sent.push((b, VmState::Parked));
-                b += p.parked_period;
-            }
-            if resume >= end_of_sim - 60 {
-                ended = Some((end_of_sim - 30, EndStatus::Cancelled));
-                break 'life;
-            }
-            t = resume;
-        }
-        for (sent_at, state) in sent {
-            seq += 1;
+        let (truth, sent, ended) = live(&mut rng, p, &org, &session);
+        for (seq, (sent_at, state)) in (1..).zip(sent) {
             beats_sent += 1;
             let beat = Beat {
                 org: org.clone(),
@@ -204,18 +146,11 @@ pub fn generate(seed: u64, p: &Params) -> Fleet {
                 state,
                 sent_at,
             };
-            if rng.gen_bool(p.p_drop) {
-                continue;
-            }
-            let mut delay = rng.gen_range(0..=2);
-            if rng.gen_bool(p.p_reorder) {
-                delay += rng.gen_range(5..=40);
-            }
-            if rng.gen_bool(p.p_duplicate) {
-                let again = sent_at + delay + rng.gen_range(1..=120);
-                arrivals.push((again, host, beat.clone()));
-            }
-            arrivals.push((sent_at + delay, host, beat));
+            arrivals.extend(
+                send(&mut rng, p, beat)
+                    .into_iter()
+                    .map(|(at, b)| (at, host, b)),
+            );
         }
         if let Some((at, status)) = ended {
             ends.push(Delivery::End {
@@ -226,21 +161,110 @@ pub fn generate(seed: u64, p: &Params) -> Fleet {
         }
         truths.push(truth);
     }
-
-    // Each host flushes what has arrived in its buffer every `flush` seconds.
     let beats_delivered = arrivals.len();
-    arrivals.sort_by_key(|(at, host, beat)| {
-        (
-            (at + p.flush - 1) / p.flush * p.flush,
-            *host,
-            beat.session.clone(),
-            beat.seq,
-        )
-    });
+    let mut deliveries = batches(arrivals, p.flush);
+    deliveries.extend(ends);
+    // Stable: batches before ends at the same second, as sorted above.
+    deliveries.sort_by_key(|d| (d.at(), matches!(d, Delivery::End { .. })));
+    Fleet {
+        params: p.clone(),
+        truths,
+        deliveries,
+        beats_sent,
+        beats_delivered,
+    }
+}
+
+/// One session's life: what truly ran, the heartbeats its supervisor sent (when, and in
+/// which state), and how it ended, if it did before the simulation's end.
+fn live(rng: &mut StdRng, p: &Params, org: &str, session: &str) -> Life {
+    let end_of_sim = p.start + p.duration;
+    let interval = p.rules.interval;
+    let mut truth = Truth {
+        org: org.to_owned(),
+        session: session.to_owned(),
+        ..Truth::default()
+    };
+    let mut sent: Vec<(Secs, VmState)> = Vec::new();
+    let mut t = p.start + rng.gen_range(0..p.duration * 8 / 10);
+    let ended = loop {
+        // A turn: running from t to turn_end.
+        let turn = rng.gen_range(20..2400);
+        let turn_end = (t + turn).min(end_of_sim - 1);
+        truth.starts.push(t);
+        truth.running.push(Interval {
+            start: t,
+            end: turn_end.max(t + 1),
+        });
+        let turn_end = turn_end.max(t + 1);
+        let blackout = rng.gen_bool(p.p_blackout).then(|| {
+            let b0 = t + rng.gen_range(0..turn.max(1));
+            (b0, b0 + rng.gen_range(60..600))
+        });
+        let mut b = t;
+        while b < turn_end {
+            if !blackout.is_some_and(|(s, e)| b >= s && b < e) {
+                sent.push((b, VmState::Running));
+            }
+            b += interval;
+        }
+        let roll: f64 = rng.gen();
+        if roll < p.p_crash {
+            truth.stops.push(turn_end);
+            break None;
+        }
+        if roll < p.p_crash + 0.2 || turn_end >= end_of_sim - 1 {
+            break Some((turn_end, EndStatus::Completed));
+        }
+        // Parked until the next turn.
+        truth.stops.push(turn_end);
+        let park = rng.gen_range(30..6 * 3600);
+        let resume = turn_end + park;
+        let mut b = turn_end;
+        while b < resume.min(end_of_sim) {
+            sent.push((b, VmState::Parked));
+            b += p.parked_period;
+        }
+        if resume >= end_of_sim - 60 {
+            break Some((end_of_sim - 30, EndStatus::Cancelled));
+        }
+        t = resume;
+    };
+    (truth, sent, ended)
+}
+
+/// A session's truth, the heartbeats sent (when, in which state), and its end if any.
+type Life = (Truth, Vec<(Secs, VmState)>, Option<(Secs, EndStatus)>);
+
+/// How one heartbeat reaches the host's buffer: lost, late, out of order, or twice; the
+/// times it arrives.
+fn send(rng: &mut StdRng, p: &Params, beat: Beat) -> Vec<(Secs, Beat)> {
+    if rng.gen_bool(p.p_drop) {
+        return Vec::new();
+    }
+    let sent_at = beat.sent_at;
+    let mut delay = rng.gen_range(0..=2);
+    if rng.gen_bool(p.p_reorder) {
+        delay += rng.gen_range(5..=40);
+    }
+    let mut out = Vec::with_capacity(2);
+    if rng.gen_bool(p.p_duplicate) {
+        let again = sent_at + delay + rng.gen_range(1..=120);
+        out.push((again, beat.clone()));
+    }
+    out.push((sent_at + delay, beat));
+    out
+}
+
+/// Each host flushes what has arrived in its buffer every `flush` seconds, in batches of
+/// at most 1,000.
+fn batches(mut arrivals: Vec<(Secs, usize, Beat)>, flush: Secs) -> Vec<Delivery> {
+    let flush_at = |at: Secs| (at + flush - 1) / flush * flush;
+    arrivals.sort_by_key(|(at, host, beat)| (flush_at(*at), *host, beat.session.clone(), beat.seq));
     let mut deliveries: Vec<Delivery> = Vec::new();
     let mut current: Option<(Secs, usize)> = None;
     for (at, host, beat) in arrivals {
-        let flush_at = (at + p.flush - 1) / p.flush * p.flush;
+        let flush_at = flush_at(at);
         match deliveries.last_mut() {
             Some(Delivery::Batch { beats, .. })
                 if current == Some((flush_at, host)) && beats.len() < 1000 =>
@@ -256,16 +280,7 @@ pub fn generate(seed: u64, p: &Params) -> Fleet {
             }
         }
     }
-    deliveries.extend(ends);
-    // Stable: batches before ends at the same second, as sorted above.
-    deliveries.sort_by_key(|d| (d.at(), matches!(d, Delivery::End { .. })));
-    Fleet {
-        params: p.clone(),
-        truths,
-        deliveries,
-        beats_sent,
-        beats_delivered,
-    }
+    deliveries
 }
 
 #[cfg(test)]
