@@ -71,94 +71,109 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 14))
 }
 
+/// `metric`, registered under `name` with its `help`.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::metrics::TypedMetric
+        + prometheus_client::encoding::EncodeMetric
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("rush_meter");
-        let http_requests = Family::<HttpLabels, Counter>::default();
-        registry.register(
+        let http_requests = registered(
+            &mut registry,
             "http_requests",
             "HTTP requests answered, by method, route template and status",
-            http_requests.clone(),
+            Family::<HttpLabels, Counter>::default(),
         );
-        let http_duration = Family::<RouteLabels, Histogram>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        registry.register(
+        let http_duration = registered(
+            &mut registry,
             "http_request_duration_seconds",
             "Time from request to response, by route template",
-            http_duration.clone(),
+            Family::<RouteLabels, Histogram>::new_with_constructor(
+                latency_histogram as fn() -> Histogram,
+            ),
         );
-        let heartbeats = Family::<ResultLabels, Counter>::default();
-        registry.register(
+        let heartbeats = registered(
+            &mut registry,
             "heartbeats",
             "Heartbeats by result: applied, duplicate (repeated or overtaken seq), rejected (its request was refused)",
-            heartbeats.clone(),
+            Family::<ResultLabels, Counter>::default(),
         );
-        let ingest_group_requests = Histogram::new(exponential_buckets(1.0, 2.0, 12));
-        registry.register(
+        let ingest_group_requests = registered(
+            &mut registry,
             "ingest_group_requests",
             "Heartbeat requests committed together in one transaction",
-            ingest_group_requests.clone(),
+            Histogram::new(exponential_buckets(1.0, 2.0, 12)),
         );
-        let ingest_commit_seconds = latency_histogram();
-        registry.register(
+        let ingest_commit_seconds = registered(
+            &mut registry,
             "ingest_commit_seconds",
             "Time to apply and commit one group of heartbeat requests",
-            ingest_commit_seconds.clone(),
+            latency_histogram(),
         );
-        let sessions_expired = Counter::default();
-        registry.register(
+        let sessions_expired = registered(
+            &mut registry,
             "sessions_expired",
             "Sessions changed by the expiry job (silent past the lease, or parked 7 days)",
-            sessions_expired.clone(),
+            Counter::default(),
         );
-        let session_ends = Counter::default();
-        registry.register(
+        let session_ends = registered(
+            &mut registry,
             "session_ends",
             "Session end requests that closed a session",
-            session_ends.clone(),
+            Counter::default(),
         );
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        registry.register(
+        let decisions = registered(
+            &mut registry,
             "decisions",
             "Gate decisions, by decision (allow, deny) and reason (empty for allow)",
-            decisions.clone(),
+            Family::<DecisionLabels, Counter>::default(),
         );
-        let stripe_webhooks_refused = Counter::default();
-        registry.register(
+        let stripe_webhooks_refused = registered(
+            &mut registry,
             "stripe_webhooks_refused",
             "Stripe webhook deliveries refused for their signature (wrong secret, tampered, or older than the tolerance)",
-            stripe_webhooks_refused.clone(),
+            Counter::default(),
         );
-        let overage_charges_failed = Counter::default();
-        registry.register(
+        let overage_charges_failed = registered(
+            &mut registry,
             "overage_charges_failed",
             "Pay-as-you-go charges given up after their tries (alert on any): each waits for POST /v1/orgs/{org_id}/overage/charges/retry",
-            overage_charges_failed.clone(),
+            Counter::default(),
         );
-        let stripe_events = Family::<ResultLabels, Counter>::default();
-        registry.register(
+        let stripe_events = registered(
+            &mut registry,
             "stripe_events",
             "Stripe events processed, by result: processed, ignored, retry, quarantined (alert on quarantined)",
-            stripe_events.clone(),
+            Family::<ResultLabels, Counter>::default(),
         );
-        let stripe_event_versions_other = Family::<VersionLabels, Counter>::default();
-        registry.register(
+        let stripe_event_versions_other = registered(
+            &mut registry,
             "stripe_event_versions_other",
             "Stripe webhook events rendered in another API version than the one the service sends (Stripe-Version), by that version: the endpoint's version should be changed to match (docs/billing.md)",
-            stripe_event_versions_other.clone(),
+            Family::<VersionLabels, Counter>::default(),
         );
-        let notifications = Family::<ResultLabels, Counter>::default();
-        registry.register(
+        let notifications = registered(
+            &mut registry,
             "notifications",
             "Usage-threshold notifications, by result: recorded, sent, retry, failed (alert on failed)",
-            notifications.clone(),
+            Family::<ResultLabels, Counter>::default(),
         );
-        let breaker_open = Gauge::default();
-        registry.register(
+        let breaker_open = registered(
+            &mut registry,
             "breaker_open",
             "1 while the database is unreachable and requests that need it are answered 503 at once (app::breaker); 0 otherwise",
-            breaker_open.clone(),
+            Gauge::default(),
         );
         let connections = ConnectionMetrics::default();
         registry.register(
