@@ -3,8 +3,8 @@
 //! The SQL is written once, in `sql/`, a module of each backend (`pg`, `sqlite`) compiled
 //! once for each. All that differs between them (the words, the pools, how a write
 //! transaction begins, the set-based statements: arrays and UNNEST on PostgreSQL,
-//! multi-row VALUES on SQLite) is the backend's implementation of one trait,
-//! `sql/dialect.rs`'s `Dialect`. Each `sql/` file implements one of the store's traits
+//! multi-row VALUES on SQLite) is the backend's implementation of the traits of
+//! `sql/dialect.rs`: `Dialect`, `SessionRows` and `GateRows`. Each `sql/` file implements one of the store's traits
 //! (`api/`), so a `Db` is one `dyn Store`, whichever database it is. Times are Unix
 //! seconds in BIGINT columns, so the same SQL reads the same on both.
 //!

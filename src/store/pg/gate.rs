@@ -5,7 +5,6 @@
 // The dialect's words and the shared SQL's items (`Tx`, `Rec`, the column lists) are the
 // parent's.
 use super::params::Params;
-use super::sessions::claim_owners;
 use super::*;
 
 /// The open phases, bound in this order as the slot count's phase parameters.
@@ -43,100 +42,6 @@ fn slots_held(key_where: &str, since: usize, phases: usize) -> String {
         count(phases + 3, &slot_since_heard),
     ]
     .join(" + ")
-}
-
-/// Claim session ids (`claim_owners`) and, on one PostgreSQL, count the keys' slots
-/// (`slot_counts`) and make the group's first reads of window sums and limits
-/// (`GateReads::sql`) in the same statement: round trips are much of an admission's time,
-/// the counts need only the keys' locks, taken before, and the sums no lock. The reads'
-/// rows come back for `GateReads::finish`, beside the claims and counts of the same shape.
-/// Partitioned and distributed layouts only claim here and count a shard at a time
-/// later: there the claim and the counts go to different shards.
-pub(super) async fn claim_counting_slots(
-    pg: &Pg,
-    tx: &mut Tx,
-    ask: &ClaimAsk<'_>,
-) -> StoreResult<Claimed> {
-    use sqlx::Row as _;
-    let ClaimAsk {
-        wanted,
-        shards,
-        keys,
-        since,
-        reads,
-    } = *ask;
-    let (orgs, reads) = match (shards.values().next(), reads) {
-        (Some(orgs), Some(reads))
-            if pg.on_one_database() && shards.len() == 1 && keys.len() <= CHUNK =>
-        {
-            (orgs.as_slice(), reads)
-        }
-        _ => {
-            return Ok(Claimed {
-                ids: claim_owners(tx, wanted).await?,
-                early: None,
-            })
-        }
-    };
-    let (key_orgs, key_ids) = key_columns(keys);
-    let (owner_orgs, ids): (Vec<&str>, Vec<&str>) = wanted.iter().copied().unzip();
-    let (reads_sql, p) = reads.sql();
-    // Parameters: the reads' first, then the lease's start, the keys' orgs and ids, the
-    // shard's orgs, the claims' orgs and ids, the open phases.
-    let (since_at, keys_at, orgs_at, claims_at) = (p, p + 1, p + 3, p + 4);
-    let phases_at = claims_at + 2;
-    let padding = "CAST(NULL AS TEXT), CAST(NULL AS TEXT)";
-    let zeros = "CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT)";
-    let sql = format!(
-        "WITH c AS (INSERT INTO session_owners (org_id, session_id) \
-           SELECT * FROM UNNEST(${claims_at}::text[], ${}::text[]) ON CONFLICT DO NOTHING \
-           RETURNING session_id) \
-         {reads_sql} \
-         UNION ALL SELECT 'claim', CAST(NULL AS TEXT), CAST(NULL AS TEXT), session_id, \
-           {padding}, CAST(0 AS BIGINT), {zeros} FROM c \
-         UNION ALL SELECT 'slots', u.org_id, CAST(NULL AS TEXT), u.key_id, {padding}, {}, {zeros} \
-           FROM UNNEST(${keys_at}::text[], ${}::text[]) AS u(org_id, key_id)",
-        claims_at + 1,
-        slots_held(
-            &format!("org_id = ANY(${orgs_at}) AND org_id = u.org_id AND key_id = u.key_id"),
-            since_at,
-            phases_at,
-        ),
-        keys_at + 1,
-    );
-    let query = reads
-        .bind(sqlx::query(&sql))
-        .bind(since)
-        .bind(key_orgs)
-        .bind(key_ids)
-        .bind(orgs)
-        .bind(owner_orgs)
-        .bind(ids);
-    let rows = OPEN_PHASES
-        .iter()
-        .fold(query, |q, p| q.bind(p.as_str()))
-        .fetch_all(&mut **tx)
-        .await?;
-    let mut claimed = Vec::with_capacity(wanted.len());
-    let mut counts = Vec::with_capacity(keys.len());
-    for row in &rows {
-        match row.try_get::<&str, _>("row_kind")? {
-            "claim" => claimed.push(row.try_get("member_id")?),
-            "slots" => counts.push((
-                row.try_get("org_id")?,
-                row.try_get("member_id")?,
-                row.try_get(GATE_READ_COLUMNS[0])?,
-            )),
-            _ => {}
-        }
-    }
-    Ok(Claimed {
-        ids: claimed,
-        early: Some(EarlyReads {
-            slots: counts,
-            rows,
-        }),
-    })
 }
 
 /// The key lock's statement, with the shard's orgs as `$orgs` and the keys' orgs and ids as
@@ -178,23 +83,6 @@ fn key_columns(keys: &[(&str, &str)]) -> (Vec<String>, Vec<String>) {
         .unzip()
 }
 
-/// Lock and read these keys (of one shard's orgs, `orgs`), in byte order (`lock_keys_sql`).
-pub(super) async fn lock_keys(
-    tx: &mut Tx,
-    orgs: &[&str],
-    keys: &[(&str, &str)],
-) -> StoreResult<Vec<Key>> {
-    let (key_orgs, ids) = key_columns(keys);
-    Ok(unwrap_all(
-        sqlx::query_as::<_, Rec<Key>>(&lock_keys_sql(1, 2))
-            .bind(orgs)
-            .bind(key_orgs)
-            .bind(ids)
-            .fetch_all(&mut **tx)
-            .await?,
-    ))
-}
-
 /// The slot counts' statement: `$1` the lease's start, `$2 $3` the keys' orgs and ids, `$4`
 /// the shard's orgs, `$5` to `$8` the open phases (`OPEN_PHASES`).
 pub(super) fn slot_counts_sql() -> String {
@@ -206,27 +94,6 @@ pub(super) fn slot_counts_sql() -> String {
             5
         )
     )
-}
-
-/// Slots held per key (0 for a key holding none).
-pub(super) async fn slot_counts(
-    tx: &mut Tx,
-    orgs: &[&str],
-    keys: &[(&str, &str)],
-    since: Secs,
-) -> StoreResult<Vec<SlotCount>> {
-    let (key_orgs, ids) = key_columns(keys);
-    let sql = slot_counts_sql();
-    let query = sqlx::query_as(&sql)
-        .bind(since)
-        .bind(key_orgs)
-        .bind(ids)
-        .bind(orgs);
-    Ok(OPEN_PHASES
-        .iter()
-        .fold(query, |q, p| q.bind(p.as_str()))
-        .fetch_all(&mut **tx)
-        .await?)
 }
 
 /// Every column of `rows`, in `DECISION_COLUMNS` order, as `UNNEST`'s arguments.
@@ -270,43 +137,169 @@ fn decision_arrays(p: &mut Params, rows: &[&Decision]) -> String {
     .join(", ")
 }
 
-/// Write what a group of admissions decided in one statement: new sessions (holding their
-/// slot), slots of resumed ones, decision records. False (and the transaction must be
-/// abandoned) if one of the new sessions existed already.
-pub(super) async fn write_admissions(
-    tx: &mut Tx,
-    orgs: &[&str],
-    created: &[Session],
-    resumed: &[Session],
-    decisions: &[&Decision],
-) -> StoreResult<bool> {
-    let mut p = Params::new();
-    let new_rows = p.sessions(created);
-    let new_slots = p.column("int8[]", created, |r| r.slot_at);
-    let resumes = [
-        p.column("text[]", resumed, |r| r.session_id.clone()),
-        p.column("int8[]", resumed, |r| r.slot_at),
-        p.column("text[]", resumed, |r| r.key_id.clone()),
-        p.column("text[]", resumed, |r| r.agent.clone()),
-        p.column("text[]", resumed, |r| r.project_id.clone()),
-        p.column("text[]", resumed, |r| r.started_by.clone()),
-        p.column("text[]", resumed, |r| r.org_id.clone()),
-    ]
-    .join(", ");
-    let shard_orgs = p.add("text[]", Pg::id_list(orgs));
-    let records = decision_arrays(&mut p, decisions);
-    let sql = format!(
-        "WITH n AS (INSERT INTO sessions ({SESSION_COLUMNS}, slot_at) \
-           SELECT * FROM UNNEST({new_rows}, {new_slots}) ON CONFLICT DO NOTHING RETURNING 1), \
-         r AS (UPDATE sessions SET slot_at = u.slot_at, key_id = u.key_id, agent = u.agent, \
-           project_id = u.project_id, started_by = u.started_by \
-           FROM UNNEST({resumes}) AS u(session_id, slot_at, key_id, agent, project_id, started_by, org_id) \
-           WHERE sessions.org_id = ANY({shard_orgs}) AND sessions.org_id = u.org_id \
-             AND sessions.session_id = u.session_id), \
-         d AS (INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST({records})) \
-         SELECT COUNT(*) FROM n"
-    );
-    let row = sqlx::query_with(&sql, p.args).fetch_one(&mut **tx).await?;
-    let inserted: i64 = sqlx::Row::try_get(&row, 0)?;
-    Ok(inserted == created.len() as i64)
+impl GateRows for Pg {
+    /// Lock and read these keys (of one shard's orgs, `orgs`), in byte order (`lock_keys_sql`).
+    async fn lock_keys(tx: &mut Tx, orgs: &[&str], keys: &[(&str, &str)]) -> StoreResult<Vec<Key>> {
+        let (key_orgs, ids) = key_columns(keys);
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Key>>(&lock_keys_sql(1, 2))
+                .bind(orgs)
+                .bind(key_orgs)
+                .bind(ids)
+                .fetch_all(&mut **tx)
+                .await?,
+        ))
+    }
+
+    /// Slots held per key (0 for a key holding none).
+    async fn slot_counts(
+        tx: &mut Tx,
+        orgs: &[&str],
+        keys: &[(&str, &str)],
+        since: Secs,
+    ) -> StoreResult<Vec<SlotCount>> {
+        let (key_orgs, ids) = key_columns(keys);
+        let sql = slot_counts_sql();
+        let query = sqlx::query_as(&sql)
+            .bind(since)
+            .bind(key_orgs)
+            .bind(ids)
+            .bind(orgs);
+        Ok(OPEN_PHASES
+            .iter()
+            .fold(query, |q, p| q.bind(p.as_str()))
+            .fetch_all(&mut **tx)
+            .await?)
+    }
+
+    /// Write what a group of admissions decided in one statement: new sessions (holding their
+    /// slot), slots of resumed ones, decision records. False (and the transaction must be
+    /// abandoned) if one of the new sessions existed already.
+    async fn write_admissions(
+        tx: &mut Tx,
+        orgs: &[&str],
+        created: &[Session],
+        resumed: &[Session],
+        decisions: &[&Decision],
+    ) -> StoreResult<bool> {
+        let mut p = Params::new();
+        let new_rows = p.sessions(created);
+        let new_slots = p.column("int8[]", created, |r| r.slot_at);
+        let resumes = [
+            p.column("text[]", resumed, |r| r.session_id.clone()),
+            p.column("int8[]", resumed, |r| r.slot_at),
+            p.column("text[]", resumed, |r| r.key_id.clone()),
+            p.column("text[]", resumed, |r| r.agent.clone()),
+            p.column("text[]", resumed, |r| r.project_id.clone()),
+            p.column("text[]", resumed, |r| r.started_by.clone()),
+            p.column("text[]", resumed, |r| r.org_id.clone()),
+        ]
+        .join(", ");
+        let shard_orgs = p.add("text[]", Pg::id_list(orgs));
+        let records = decision_arrays(&mut p, decisions);
+        let sql = format!(
+            "WITH n AS (INSERT INTO sessions ({SESSION_COLUMNS}, slot_at) \
+               SELECT * FROM UNNEST({new_rows}, {new_slots}) ON CONFLICT DO NOTHING RETURNING 1), \
+             r AS (UPDATE sessions SET slot_at = u.slot_at, key_id = u.key_id, agent = u.agent, \
+               project_id = u.project_id, started_by = u.started_by \
+               FROM UNNEST({resumes}) AS u(session_id, slot_at, key_id, agent, project_id, started_by, org_id) \
+               WHERE sessions.org_id = ANY({shard_orgs}) AND sessions.org_id = u.org_id \
+                 AND sessions.session_id = u.session_id), \
+             d AS (INSERT INTO decisions ({DECISION_COLUMNS}) SELECT * FROM UNNEST({records})) \
+             SELECT COUNT(*) FROM n"
+        );
+        let row = sqlx::query_with(&sql, p.args).fetch_one(&mut **tx).await?;
+        let inserted: i64 = sqlx::Row::try_get(&row, 0)?;
+        Ok(inserted == created.len() as i64)
+    }
+
+    /// Claim session ids (`claim_owners`) and, on one PostgreSQL, count the keys' slots
+    /// (`slot_counts`) and make the group's first reads of window sums and limits
+    /// (`GateReads::sql`) in the same statement: round trips are much of an admission's time,
+    /// the counts need only the keys' locks, taken before, and the sums no lock. The reads'
+    /// rows come back for `GateReads::finish`, beside the claims and counts of the same shape.
+    /// Partitioned and distributed layouts only claim here and count a shard at a time
+    /// later: there the claim and the counts go to different shards.
+    async fn claim(&self, tx: &mut Tx, ask: &ClaimAsk<'_>) -> StoreResult<Claimed> {
+        use sqlx::Row as _;
+        let ClaimAsk {
+            wanted,
+            shards,
+            keys,
+            since,
+            reads,
+        } = *ask;
+        let (orgs, reads) = match (shards.values().next(), reads) {
+            (Some(orgs), Some(reads))
+                if self.on_one_database() && shards.len() == 1 && keys.len() <= CHUNK =>
+            {
+                (orgs.as_slice(), reads)
+            }
+            _ => {
+                return Ok(Claimed {
+                    ids: Pg::claim_owners(tx, wanted).await?,
+                    early: None,
+                })
+            }
+        };
+        let (key_orgs, key_ids) = key_columns(keys);
+        let (owner_orgs, ids): (Vec<&str>, Vec<&str>) = wanted.iter().copied().unzip();
+        let (reads_sql, p) = reads.sql();
+        // Parameters: the reads' first, then the lease's start, the keys' orgs and ids, the
+        // shard's orgs, the claims' orgs and ids, the open phases.
+        let (since_at, keys_at, orgs_at, claims_at) = (p, p + 1, p + 3, p + 4);
+        let phases_at = claims_at + 2;
+        let padding = "CAST(NULL AS TEXT), CAST(NULL AS TEXT)";
+        let zeros = "CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT)";
+        let sql = format!(
+            "WITH c AS (INSERT INTO session_owners (org_id, session_id) \
+               SELECT * FROM UNNEST(${claims_at}::text[], ${}::text[]) ON CONFLICT DO NOTHING \
+               RETURNING session_id) \
+             {reads_sql} \
+             UNION ALL SELECT 'claim', CAST(NULL AS TEXT), CAST(NULL AS TEXT), session_id, \
+               {padding}, CAST(0 AS BIGINT), {zeros} FROM c \
+             UNION ALL SELECT 'slots', u.org_id, CAST(NULL AS TEXT), u.key_id, {padding}, {}, {zeros} \
+               FROM UNNEST(${keys_at}::text[], ${}::text[]) AS u(org_id, key_id)",
+            claims_at + 1,
+            slots_held(
+                &format!("org_id = ANY(${orgs_at}) AND org_id = u.org_id AND key_id = u.key_id"),
+                since_at,
+                phases_at,
+            ),
+            keys_at + 1,
+        );
+        let query = reads
+            .bind(sqlx::query(&sql))
+            .bind(since)
+            .bind(key_orgs)
+            .bind(key_ids)
+            .bind(orgs)
+            .bind(owner_orgs)
+            .bind(ids);
+        let rows = OPEN_PHASES
+            .iter()
+            .fold(query, |q, p| q.bind(p.as_str()))
+            .fetch_all(&mut **tx)
+            .await?;
+        let mut claimed = Vec::with_capacity(wanted.len());
+        let mut counts = Vec::with_capacity(keys.len());
+        for row in &rows {
+            match row.try_get::<&str, _>("row_kind")? {
+                "claim" => claimed.push(row.try_get("member_id")?),
+                "slots" => counts.push((
+                    row.try_get("org_id")?,
+                    row.try_get("member_id")?,
+                    row.try_get(GATE_READ_COLUMNS[0])?,
+                )),
+                _ => {}
+            }
+        }
+        Ok(Claimed {
+            ids: claimed,
+            early: Some(EarlyReads {
+                slots: counts,
+                rows,
+            }),
+        })
+    }
 }

@@ -100,16 +100,21 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         tx: &mpsc::Sender<Vec<SessionLine>>,
     ) -> StoreResult<()>;
 
-    // Set-based statements: many rows in one statement (arrays on PostgreSQL, multi-row
-    // VALUES on SQLite). Each takes at most `CHUNK` rows, of one shard's `orgs`.
-    /// Lock and read the sessions these `(session, org)` pairs name.
+    /// Lock and read the sessions of `orgs` (one shard's) these `(session, org)` pairs
+    /// name.
     async fn lock_session_rows(
         &self,
         tx: &mut TxOf<Self>,
         orgs: &[&str],
         pairs: &[(&str, &str)],
     ) -> StoreResult<Vec<Rec<Session>>>;
+}
 
+/// The set-based statements on session rows, as the ledger books them (each backend's
+/// `sessions.rs`): many rows in one statement (arrays on PostgreSQL, multi-row VALUES on
+/// SQLite), at most `CHUNK` rows of one shard's orgs, in a transaction the caller holds.
+#[allow(async_fn_in_trait)]
+pub trait SessionRows: Dialect {
     /// Up to `limit` sessions of `orgs` matching `condition` (on `$since`), locked,
     /// skipping rows another writer holds.
     async fn lock_sessions_where(
@@ -144,8 +149,12 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         ex: E,
         ids: &[&str],
     ) -> StoreResult<Vec<Rec<Org>>>;
+}
 
-    // The gate's statements.
+/// The gate's set-based statements (each backend's `gate.rs`), and the claim phase of an
+/// admission, which a backend may specialise.
+#[allow(async_fn_in_trait)]
+pub trait GateRows: SessionRows {
     /// Lock the rows of `keys` (of `orgs`), in the order given.
     async fn lock_keys(
         tx: &mut TxOf<Self>,

@@ -2,7 +2,8 @@
 //! `store::sqlite` each declare this directory as their module `sql`, with `Engine` (here
 //! `D`) their backend type. All that differs between the two (the words, the pools, how a
 //! transaction begins, the set-based statements, the fast paths) is what `D` implements of
-//! [`Dialect`] (dialect.rs): nothing here names a backend's item otherwise.
+//! the traits of dialect.rs (`Dialect`, `SessionRows`, `GateRows`): nothing here names a
+//! backend's item otherwise.
 
 // What the shared SQL and its backends use, in one place (`use super::*` below, `use
 // sql::*` in each backend).

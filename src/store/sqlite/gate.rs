@@ -7,27 +7,6 @@
 use super::sessions::write_session_rows;
 use super::*;
 
-pub(super) async fn lock_keys(
-    tx: &mut Tx,
-    _orgs: &[&str],
-    keys: &[(&str, &str)],
-) -> StoreResult<Vec<Key>> {
-    let mut rows = Vec::with_capacity(keys.len());
-    for (org, key) in keys {
-        rows.extend(
-            sqlx::query_as::<_, Rec<Key>>(
-                "SELECT * FROM api_keys WHERE org_id = $1 AND key_id = $2",
-            )
-            .bind(*org)
-            .bind(*key)
-            .fetch_optional(&mut **tx)
-            .await?
-            .map(|r| r.0),
-        );
-    }
-    Ok(rows)
-}
-
 /// The slots a key holds (the SQL twin of `gate::holds_slot`), with the lease's start as
 /// parameter `$since` and the key as `key_where` (`org_id = … AND key_id = …`): its running
 /// sessions heard from within the lease, plus its other open sessions whose slot was taken
@@ -42,45 +21,6 @@ fn slots_held(key_where: &str, since: usize) -> String {
             AND slot_at >= ${since} AND slot_at < 4611686018427387904 AND NOT ({heard}) \
             AND (phase = 'admitted' OR heard_at IS NULL OR heard_at <= slot_at))"
     )
-}
-
-pub(super) async fn slot_counts(
-    tx: &mut Tx,
-    _orgs: &[&str],
-    keys: &[(&str, &str)],
-    since: Secs,
-) -> StoreResult<Vec<SlotCount>> {
-    let sql = format!("SELECT {}", slots_held("org_id = $2 AND key_id = $3", 1));
-    let mut counts = Vec::with_capacity(keys.len());
-    for (org, key) in keys {
-        let n: i64 = sqlx::query_scalar(&sql)
-            .bind(since)
-            .bind(*org)
-            .bind(*key)
-            .fetch_one(&mut **tx)
-            .await?;
-        counts.push((org.to_string(), key.to_string(), n));
-    }
-    Ok(counts)
-}
-
-/// Write what a group of admissions decided: new sessions, slots, decision records. False
-/// (and the transaction must be abandoned) if one of the new sessions existed already.
-pub(super) async fn write_admissions(
-    tx: &mut Tx,
-    _orgs: &[&str],
-    created: &[Session],
-    resumed: &[Session],
-    decisions: &[&Decision],
-) -> StoreResult<bool> {
-    if !created.is_empty() && write_session_rows(tx, created, false).await? < created.len() as u64 {
-        return Ok(false);
-    }
-    set_slots(tx, created.iter().chain(resumed)).await?;
-    if !decisions.is_empty() {
-        insert_decisions(tx, decisions).await?;
-    }
-    Ok(true)
 }
 
 async fn set_slots(tx: &mut Tx, rows: impl Iterator<Item = &Session>) -> StoreResult<()> {
@@ -139,4 +79,68 @@ async fn insert_decisions(tx: &mut Tx, rows: &[&Decision]) -> StoreResult<()> {
     });
     once(&mut q).execute(&mut **tx).await?;
     Ok(())
+}
+
+impl GateRows for Lite {
+    async fn lock_keys(
+        tx: &mut Tx,
+        _orgs: &[&str],
+        keys: &[(&str, &str)],
+    ) -> StoreResult<Vec<Key>> {
+        let mut rows = Vec::with_capacity(keys.len());
+        for (org, key) in keys {
+            rows.extend(
+                sqlx::query_as::<_, Rec<Key>>(
+                    "SELECT * FROM api_keys WHERE org_id = $1 AND key_id = $2",
+                )
+                .bind(*org)
+                .bind(*key)
+                .fetch_optional(&mut **tx)
+                .await?
+                .map(|r| r.0),
+            );
+        }
+        Ok(rows)
+    }
+
+    async fn slot_counts(
+        tx: &mut Tx,
+        _orgs: &[&str],
+        keys: &[(&str, &str)],
+        since: Secs,
+    ) -> StoreResult<Vec<SlotCount>> {
+        let sql = format!("SELECT {}", slots_held("org_id = $2 AND key_id = $3", 1));
+        let mut counts = Vec::with_capacity(keys.len());
+        for (org, key) in keys {
+            let n: i64 = sqlx::query_scalar(&sql)
+                .bind(since)
+                .bind(*org)
+                .bind(*key)
+                .fetch_one(&mut **tx)
+                .await?;
+            counts.push((org.to_string(), key.to_string(), n));
+        }
+        Ok(counts)
+    }
+
+    /// Write what a group of admissions decided: new sessions, slots, decision records. False
+    /// (and the transaction must be abandoned) if one of the new sessions existed already.
+    async fn write_admissions(
+        tx: &mut Tx,
+        _orgs: &[&str],
+        created: &[Session],
+        resumed: &[Session],
+        decisions: &[&Decision],
+    ) -> StoreResult<bool> {
+        if !created.is_empty()
+            && write_session_rows(tx, created, false).await? < created.len() as u64
+        {
+            return Ok(false);
+        }
+        set_slots(tx, created.iter().chain(resumed)).await?;
+        if !decisions.is_empty() {
+            insert_decisions(tx, decisions).await?;
+        }
+        Ok(true)
+    }
 }

@@ -8,43 +8,6 @@ use rush_meter_core::booking::Funding;
 // parent's.
 use super::*;
 
-/// Write what one transaction books: session rows, both rollups, closed spans.
-pub(super) async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
-    let sessions: Vec<Session> = b.sessions.values().cloned().collect();
-    let org_hours: Vec<(&(String, Secs), &i64)> = b.org_hours.iter().collect();
-    let session_hours: Vec<(&(String, Secs, String), &i64)> = b.session_hours.iter().collect();
-    let spans = &b.spans;
-    for chunk in sessions.chunks(CHUNK) {
-        write_session_rows(tx, chunk, true).await?;
-    }
-    for chunk in org_hours.chunks(CHUNK) {
-        add_org_hours(tx, shard, chunk).await?;
-    }
-    for chunk in session_hours.chunks(CHUNK) {
-        add_session_hours(tx, chunk).await?;
-    }
-    for chunk in spans.chunks(CHUNK) {
-        insert_spans(tx, chunk).await?;
-    }
-    write_funding(tx, &b.funding).await?;
-    let members: Vec<_> = b.member_hours.iter().collect();
-    for chunk in members.chunks(CHUNK) {
-        let mut q = QueryBuilder::<DB>::new(
-            "INSERT INTO member_hourly (org_id, dimension, bucket, member_id, seconds) ",
-        );
-        q.push_values(chunk, |mut b, ((org, bucket, dim, member), secs)| {
-            b.push_bind(org)
-                .push_bind(dim.as_str())
-                .push_bind(*bucket)
-                .push_bind(member)
-                .push_bind(**secs);
-        });
-        q.push(MEMBER_HOURS_CONFLICT);
-        once(&mut q).execute(&mut **tx).await?;
-    }
-    Ok(())
-}
-
 /// Who pays for what a booking billed: each window's funds and each grant's use as they
 /// now stand, and the hours not paid by the plan.
 async fn write_funding(tx: &mut Tx, f: &Funding) -> StoreResult<()> {
@@ -169,11 +132,6 @@ async fn write_indexed_columns(tx: &mut Tx, rows: &[Session]) -> StoreResult<()>
     Ok(())
 }
 
-/// Insert sessions first seen now, skipping any that exist; returns how many were inserted.
-pub(super) async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
-    write_session_rows(tx, rows, false).await
-}
-
 /// Write whole session rows: overwrite existing ones (`upsert`: all but their
 /// `INDEXED_COLUMNS`, then those where they differ, by `write_indexed_columns`), or insert
 /// only new ones. Returns the rows written.
@@ -294,77 +252,121 @@ pub(super) async fn select_sessions_for_update(
         .collect())
 }
 
-/// Up to `limit` sessions of `orgs` where `condition` (ending in a comparison with
-/// `since`) holds.
-pub(super) async fn lock_sessions_where(
-    tx: &mut Tx,
-    orgs: &[&str],
-    condition: &str,
-    since: Secs,
-    limit: i64,
-) -> StoreResult<Vec<Rec<Session>>> {
-    let mut q = select_in("SELECT * FROM sessions WHERE org_id", orgs, " AND ");
-    q.push(condition);
-    q.push_bind(since);
-    q.push(" ORDER BY session_id LIMIT ");
-    q.push_bind(limit);
-    Ok(q.build_query_as::<Rec<Session>>()
-        .persistent(false)
-        .fetch_all(&mut **tx)
-        .await?)
-}
+impl SessionRows for Lite {
+    /// Write what one transaction books: session rows, both rollups, closed spans.
+    async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
+        let sessions: Vec<Session> = b.sessions.values().cloned().collect();
+        let org_hours: Vec<(&(String, Secs), &i64)> = b.org_hours.iter().collect();
+        let session_hours: Vec<(&(String, Secs, String), &i64)> = b.session_hours.iter().collect();
+        let spans = &b.spans;
+        for chunk in sessions.chunks(CHUNK) {
+            write_session_rows(tx, chunk, true).await?;
+        }
+        for chunk in org_hours.chunks(CHUNK) {
+            add_org_hours(tx, shard, chunk).await?;
+        }
+        for chunk in session_hours.chunks(CHUNK) {
+            add_session_hours(tx, chunk).await?;
+        }
+        for chunk in spans.chunks(CHUNK) {
+            insert_spans(tx, chunk).await?;
+        }
+        write_funding(tx, &b.funding).await?;
+        let members: Vec<_> = b.member_hours.iter().collect();
+        for chunk in members.chunks(CHUNK) {
+            let mut q = QueryBuilder::<DB>::new(
+                "INSERT INTO member_hourly (org_id, dimension, bucket, member_id, seconds) ",
+            );
+            q.push_values(chunk, |mut b, ((org, bucket, dim, member), secs)| {
+                b.push_bind(org)
+                    .push_bind(dim.as_str())
+                    .push_bind(*bucket)
+                    .push_bind(member)
+                    .push_bind(**secs);
+            });
+            q.push(MEMBER_HOURS_CONFLICT);
+            once(&mut q).execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
 
-/// Claim session ids for the orgs that name them; returns the ids claimed.
-pub(super) async fn claim_owners(tx: &mut Tx, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>> {
-    let mut q = QueryBuilder::<DB>::new("INSERT INTO session_owners (org_id, session_id) ");
-    q.push_values(pairs, |mut b, (org, id)| {
-        b.push_bind(*org).push_bind(*id);
-    });
-    q.push(" ON CONFLICT DO NOTHING RETURNING session_id");
-    Ok(q.build_query_scalar::<String>()
-        .persistent(false)
-        .fetch_all(&mut **tx)
-        .await?)
-}
+    /// Insert sessions first seen now, skipping any that exist; returns how many were inserted.
+    async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+        write_session_rows(tx, rows, false).await
+    }
 
-/// Give back claims of session ids that were not used.
-pub(super) async fn release_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<()> {
-    let mut q = QueryBuilder::<DB>::new("DELETE FROM session_owners WHERE session_id");
-    push_in(&mut q, ids);
-    once(&mut q).execute(&mut **tx).await?;
-    Ok(())
-}
+    /// Up to `limit` sessions of `orgs` where `condition` (ending in a comparison with
+    /// `since`) holds.
+    async fn lock_sessions_where(
+        tx: &mut Tx,
+        orgs: &[&str],
+        condition: &str,
+        since: Secs,
+        limit: i64,
+    ) -> StoreResult<Vec<Rec<Session>>> {
+        let mut q = select_in("SELECT * FROM sessions WHERE org_id", orgs, " AND ");
+        q.push(condition);
+        q.push_bind(since);
+        q.push(" ORDER BY session_id LIMIT ");
+        q.push_bind(limit);
+        Ok(q.build_query_as::<Rec<Session>>()
+            .persistent(false)
+            .fetch_all(&mut **tx)
+            .await?)
+    }
 
-/// The owner of each of these session ids that has one.
-pub(super) async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<(String, String)>> {
-    let mut q = select_in(
-        "SELECT session_id, org_id FROM session_owners WHERE session_id",
-        ids,
-        "",
-    );
-    Ok(q.build_query_as::<(String, String)>()
-        .persistent(false)
-        .fetch_all(&mut **tx)
-        .await?)
-}
+    /// Claim session ids for the orgs that name them; returns the ids claimed.
+    async fn claim_owners(tx: &mut Tx, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>> {
+        let mut q = QueryBuilder::<DB>::new("INSERT INTO session_owners (org_id, session_id) ");
+        q.push_values(pairs, |mut b, (org, id)| {
+            b.push_bind(*org).push_bind(*id);
+        });
+        q.push(" ON CONFLICT DO NOTHING RETURNING session_id");
+        Ok(q.build_query_scalar::<String>()
+            .persistent(false)
+            .fetch_all(&mut **tx)
+            .await?)
+    }
 
-pub(super) async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
-    let mut q = select_in("SELECT org_id FROM orgs WHERE org_id", ids, "");
-    Ok(q.build_query_scalar::<String>()
-        .persistent(false)
-        .fetch_all(&mut **tx)
-        .await?)
-}
+    /// Give back claims of session ids that were not used.
+    async fn release_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<()> {
+        let mut q = QueryBuilder::<DB>::new("DELETE FROM session_owners WHERE session_id");
+        push_in(&mut q, ids);
+        once(&mut q).execute(&mut **tx).await?;
+        Ok(())
+    }
 
-pub(super) async fn select_orgs_in<'e, E: sqlx::Executor<'e, Database = DB>>(
-    ex: E,
-    ids: &[&str],
-) -> StoreResult<Vec<Rec<Org>>> {
-    let mut q = select_in("SELECT * FROM orgs WHERE org_id", ids, "");
-    Ok(q.build_query_as::<Rec<Org>>()
-        .persistent(false)
-        .fetch_all(ex)
-        .await?)
+    /// The owner of each of these session ids that has one.
+    async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<(String, String)>> {
+        let mut q = select_in(
+            "SELECT session_id, org_id FROM session_owners WHERE session_id",
+            ids,
+            "",
+        );
+        Ok(q.build_query_as::<(String, String)>()
+            .persistent(false)
+            .fetch_all(&mut **tx)
+            .await?)
+    }
+
+    async fn select_org_ids(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
+        let mut q = select_in("SELECT org_id FROM orgs WHERE org_id", ids, "");
+        Ok(q.build_query_scalar::<String>()
+            .persistent(false)
+            .fetch_all(&mut **tx)
+            .await?)
+    }
+
+    async fn select_orgs_in<'e, E: sqlx::Executor<'e, Database = DB>>(
+        ex: E,
+        ids: &[&str],
+    ) -> StoreResult<Vec<Rec<Org>>> {
+        let mut q = select_in("SELECT * FROM orgs WHERE org_id", ids, "");
+        Ok(q.build_query_as::<Rec<Org>>()
+            .persistent(false)
+            .fetch_all(ex)
+            .await?)
+    }
 }
 
 #[cfg(test)]
