@@ -76,30 +76,40 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The command line `args` (the program's name first), or clap's error: `serve`'s
-    /// flags before a command's name are refused unless the command is `serve`, since no
-    /// other command would read them.
+    /// The command line `args` (the program's name first), or clap's error. `serve` is the
+    /// default command, so its flags may come before or after its name; before another
+    /// command's name they are refused, since no other command reads them.
     pub fn try_parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
         use clap::{Args, CommandFactory, FromArgMatches};
+        let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
         let mut cmd = Cli::command();
-        let matches = cmd.try_get_matches_from_mut(args)?;
-        if let Some((name, _)) = matches.subcommand() {
-            let serve = ServeArgs::augment_args(clap::Command::new("serve"));
-            let given = serve.get_arguments().find(|a| {
-                matches.value_source(a.get_id().as_str())
-                    == Some(clap::parser::ValueSource::CommandLine)
-            });
-            if let Some(arg) = given {
+        let mut matches = cmd.try_get_matches_from_mut(args.clone())?;
+        let serve = ServeArgs::augment_args(clap::Command::new("serve"));
+        let given_before = serve.get_arguments().find(|a| {
+            matches.value_source(a.get_id().as_str())
+                == Some(clap::parser::ValueSource::CommandLine)
+        });
+        match (matches.subcommand_name(), given_before) {
+            (Some("serve"), Some(_)) => {
+                // `rush-meter --lease-secs 60 serve --listen …` is `rush-meter --lease-secs
+                // 60 --listen …`: the command's name dropped, every flag is the top level's.
+                if let Some(i) = command_position(&args) {
+                    args.remove(i);
+                    matches = cmd.try_get_matches_from_mut(args)?;
+                }
+            }
+            (Some(name), Some(arg)) => {
                 let flag = arg.get_long().unwrap_or_default();
                 return Err(cmd.error(
                     clap::error::ErrorKind::ArgumentConflict,
                     format!("--{flag} is a flag of `serve`, not of `{name}`"),
                 ));
             }
+            _ => {}
         }
         Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
     }
@@ -295,6 +305,20 @@ pub enum TokenCommand {
     },
 }
 
+/// Where the command's name is in `args`: the first word that is neither a flag nor a
+/// flag's value (every flag before a command's name takes one value).
+fn command_position(args: &[std::ffi::OsString]) -> Option<usize> {
+    let mut i = 1;
+    while let Some(word) = args.get(i).and_then(|a| a.to_str()) {
+        if !word.starts_with('-') {
+            return Some(i);
+        }
+        let bare = ["-h", "--help", "-V", "--version"].contains(&word) || word.contains('=');
+        i += if bare { 1 } else { 2 };
+    }
+    None
+}
+
 /// Run the command `cli` names on a validated `config`.
 pub async fn run(command: Option<Command>, config: &Config) -> CliResult {
     let Some(command) = command else {
@@ -360,6 +384,21 @@ mod tests {
         let c = parse(&["--lease-secs", "61"]);
         assert_eq!(c.settings().rules.lease_secs, 61);
         assert!(c.command.is_none());
+        let c = parse(&["--lease-secs", "62", "serve", "--listen", "127.0.0.1:9"]);
+        let s = c.settings();
+        assert_eq!(
+            (s.rules.lease_secs, s.listener.listen.as_str()),
+            (62, "127.0.0.1:9")
+        );
+        let c = parse(&[
+            "--listen=127.0.0.1:8",
+            "--database-url",
+            "sqlite://c.db",
+            "serve",
+        ]);
+        let s = c.settings();
+        assert_eq!(s.listener.listen, "127.0.0.1:8");
+        assert_eq!(s.database.database_url, "sqlite://c.db");
         let c = parse(&["--database-url", "sqlite://a.db", "migrate"]);
         assert_eq!(c.settings().database.database_url, "sqlite://a.db");
         let c = parse(&["token", "list", "--database-url", "sqlite://b.db"]);
