@@ -118,6 +118,15 @@ fn error(kind: &str, code: Option<&str>, message: &str) -> Value {
     json!({"error": {"type": kind, "code": code, "message": message}})
 }
 
+/// Stripe's 404 for an object of kind `what` that it does not have.
+fn missing(what: &str) -> (u16, Value) {
+    let message = format!("No such {what}");
+    (
+        404,
+        error("invalid_request_error", Some("resource_missing"), &message),
+    )
+}
+
 fn answer(
     state: &Mutex<State>,
     method: Method,
@@ -288,14 +297,7 @@ fn route(s: &mut State, r: &Seen) -> (u16, Value) {
                         "Only Checkout Sessions with a status of `open` can be expired.",
                     ),
                 ),
-                None => (
-                    404,
-                    error(
-                        "invalid_request_error",
-                        Some("resource_missing"),
-                        "No such checkout.session",
-                    ),
-                ),
+                None => missing("checkout.session"),
             }
         }
         ("POST", path) if path.starts_with("/v1/subscriptions/") => {
@@ -309,14 +311,7 @@ fn route(s: &mut State, r: &Seen) -> (u16, Value) {
                     }
                     (200, sub.clone())
                 }
-                None => (
-                    404,
-                    error(
-                        "invalid_request_error",
-                        Some("resource_missing"),
-                        "No such subscription",
-                    ),
-                ),
+                None => missing("subscription"),
             }
         }
         ("DELETE", path) if path.starts_with("/v1/subscriptions/") => {
@@ -326,14 +321,7 @@ fn route(s: &mut State, r: &Seen) -> (u16, Value) {
                     sub["status"] = json!("canceled");
                     (200, sub.clone())
                 }
-                None => (
-                    404,
-                    error(
-                        "invalid_request_error",
-                        Some("resource_missing"),
-                        "No such subscription",
-                    ),
-                ),
+                None => missing("subscription"),
             }
         }
         ("POST", "/v1/invoiceitems") => {
@@ -377,14 +365,7 @@ fn route(s: &mut State, r: &Seen) -> (u16, Value) {
                     return (200, page(lines, &r.query));
                 }
             }
-            (
-                404,
-                error(
-                    "invalid_request_error",
-                    Some("resource_missing"),
-                    "No such object",
-                ),
-            )
+            missing("object")
         }
         _ => (
             404,
