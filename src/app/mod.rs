@@ -4,13 +4,19 @@
 
 pub mod admission;
 pub mod breaker;
+pub mod funding;
 pub mod group_commit;
+pub mod history;
 pub mod ingest;
 pub mod jobs;
+pub mod limits;
 pub mod notifier;
+pub mod orgs;
 pub mod periods;
 pub mod standing;
+pub mod stripe_events;
 pub mod tokens;
+pub mod usage;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -46,6 +52,49 @@ pub enum StartError {
     },
 }
 
+/// What a service refuses, in words a shell maps once (HTTP: `http::error`); every other
+/// failure is the store's.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("no org `{0}`")]
+    OrgNotFound(String),
+    #[error("no session `{0}`")]
+    SessionNotFound(String),
+    /// Something else the request names that is not there; the message says what.
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    /// An idempotency key given again with a different grant.
+    #[error("idempotency key of grant `{0}` reused")]
+    GrantKeyReused(String),
+    #[error("{}: {}", .0.field, .0.message)]
+    Funding(rush_meter_core::funding::Invalid),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<rush_meter_core::funding::Invalid> for Refusal {
+    fn from(e: rush_meter_core::funding::Invalid) -> Refusal {
+        Refusal::Funding(e)
+    }
+}
+
+impl Refusal {
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal::Invalid {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+/// A service's answer.
+pub type Outcome<T> = Result<T, Refusal>;
+
 /// What the shells act through. Cloning shares it.
 #[derive(Clone)]
 pub struct Services {
@@ -65,6 +114,21 @@ pub struct Services {
     pub last_used: Arc<crate::tokens::LastUsed>,
     /// Each org's billing period as last read, so its windows' sums are read beside it.
     pub periods: standing::PeriodGuesses,
+}
+
+impl Services {
+    /// Whether this instance can serve: the database answers a ping within a second and
+    /// is not known to be down. The database's kind, or why not.
+    pub async fn ready(&self) -> Result<&'static str, String> {
+        if self.breaker.is_open() {
+            return Err("the database was found down and is not yet back".into());
+        }
+        match tokio::time::timeout(std::time::Duration::from_secs(1), self.db.ping()).await {
+            Ok(Ok(())) => Ok(self.db.backend().as_str()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("the database did not answer within 1 s".into()),
+        }
+    }
 }
 
 /// A started service: database open and migrated, plans loaded, writers and jobs running.

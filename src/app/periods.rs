@@ -271,3 +271,50 @@ pub async fn close_through(
     }
     Ok(closed)
 }
+
+/// An export under way: whether its period is closed (its bytes final), its chunks as
+/// they are made, and the task making them, which ends with the export's outcome.
+pub struct Export {
+    pub closed: bool,
+    pub chunks: mpsc::Receiver<Chunk>,
+    pub done: tokio::task::JoinHandle<Result<(), ExportError>>,
+}
+
+impl super::Services {
+    /// Start exporting `period` (every org's lines, or `only` that org's).
+    pub async fn export(
+        &self,
+        period: Interval,
+        by: By,
+        format: Format,
+        only: Option<String>,
+    ) -> Result<Export, ExportError> {
+        let now = self.clock.now();
+        let q = line_query(&self.db, period, now).await?;
+        let closed = q.closed;
+        let (tx, chunks) = mpsc::channel::<Chunk>(4);
+        let s = self.clone();
+        let done = tokio::spawn(async move {
+            produce(&s.db, &s.plans, q, by, format, now, only.as_deref(), tx).await
+        });
+        Ok(Export {
+            closed,
+            chunks,
+            done,
+        })
+    }
+
+    /// The closed billing periods, newest first.
+    pub async fn closed_periods(&self) -> Result<Vec<PeriodRow>, StoreError> {
+        self.db.list_periods().await
+    }
+
+    /// Close `month` and any open month before it (`close_through`).
+    pub async fn close_periods_through(
+        &self,
+        month: Interval,
+        actor: &rush_meter_core::audit::Actor,
+    ) -> Result<Vec<PeriodRow>, ExportError> {
+        close_through(&self.db, &self.plans, month, self.clock.now(), actor).await
+    }
+}

@@ -131,3 +131,59 @@ pub fn warn_if_unknown_plan(org: &Org, plans: &Plans) {
         tracing::error!(org_id = %org.org_id, plan_id = %org.plan_id, "org is on a plan no plan file defines; treating it as free");
     }
 }
+
+impl super::Services {
+    /// The org, or `OrgNotFound`.
+    pub async fn org(&self, org_id: &str) -> super::Outcome<Org> {
+        self.db
+            .get_org(org_id)
+            .await?
+            .ok_or_else(|| super::Refusal::OrgNotFound(org_id.to_string()))
+    }
+
+    /// The org's standing at `now`, or `OrgNotFound`.
+    pub async fn standing(&self, org_id: &str, now: Secs) -> super::Outcome<Standing> {
+        Ok(self.standing_with(org_id, now, false).await?.0)
+    }
+
+    /// `standing`, and the org's parked sessions (the usage page's).
+    pub async fn standing_counting_parked(
+        &self,
+        org_id: &str,
+        now: Secs,
+    ) -> super::Outcome<(Standing, i64)> {
+        self.standing_with(org_id, now, true).await
+    }
+
+    async fn standing_with(
+        &self,
+        org_id: &str,
+        now: Secs,
+        count_parked: bool,
+    ) -> super::Outcome<(Standing, i64)> {
+        standing(
+            &self.db,
+            &self.periods,
+            &self.plans,
+            org_id,
+            now,
+            &self.rules,
+            count_parked,
+        )
+        .await?
+        .ok_or_else(|| super::Refusal::OrgNotFound(org_id.to_string()))
+    }
+
+    /// The standing of each of `org_ids` that exists, by org id.
+    pub async fn standings(
+        &self,
+        org_ids: &[&str],
+        now: Secs,
+    ) -> super::Outcome<HashMap<String, Standing>> {
+        Ok(standings(&self.db, &self.plans, org_ids, now, &self.rules)
+            .await?
+            .into_iter()
+            .map(|s| (s.org.org_id.clone(), s))
+            .collect())
+    }
+}

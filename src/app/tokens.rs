@@ -30,6 +30,8 @@ pub enum TokenError {
     },
     #[error("no org `{0}`; create it first (PUT /v1/orgs/{0})")]
     OrgNotFound(String),
+    #[error("no token `{0}`")]
+    NotFound(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -79,4 +81,23 @@ pub async fn create(
     row.expires_at = ask.expires_in.map(|s| now + s);
     db.insert_token(&row, actor).await?;
     Ok((row, secret))
+}
+
+/// Every token (or `org_id`'s), oldest first.
+pub async fn list(db: &Db, org_id: Option<&str>) -> Result<Vec<TokenRow>, StoreError> {
+    db.list_tokens(org_id).await
+}
+
+/// Revoke a token (`within` an org, when the caller is bound to one), audited as
+/// `actor`'s; revoking it again changes nothing. The token as revoked.
+pub async fn revoke(
+    db: &Db,
+    token_id: &str,
+    within: Option<&str>,
+    now: Secs,
+    actor: &Actor,
+) -> Result<TokenRow, TokenError> {
+    db.revoke_token(token_id, within, now, actor)
+        .await?
+        .ok_or_else(|| TokenError::NotFound(token_id.to_string()))
 }

@@ -41,7 +41,7 @@ pub async fn create(
         TokenError::OrgNotFound(o) => {
             format!("--org: no org `{o}`; create it first (PUT /v1/orgs/{o})")
         }
-        TokenError::Store(s) => s.to_string(),
+        e @ (TokenError::Store(_) | TokenError::NotFound(_)) => e.to_string(),
     })?;
     eprintln!(
         "created token {} with scopes {}{}{}; the secret is shown once:",
@@ -72,7 +72,7 @@ pub async fn list(config: &Config, org: Option<&str>) -> CliResult {
         Id::parse(o).map_err(|e| format!("--org: {e}"))?;
     }
     let db = services::open_db(config).await?;
-    let rows = db.list_tokens(org).await;
+    let rows = tokens::list(&db, org).await;
     db.close().await;
     let now = chrono::Utc::now().timestamp();
     let time = |t: Option<i64>| t.map(format_rfc3339).unwrap_or_default();
@@ -113,17 +113,21 @@ pub async fn revoke(config: &Config, token_id: &str) -> CliResult {
     Id::parse(token_id).map_err(|e| format!("token id: {e}"))?;
     let db = services::open_db(config).await?;
     let now = chrono::Utc::now().timestamp();
-    let revoked = db
-        .revoke_token(
-            token_id,
-            None,
-            now,
-            &Actor::system("rush-meter token revoke"),
-        )
-        .await;
+    let revoked = tokens::revoke(
+        &db,
+        token_id,
+        None,
+        now,
+        &Actor::system("rush-meter token revoke"),
+    )
+    .await;
     db.close().await;
-    let row = revoked?
-        .ok_or_else(|| format!("no token `{token_id}`; `rush-meter token list` shows them"))?;
+    let row = revoked.map_err(|e| match e {
+        tokens::TokenError::NotFound(_) => {
+            format!("no token `{token_id}`; `rush-meter token list` shows them")
+        }
+        e => e.to_string(),
+    })?;
     eprintln!(
         "token {} revoked at {}: every instance refuses it within {} s",
         row.token_id,

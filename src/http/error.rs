@@ -13,6 +13,7 @@ use rush_meter_core::wire::DecodeError;
 use serde::Serialize;
 
 use crate::app::periods::ExportError;
+use crate::app::Refusal;
 use crate::billing::api::StripeFailure;
 use crate::billing::BillingError;
 use crate::store::StoreError;
@@ -549,12 +550,27 @@ impl From<BillingError> for ApiError {
     }
 }
 
+impl From<Refusal> for ApiError {
+    fn from(e: Refusal) -> Self {
+        match e {
+            Refusal::OrgNotFound(org) => ApiError::org_not_found(&org),
+            Refusal::SessionNotFound(id) => ApiError::session_not_found(&id),
+            Refusal::NotFound(message) => ApiError::not_found(message),
+            Refusal::Invalid { field, message } => ApiError::invalid(field, message),
+            Refusal::GrantKeyReused(id) => ApiError::grant_key_reused(&id),
+            Refusal::Funding(e) => e.into(),
+            Refusal::Store(e) => e.into(),
+        }
+    }
+}
+
 impl From<crate::app::tokens::TokenError> for ApiError {
     fn from(e: crate::app::tokens::TokenError) -> Self {
         use crate::app::tokens::TokenError;
         match e {
             TokenError::Invalid { field, message } => ApiError::invalid(field, message),
             TokenError::OrgNotFound(org) => ApiError::org_not_found(&org).with_field("org_id"),
+            TokenError::NotFound(id) => ApiError::not_found(format!("no token `{id}`")),
             TokenError::Store(s) => s.into(),
         }
     }

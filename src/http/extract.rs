@@ -160,6 +160,16 @@ impl Page {
     pub const MAX: i64 = 1000;
     pub const DEFAULT: i64 = 100;
 
+    /// The rows of this page within `[from, to)`.
+    pub fn slice(&self, from: Secs, to: Secs) -> crate::app::history::Slice {
+        crate::app::history::Slice {
+            from,
+            to,
+            after: self.after.clone(),
+            limit: self.limit,
+        }
+    }
+
     /// `cursor` and `limit` as a caller gave them.
     pub fn of(cursor: Option<&str>, limit: Option<i64>) -> ApiResult<Page> {
         let limit = limit.unwrap_or(Page::DEFAULT);

@@ -18,10 +18,8 @@ use tower_http::request_id::{
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
-use rush_meter_core::standing::Standing;
 use rush_meter_core::time::Secs;
 
-use crate::app::standing::standing;
 use crate::app::{App, Services};
 use crate::config::Config;
 use crate::store::TokenRow;
@@ -101,47 +99,6 @@ impl AppState {
 
     pub fn shared(&self) -> &Shared {
         &self.0
-    }
-
-    /// The org's standing at `now` (`app::standing`), or the 404 for an org it does not have.
-    pub async fn standing(&self, org_id: &str, now: Secs) -> ApiResult<Standing> {
-        Ok(self.standing_with(org_id, now, false).await?.0)
-    }
-
-    /// `standing`, and the org's parked sessions (the usage page's).
-    pub async fn standing_counting_parked(
-        &self,
-        org_id: &str,
-        now: Secs,
-    ) -> ApiResult<(Standing, i64)> {
-        self.standing_with(org_id, now, true).await
-    }
-
-    async fn standing_with(
-        &self,
-        org_id: &str,
-        now: Secs,
-        count_parked: bool,
-    ) -> ApiResult<(Standing, i64)> {
-        standing(
-            &self.db,
-            &self.periods,
-            &self.plans,
-            org_id,
-            now,
-            &self.rules,
-            count_parked,
-        )
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id))
-    }
-
-    /// The org, or the 404 every route answers for one it does not have.
-    pub async fn org(&self, org_id: &str) -> ApiResult<rush_meter_core::org::Org> {
-        self.db
-            .get_org(org_id)
-            .await?
-            .ok_or_else(|| ApiError::org_not_found(org_id))
     }
 }
 

@@ -265,17 +265,8 @@ pub async fn list_decisions(
     )?;
     let only = named_param("decision", q.decision.as_deref(), Verdict::parse_named)?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
-    state.org(org_id.as_str()).await?;
     let rows = state
-        .db
-        .list_decisions(
-            org_id.as_str(),
-            from,
-            to,
-            only.map(Verdict::as_str),
-            page.after.clone(),
-            page.limit,
-        )
+        .decisions(org_id.as_str(), only, page.slice(from, to))
         .await?;
     let next_cursor = page.next(&rows, |r| (r.decided_at, r.decision_id.as_str()));
     Ok(Json(DecisionPage {

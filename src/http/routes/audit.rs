@@ -96,10 +96,7 @@ async fn page(state: &AppState, org_id: &str, q: AuditQuery) -> ApiResult<AuditP
         |_| 0,
     )?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
-    let rows = state
-        .db
-        .list_audit(org_id, from, to, page.after.clone(), page.limit)
-        .await?;
+    let rows = state.audit(org_id, page.slice(from, to)).await?;
     let next_cursor = page.next(&rows, |e| (e.at, e.entry_id.as_str()));
     Ok(AuditPage {
         entries: rows.into_iter().map(EntryView::from).collect(),

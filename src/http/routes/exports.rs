@@ -10,7 +10,7 @@ use rush_meter_core::time::{hours, rfc3339, Interval, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::app::periods::{close_through, line_query, produce, Chunk};
+use crate::app::periods::Export;
 use crate::http::auth::Principal;
 use crate::http::error::parse_id;
 use crate::http::extract::{named_param, Query};
@@ -75,47 +75,71 @@ pub async fn get_usage_export(
     let by = named_param("by", q.by.as_deref(), By::parse_named)?.unwrap_or(By::Org);
     let format =
         named_param("format", q.format.as_deref(), Format::parse_named)?.unwrap_or(Format::Csv);
-    let now = state.clock.now();
-    let lq = line_query(&state.db, period, now).await?;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Chunk>(4);
-    let producer = state.clone();
-    let run = tokio::spawn(async move {
-        let only = only.as_deref();
-        produce(&producer.db, &producer.plans, lq, by, format, now, only, tx).await
-    });
-    // The first chunk (the header and the first lines) comes before the status, so an
-    // export that fails at once is answered with its error, not a 200 cut short.
-    let Some(first) = rx.recv().await else {
-        return Err(match run.await {
+    let export = state.export(period, by, format, only).await?;
+    let closed = export.closed;
+    let body = stream_export(export, state.shared().export_stall, period).await?;
+    let file = format!(
+        "attachment; filename=\"usage-{}-{}.{}\"",
+        month_name(period),
+        by.as_str(),
+        format.extension()
+    );
+    Ok((
+        [
+            (CONTENT_TYPE, format.content_type().to_owned()),
+            (CONTENT_DISPOSITION, file),
+            (
+                axum::http::HeaderName::from_static("rush-period-state"),
+                if closed { "closed" } else { "open" }.to_owned(),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// The body of `export`, answered once its first chunk is made, so that an export that
+/// fails at once is answered with its error, not a 200 cut short. A client that reads
+/// nothing for `stall` stops the export, and its body ends in an error, as does an
+/// export that fails mid-stream: never as if complete.
+async fn stream_export(
+    mut export: Export,
+    stall: std::time::Duration,
+    period: Interval,
+) -> ApiResult<Body> {
+    let Some(first) = export.chunks.recv().await else {
+        return Err(match export.done.await {
             Ok(Err(e)) => e.into(),
             Ok(Ok(())) | Err(_) => ApiError::internal(),
         });
     };
     let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (stall, stall_flag) = (state.shared().export_stall, stalled.clone());
+    let stall_flag = stalled.clone();
     tokio::spawn(async move {
+        let Export {
+            mut chunks, done, ..
+        } = export;
         let mut next = Some(first);
         while let Some(chunk) = next {
             match tokio::time::timeout(stall, body_tx.send(Ok(Bytes::from(chunk.bytes)))).await {
                 Ok(Ok(())) => {}
                 // The client hung up: stop the export (and free its connection).
                 Ok(Err(_)) => {
-                    rx.close();
+                    chunks.close();
                     break;
                 }
-                // The client reads nothing: stop, and end its body with an error.
                 Err(_) => {
                     tracing::warn!(period = %month_name(period), secs = stall.as_secs(),
                         "export cut short: the client read nothing for RUSH_METER_EXPORT_STALL_SECS");
                     stall_flag.store(true, std::sync::atomic::Ordering::Release);
-                    rx.close();
+                    chunks.close();
                     break;
                 }
             }
-            next = rx.recv().await;
+            next = chunks.recv().await;
         }
-        if let Ok(Err(e)) = run.await {
+        if let Ok(Err(e)) = done.await {
             // The status is sent; cutting the body short tells the client it is incomplete.
             tracing::error!(error = %e, period = %month_name(period), "export failed mid-stream");
             let _ = body_tx
@@ -123,7 +147,6 @@ pub async fn get_usage_export(
                 .await;
         }
     });
-    // After what was queued, a stalled export ends in an error, never as if complete.
     let stream = futures_util::stream::unfold(Some(body_rx), move |rx| {
         let stalled = stalled.clone();
         async move {
@@ -140,24 +163,7 @@ pub async fn get_usage_export(
             }
         }
     });
-    let file = format!(
-        "attachment; filename=\"usage-{}-{}.{}\"",
-        month_name(period),
-        by.as_str(),
-        format.extension()
-    );
-    Ok((
-        [
-            (CONTENT_TYPE, format.content_type().to_owned()),
-            (CONTENT_DISPOSITION, file),
-            (
-                axum::http::HeaderName::from_static("rush-period-state"),
-                if lq.closed { "closed" } else { "open" }.to_owned(),
-            ),
-        ],
-        Body::from_stream(stream),
-    )
-        .into_response())
+    Ok(Body::from_stream(stream))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -202,8 +208,7 @@ pub async fn list_periods(
     // A period's totals are every org's.
     principal.require_unbound("the list of closed periods")?;
     let periods: Vec<PeriodView> = state
-        .db
-        .list_periods()
+        .closed_periods()
         .await?
         .into_iter()
         .filter_map(|p| {
@@ -242,14 +247,9 @@ pub async fn close_period(
     principal.require_any(&[Scope::Admin])?;
     principal.require_unbound("closing a billing period")?;
     let month = parse_month(&period).map_err(|m| ApiError::invalid("period", m))?;
-    let closed = close_through(
-        &state.db,
-        &state.plans,
-        month,
-        state.clock.now(),
-        &principal.actor(),
-    )
-    .await?;
+    let closed = state
+        .close_periods_through(month, &principal.actor())
+        .await?;
     let closed: Vec<String> = closed
         .iter()
         .filter_map(|p| Interval::new(p.period_start, p.period_end))

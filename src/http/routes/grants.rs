@@ -5,8 +5,7 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use rush_meter_core::funding::{Grant, GrantAsk, GrantKind};
-use rush_meter_core::standing::Standing;
+use rush_meter_core::funding::{GrantAsk, GrantKind};
 use rush_meter_core::time::{rfc3339, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -18,20 +17,6 @@ use crate::http::openapi::{BadBody, BadId, Conflicting, Guarded};
 use crate::http::views::GrantView;
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::tokens::Scope;
-
-/// Grants with their use counted up to now: what the org's standing attributed to them
-/// (running sessions included) replaces what was booked.
-fn grants_now(grants: Vec<Grant>, s: &Standing) -> Vec<GrantView> {
-    grants
-        .into_iter()
-        .map(|mut g| {
-            if let Some(now) = s.funding.grants.iter().find(|x| x.grant_id == g.grant_id) {
-                g.used_seconds = now.used_seconds;
-            }
-            GrantView::of(g, s.at)
-        })
-        .collect()
-}
 
 #[derive(Deserialize, ToSchema)]
 pub struct GrantBody {
@@ -86,23 +71,15 @@ pub async fn post_grant(
         note: body.note,
         idempotency_key: body.idempotency_key,
     };
-    let now = state.clock.now();
-    let id = crate::ids::mint(crate::ids::Kind::Grant);
-    let grant = ask.clone().check(org_id.as_str(), &id, now)?;
-    let (made, created) = state
-        .db
-        .create_grant(&grant, &principal.actor())
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
-    if !created && !ask.matches(&made) {
-        return Err(ApiError::grant_key_reused(&made.grant_id));
-    }
-    let status = if created {
+    let made = state
+        .create_grant(org_id.as_str(), ask, &principal.actor())
+        .await?;
+    let status = if made.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(GrantView::of(made, now))))
+    Ok((status, Json(GrantView::of(made.grant, state.clock.now()))))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -121,13 +98,9 @@ pub async fn list_grants(
     OrgReader { org_id, .. }: OrgReader,
 ) -> ApiResult<Json<GrantList>> {
     let now = state.clock.now();
-    let (s, grants) = tokio::join!(
-        state.standing(org_id.as_str(), now),
-        state.db.list_grants(org_id.as_str())
-    );
-    let s = s?;
+    let grants = state.grants_now(org_id.as_str()).await?;
     Ok(Json(GrantList {
-        grants: grants_now(grants?, &s),
+        grants: grants.into_iter().map(|g| GrantView::of(g, now)).collect(),
     }))
 }
 
@@ -145,11 +118,8 @@ pub async fn void_grant(
     principal.require_any(&[Scope::Admin])?;
     let org_id = parse_id("org_id", &org_id)?;
     let grant_id = parse_id("grant_id", &grant_id)?;
-    let now = state.clock.now();
     let g = state
-        .db
-        .void_grant(org_id.as_str(), grant_id.as_str(), now, &principal.actor())
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no grant `{grant_id}` in org `{org_id}`")))?;
-    Ok(Json(GrantView::of(g, now)))
+        .void_grant(org_id.as_str(), grant_id.as_str(), &principal.actor())
+        .await?;
+    Ok(Json(GrantView::of(g, state.clock.now())))
 }

@@ -10,6 +10,7 @@ use rush_meter_core::time::{rfc3339, Interval, Secs, Windows};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::app::limits::LimitsInUse;
 use crate::http::auth::Principal;
 use crate::http::error::{parse_id, parse_named};
 use crate::http::extract::{JsonBody, OrgLimitPath, OrgPath, OrgReader};
@@ -100,24 +101,6 @@ pub struct LimitList {
     limits: Vec<LimitView>,
 }
 
-/// The org's windows at now, its limits, and what their members used in them (one read:
-/// `limits_with_usage`). 404 for an org that does not exist.
-async fn limits_in_use(
-    state: &AppState,
-    org_id: &str,
-) -> ApiResult<(Windows, Vec<Limit>, MemberUsage)> {
-    let now = state.clock.now();
-    let org = state.org(org_id).await?;
-    let windows = Windows::at(now, org.billing_period());
-    let (limits, used) = state
-        .db
-        .limits_with_usage(&[&org], now, &state.rules)
-        .await?
-        .remove(org_id)
-        .unwrap_or_default();
-    Ok((windows, limits, used))
-}
-
 /// An org's limits on its users, projects and keys, each with its member's use in the
 /// org's month and week counted up to now (the org's console, finance, admin).
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/limits", tag = "limits", params(OrgPath),
@@ -128,7 +111,11 @@ pub async fn list_limits(
     State(state): State<AppState>,
     OrgReader { org_id, .. }: OrgReader,
 ) -> ApiResult<Json<LimitList>> {
-    let (windows, limits, used) = limits_in_use(&state, org_id.as_str()).await?;
+    let LimitsInUse {
+        windows,
+        limits,
+        used,
+    } = state.limits_in_use(org_id.as_str()).await?;
     Ok(Json(LimitList {
         limits: limits
             .into_iter()
@@ -181,11 +168,9 @@ pub async fn put_limit(
             "give monthly_hours, weekly_hours or both; to remove a limit, DELETE it",
         ));
     }
-    // 404 before anything is written for an org that does not exist.
-    state.org(&org_id).await?;
     let now = state.clock.now();
     let limit = Limit {
-        org_id: org_id.clone(),
+        org_id,
         kind,
         member_id,
         monthly_hours,
@@ -193,9 +178,8 @@ pub async fn put_limit(
         created_at: now,
         updated_at: now,
     };
-    let stored = state.db.put_limit(&limit, now, &principal.actor()).await?;
-    let (windows, _, used) = limits_in_use(&state, &org_id).await?;
-    Ok(Json(LimitView::of(stored, windows, &used)))
+    let (stored, in_use) = state.put_limit(limit, &principal.actor()).await?;
+    Ok(Json(LimitView::of(stored, in_use.windows, &in_use.used)))
 }
 
 /// Remove a limit (the org's console, admin): the member's runs count against the org's
@@ -212,21 +196,8 @@ pub async fn delete_limit(
     Path(path): Path<OrgLimitPath>,
 ) -> ApiResult<StatusCode> {
     let (org_id, kind, member_id) = limit_path(&principal, path)?;
-    let removed = state
-        .db
-        .delete_limit(
-            &org_id,
-            kind,
-            &member_id,
-            state.clock.now(),
-            &principal.actor(),
-        )
+    state
+        .delete_limit(&org_id, kind, &member_id, &principal.actor())
         .await?;
-    match removed {
-        Some(_) => Ok(StatusCode::NO_CONTENT),
-        None => Err(ApiError::not_found(format!(
-            "no {} limit on `{member_id}` in org `{org_id}`",
-            kind.as_str()
-        ))),
-    }
+    Ok(StatusCode::NO_CONTENT)
 }

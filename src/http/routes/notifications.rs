@@ -81,10 +81,7 @@ pub async fn list_notifications(
     let limit = Page::of(None, q.limit)?.limit;
     // A token bound to an org lists that org's notifications only.
     let org = q.org_id.as_deref().or(principal.bound_org());
-    let rows = state
-        .db
-        .list_notifications(org, only.map(DeliveryState::as_str), limit)
-        .await?;
+    let rows = state.notifications(org, only, limit).await?;
     let items: Vec<NotificationView> = rows
         .into_iter()
         .map(|r| NotificationView {

@@ -1,7 +1,5 @@
 //! Health, readiness, metrics, and the answers for routes that do not exist.
 
-use std::time::Duration;
-
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -36,24 +34,17 @@ pub async fn healthz() -> Json<Health> {
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses((status = 200, description = "The database answers", body = Health), Unready))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.breaker.is_open() {
-        return ApiError::unavailable().into_response();
-    }
-    match tokio::time::timeout(Duration::from_secs(1), state.db.ping()).await {
-        Ok(Ok(())) => (
+    match state.ready().await {
+        Ok(database) => (
             StatusCode::OK,
             Json(Health {
                 status: "ready",
-                database: Some(state.db.backend().as_str()),
+                database: Some(database),
             }),
         )
             .into_response(),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "not ready");
-            ApiError::unavailable().into_response()
-        }
-        Err(_) => {
-            tracing::warn!("not ready: the database did not answer within 1 s");
+        Err(why) => {
+            tracing::warn!(%why, "not ready");
             ApiError::unavailable().into_response()
         }
     }

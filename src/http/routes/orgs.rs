@@ -1,17 +1,14 @@
 //! Orgs and their API keys (admin).
 
-use std::collections::HashMap;
-
 use axum::extract::{Path, State};
 use axum::Json;
 use rush_meter_core::org::{Key, Org};
-use rush_meter_core::standing::{Standing, WindowUsage};
+use rush_meter_core::standing::WindowUsage;
 use rush_meter_core::text::Text;
 use rush_meter_core::time::{rfc3339, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::app::standing::standings;
 use crate::http::auth::Principal;
 use crate::http::error::parse_id;
 use crate::http::extract::{JsonBody, OrgKeyPath, OrgPath, OrgReader, Page, Query};
@@ -110,36 +107,14 @@ pub async fn put_org(
 ) -> ApiResult<Json<OrgView>> {
     principal.require_any(&[Scope::Admin])?;
     let org_id = parse_id("org_id", &org_id)?;
-    if let Some(name) = &body.name {
-        if name.trim().is_empty() {
-            return Err(ApiError::invalid(
-                "name",
-                "name must be 1 to 200 characters",
-            ));
-        }
-        Text::Line
-            .check(name, 200)
-            .map_err(|m| ApiError::invalid("name", format!("name {m}")))?;
-    }
-    if let Some(plan) = &body.plan {
-        if state.plans.get(plan).is_none() {
-            let known: Vec<&str> = state.plans.iter().map(|p| p.id.as_str()).collect();
-            return Err(ApiError::invalid(
-                "plan",
-                format!("no plan `{plan}`; plans are: {}", known.join(", ")),
-            ));
-        }
-    }
     let row = state
-        .db
         .upsert_org(
-            &OrgUpsert {
+            OrgUpsert {
                 org_id: org_id.into_string(),
                 name: body.name,
                 plan_id: body.plan,
                 suspended: body.suspended,
             },
-            state.clock.now(),
             &principal.actor(),
         )
         .await?;
@@ -207,26 +182,11 @@ pub async fn put_key(
     principal.require_any(&[Scope::Admin])?;
     let org_id = parse_id("org_id", &org_id)?;
     let key_id = parse_id("key_id", &key_id)?;
-    let org = state.org(org_id.as_str()).await?;
-    let (plan, _) = org.subscribed_plan(&state.plans);
-    if let Some(limit) = body.concurrency_limit {
-        if !(1..=plan.concurrency_max).contains(&limit) {
-            return Err(ApiError::invalid(
-                "concurrency_limit",
-                format!(
-                    "concurrency_limit must be 1 to {} on the {} plan (got {limit})",
-                    plan.concurrency_max, plan.id
-                ),
-            ));
-        }
-    }
-    let key = state
-        .db
-        .upsert_key(
+    let (key, org) = state
+        .put_key(
             org_id.as_str(),
             key_id.as_str(),
             body.concurrency_limit,
-            state.clock.now(),
             &principal.actor(),
         )
         .await?;
@@ -246,12 +206,7 @@ pub async fn get_key(
     let org_id = parse_id("org_id", &org_id)?;
     let key_id = parse_id("key_id", &key_id)?;
     principal.check_org(org_id.as_str())?;
-    let org = state.org(org_id.as_str()).await?;
-    let key = state
-        .db
-        .get_key(org_id.as_str(), key_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no key `{key_id}` in org `{org_id}`")))?;
+    let (key, org) = state.key(org_id.as_str(), key_id.as_str()).await?;
     Ok(Json(key_view(key, &org, &state)))
 }
 
@@ -316,9 +271,7 @@ pub async fn list_orgs(
         })
         .transpose()?;
     let limit = Page::of(None, q.limit)?.limit;
-    let now = state.clock.now();
-    let found = state
-        .db
+    let (found, next_cursor) = state
         .search_orgs(
             text.trim(),
             after.as_ref().map(|a| a.as_str()),
@@ -326,19 +279,8 @@ pub async fn list_orgs(
             principal.bound_org(),
         )
         .await?;
-    let ids: Vec<&str> = found.iter().map(String::as_str).collect();
-    let mut standings: HashMap<String, Standing> =
-        standings(&state.db, &state.plans, &ids, now, &state.rules)
-            .await?
-            .into_iter()
-            .map(|s| (s.org.org_id.clone(), s))
-            .collect();
-    let next_cursor = (found.len() as i64 == limit)
-        .then(|| found.last().cloned())
-        .flatten();
     let orgs = found
-        .iter()
-        .filter_map(|id| standings.remove(id))
+        .into_iter()
         .map(|s| OrgSummary {
             subscription_status: s.org.subscription_status,
             org_id: s.org.org_id,

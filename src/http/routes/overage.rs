@@ -3,7 +3,6 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
-use rush_meter_core::funding::check_overage;
 use rush_meter_core::time::{rfc3339, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -16,12 +15,6 @@ use crate::http::views::OverageView;
 use crate::http::{ApiError, ApiResult, AppState};
 use crate::tokens::Scope;
 
-async fn overage_view(state: &AppState, org_id: &str) -> ApiResult<OverageView> {
-    let now = state.clock.now();
-    let s = state.standing(org_id, now).await?;
-    Ok(OverageView::of(&s))
-}
-
 /// An org's pay-as-you-go and this month's spend (admin, finance, the org's console).
 #[utoipa::path(get, path = "/v1/orgs/{org_id}/overage", tag = "funding", params(OrgPath),
     security(("bearer" = ["console", "finance", "admin"])),
@@ -31,7 +24,8 @@ pub async fn get_overage(
     State(state): State<AppState>,
     OrgReader { org_id, .. }: OrgReader,
 ) -> ApiResult<Json<OverageView>> {
-    Ok(Json(overage_view(&state, org_id.as_str()).await?))
+    let s = state.standing(org_id.as_str(), state.clock.now()).await?;
+    Ok(Json(OverageView::of(&s)))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -71,20 +65,10 @@ pub async fn put_overage(
             })
         })
         .transpose()?;
-    let org = state.org(org_id.as_str()).await?;
-    let plan = org.effective_plan(&state.plans, state.clock.now());
-    let overage = check_overage(plan, body.enabled, cap)?;
-    state
-        .db
-        .set_overage(
-            org_id.as_str(),
-            &overage,
-            state.clock.now(),
-            &principal.actor(),
-        )
-        .await?
-        .ok_or_else(|| ApiError::org_not_found(org_id.as_str()))?;
-    Ok(Json(overage_view(&state, org_id.as_str()).await?))
+    let s = state
+        .set_overage(org_id.as_str(), body.enabled, cap, &principal.actor())
+        .await?;
+    Ok(Json(OverageView::of(&s)))
 }
 
 /// A pay-as-you-go charge: one billing window's overage, as sent to Stripe (or not).
@@ -140,9 +124,7 @@ pub async fn list_charges(
 ) -> ApiResult<Json<ChargeList>> {
     principal.require_any(&[Scope::Finance])?;
     let org_id = parse_id("org_id", &org_id)?;
-    state.org(org_id.as_str()).await?;
     let charges = state
-        .db
         .overage_charges(org_id.as_str())
         .await?
         .into_iter()
@@ -185,10 +167,8 @@ pub async fn retry_charges(
 ) -> ApiResult<Json<ChargesRequeued>> {
     principal.require_any(&[Scope::Admin])?;
     let org_id = parse_id("org_id", &org_id)?;
-    state.org(org_id.as_str()).await?;
     let requeued = state
-        .db
-        .requeue_overage_charges(org_id.as_str(), state.clock.now(), &principal.actor())
+        .requeue_charges(org_id.as_str(), &principal.actor())
         .await?;
     Ok(Json(ChargesRequeued { requeued }))
 }

@@ -53,63 +53,11 @@ pub async fn webhook(
         ApiError::from(e)
     })?;
     let event = crate::billing::events::arrival(&body, now);
-    if let Some(why) = &event.refused {
-        let stored = state
-            .db
-            .quarantine_stripe_event(
-                &event.id,
-                &event.kind,
-                event.created,
-                &event.payload,
-                why,
-                now,
-            )
-            .await?;
-        if stored {
-            tracing::error!(event = %event.id, %why, "a signed Stripe event could not be processed as sent: quarantined");
-        }
-        return Ok(Json(Received {
-            received: true,
-            duplicate: !stored,
-        }));
-    }
-    let stored = state
-        .db
-        .insert_stripe_event(
-            &event.id,
-            &event.kind,
-            event.created,
-            event.api_version.as_deref(),
-            &event.payload,
-            now,
-        )
-        .await?;
-    if stored {
-        note_version(&state, &event);
-        state.stripe_wake.notify_one();
-    }
+    let stored = state.receive_stripe_event(&event).await?;
     Ok(Json(Received {
         received: true,
         duplicate: !stored,
     }))
-}
-
-/// Count and warn about an event rendered in another API version than the service sends:
-/// its objects may lack fields, or carry them elsewhere (the service reads both shapes it
-/// knows, but the endpoint should be moved to the service's version).
-fn note_version(state: &AppState, head: &crate::billing::events::Arrival) {
-    let ours = crate::billing::api::stripe_version();
-    let Some(theirs) = head.api_version.as_deref().filter(|v| *v != ours) else {
-        return;
-    };
-    state
-        .metrics
-        .stripe_event_versions_other
-        .get_or_create(&crate::metrics::VersionLabels {
-            api_version: theirs.to_owned(),
-        })
-        .inc();
-    tracing::warn!(event = %head.id, api_version = theirs, expected = ours, "Stripe event in another API version than the service speaks: set the webhook endpoint's version (docs/billing.md)");
 }
 
 #[derive(Serialize, ToSchema)]
@@ -196,8 +144,7 @@ pub async fn list_events(
     let only = named_param("state", q.state.as_deref(), EventState::parse_named)?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
     let rows = state
-        .db
-        .list_stripe_events(only.map(EventState::as_str), page.after.clone(), page.limit)
+        .stripe_events(only, page.after.clone(), page.limit)
         .await?;
     let next = page.next(&rows, |r| (r.received_at, r.event_id.as_str()));
     let events: Vec<EventView> = rows.into_iter().map(EventView::from).collect();
@@ -234,16 +181,7 @@ pub async fn retry_event(
             "event_id is not one this service keeps: one line of at most 255 characters",
         ));
     }
-    if !state
-        .db
-        .requeue_stripe_event(&event_id, state.clock.now())
-        .await?
-    {
-        return Err(ApiError::not_found(format!(
-            "no quarantined Stripe event `{event_id}`"
-        )));
-    }
-    state.stripe_wake.notify_one();
+    state.requeue_stripe_event(&event_id).await?;
     Ok(Json(Requeued {
         event_id,
         state: "pending",

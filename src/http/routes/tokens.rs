@@ -91,9 +91,7 @@ pub async fn list_tokens(
     }
     let org = q.org_id.as_deref().or(principal.bound_org());
     let now = state.clock.now();
-    let tokens = state
-        .db
-        .list_tokens(org)
+    let tokens = tokens::list(&state.db, org)
         .await?
         .into_iter()
         .map(|t| TokenView::of(t, now))
@@ -222,16 +220,14 @@ pub async fn revoke_token(
     principal.require_any(&[Scope::Admin])?;
     let token_id = parse_id("token_id", &token_id)?;
     let now = state.clock.now();
-    let row = state
-        .db
-        .revoke_token(
-            token_id.as_str(),
-            principal.bound_org(),
-            now,
-            &principal.actor(),
-        )
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no token `{token_id}`")))?;
+    let row = tokens::revoke(
+        &state.db,
+        token_id.as_str(),
+        principal.bound_org(),
+        now,
+        &principal.actor(),
+    )
+    .await?;
     let shared = state.shared();
     shared
         .revoked_here

@@ -2,21 +2,19 @@
 
 use axum::extract::State;
 use axum::Json;
-use std::collections::BTreeMap;
 
-use rush_meter_core::breakdown::{
-    by_funding, check_range, group, provisional_pieces, windows_touched, GroupBy, Key, Piece, HOUR,
-};
-use rush_meter_core::funding::{Source, WindowKind};
-use rush_meter_core::standing::{Standing, WindowUsage};
-use rush_meter_core::time::{format_rfc3339, hours, month_window, rfc3339, Interval, Secs};
+use rush_meter_core::breakdown::{windows_touched, GroupBy, Key};
+use rush_meter_core::funding::WindowKind;
+use rush_meter_core::standing::WindowUsage;
+use rush_meter_core::time::{format_rfc3339, hours, rfc3339, Interval, Secs};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::app::usage::{self, BreakdownAsk};
 use crate::http::extract::{named_param, time_param, OrgPath, OrgReader, Query};
 use crate::http::openapi::{BadId, BadQuery, Guarded};
 use crate::http::views::FundingView;
-use crate::http::{ApiError, ApiResult, AppState};
+use crate::http::{ApiResult, AppState};
 
 #[derive(Serialize, ToSchema)]
 pub struct UsageView {
@@ -166,9 +164,6 @@ pub struct Ceiling {
     limit_hours: String,
 }
 
-/// The longest range a breakdown may span.
-const MAX_BREAKDOWN_DAYS: i64 = 400;
-
 /// `GET /v1/orgs/{org_id}/usage/breakdown?from=&to=&group_by=`: agent time in the whole
 /// hours `[from, to)` (default: the current month window, widened to whole hours), grouped
 /// by hour, day, session, project, user or agent, with the total and the plan's ceilings
@@ -186,79 +181,13 @@ pub async fn get_breakdown(
     let by = named_param("group_by", q.group_by.as_deref(), GroupBy::parse_named)?
         .unwrap_or(GroupBy::Day);
     let now = state.clock.now();
-    let (from, to) = (
-        time_param("from", q.from.as_deref())?,
-        time_param("to", q.to.as_deref())?,
-    );
-    // The range, `[from, to)` or the month window widened to whole hours where not given.
-    let range_in = |month: Interval| {
-        check_range(
-            from.unwrap_or(month.start.div_euclid(HOUR) * HOUR),
-            to.unwrap_or((month.end + HOUR - 1).div_euclid(HOUR) * HOUR),
-            MAX_BREAKDOWN_DAYS,
-        )
-        .map_err(|m| ApiError::invalid("from", m))
+    let ask = BreakdownAsk {
+        by,
+        from: time_param("from", q.from.as_deref())?,
+        to: time_param("to", q.to.as_deref())?,
     };
-    // The pieces are read beside the org, for the month it most likely has (`PeriodGuesses`);
-    // again if its row says otherwise.
-    let periods = &state.periods;
-    let guess = range_in(month_window(now, periods.period(org_id.as_str()).await)).ok();
-    // By funding, the funding rollup and the standing are read beside them too.
-    let funding_read = async {
-        match (by, guess) {
-            (GroupBy::Funding, Some(r)) => {
-                Some(funding_reads(&state, org_id.as_str(), r, now).await)
-            }
-            _ => None,
-        }
-    };
-    let (org, guessed, running, funding_read) = tokio::join!(
-        state.org(org_id.as_str()),
-        async {
-            match guess {
-                Some(r) => Some(
-                    state
-                        .db
-                        .session_hour_pieces(org_id.as_str(), r.start, r.end, by)
-                        .await,
-                ),
-                None => None,
-            }
-        },
-        state.db.running_sessions(org_id.as_str()),
-        funding_read
-    );
-    let org = org?;
-    periods.learn(&org).await;
-    let range = range_in(month_window(now, org.billing_period()))?;
-    let mut pieces = match guessed {
-        Some(Ok(p)) if guess == Some(range) => p,
-        _ => {
-            state
-                .db
-                .session_hour_pieces(org_id.as_str(), range.start, range.end, by)
-                .await?
-        }
-    };
-    add_running(&mut pieces, &running?, range, now, &state.rules);
-    let grouped = if by == GroupBy::Funding {
-        let total: i64 = pieces.iter().map(|p| p.seconds).sum();
-        let provisional: i64 = pieces
-            .iter()
-            .filter(|p| !p.session_id.is_empty())
-            .map(|p| p.seconds)
-            .sum();
-        // The standing holds whatever the period; the rollup again for another range.
-        let (booked, standing) = match funding_read {
-            Some(read) if guess == Some(range) => read,
-            Some((_, standing)) => (funding_totals(&state, &org.org_id, range).await, standing),
-            None => funding_reads(&state, &org.org_id, range, now).await,
-        };
-        funding_rows(booked?, &standing?, total, provisional, now)
-    } else {
-        group(&pieces, by)
-    };
-    let rows: Vec<BreakdownRow> = grouped.into_iter().map(BreakdownRow::of).collect();
+    let usage::Breakdown { org, range, rows } = state.breakdown(org_id.as_str(), ask, now).await?;
+    let rows: Vec<BreakdownRow> = rows.into_iter().map(BreakdownRow::of).collect();
     let total: i64 = rows.iter().map(|r| r.seconds).sum();
     let plan = org.effective_plan(&state.plans, now);
     let ceilings = ceilings(range, org.billing_period(), plan);
@@ -276,29 +205,6 @@ pub async fn get_breakdown(
         ceilings,
         as_of: format_rfc3339(now),
     }))
-}
-
-/// The running sessions' time not yet booked, as pieces within `range`.
-fn add_running(
-    pieces: &mut Vec<Piece>,
-    running: &[rush_meter_core::session::Session],
-    range: Interval,
-    now: Secs,
-    rules: &rush_meter_core::ledger::Rules,
-) {
-    for s in running {
-        if let Some(stretch) = s.ledger.provisional(now, rules) {
-            let template = Piece {
-                hour: 0,
-                session_id: s.session_id.clone(),
-                project_id: s.project_id.clone(),
-                started_by: s.started_by.clone(),
-                agent: s.agent.clone(),
-                seconds: 0,
-            };
-            pieces.extend(provisional_pieces(&template, stretch, range));
-        }
-    }
 }
 
 impl BreakdownRow {
@@ -339,54 +245,6 @@ fn ceilings(
         .collect()
 }
 
-/// The funding rollup of the org over `range`, by source.
-async fn funding_totals(
-    state: &AppState,
-    org_id: &str,
-    range: Interval,
-) -> ApiResult<BTreeMap<Source, (i64, i64)>> {
-    Ok(state
-        .db
-        .funding_totals(org_id, range.start, range.end)
-        .await?)
-}
-
-/// The breakdown by funding's own reads, at once: the funding rollup over `range` and the
-/// org's standing at `now`.
-async fn funding_reads(
-    state: &AppState,
-    org_id: &str,
-    range: Interval,
-    now: Secs,
-) -> (ApiResult<BTreeMap<Source, (i64, i64)>>, ApiResult<Standing>) {
-    tokio::join!(
-        funding_totals(state, org_id, range),
-        state.standing(org_id, now)
-    )
-}
-
-/// The breakdown by who paid: what the funding rollup holds for the range (`booked`), and
-/// running sessions' time in it (`provisional` seconds of `total`) attributed as the
-/// org's standing `s` will book it.
-fn funding_rows(
-    booked: BTreeMap<Source, (i64, i64)>,
-    s: &Standing,
-    total: i64,
-    provisional: i64,
-    now: Secs,
-) -> Vec<(Key, i64)> {
-    let mut not_plan: BTreeMap<Source, i64> = booked
-        .into_iter()
-        .map(|(source, (seconds, _))| (source, seconds))
-        .collect();
-    for (source, seconds) in s.booked.clone().project(now, provisional) {
-        if source != Source::Plan {
-            *not_plan.entry(source).or_default() += seconds;
-        }
-    }
-    by_funding(total, &not_plan)
-}
-
 /// `GET /v1/orgs/{org_id}/upgrade-prompt`: whether to prompt the org to upgrade, why (each
 /// window's highest threshold crossed, concurrency denials in the last 24 hours; set per
 /// plan), both windows projected to their end at the pace so far, the cheapest plan that
@@ -401,11 +259,7 @@ pub async fn get_upgrade_prompt(
 ) -> ApiResult<Json<UpgradePrompt>> {
     use rush_meter_core::prompt::{project, reasons, suggest, ways_on, PromptReason};
     let now = state.clock.now();
-    let s = state.standing(org_id.as_str(), now).await?;
-    let denials = state
-        .db
-        .count_decisions(org_id.as_str(), "concurrency_limit_reached", now - 86_400)
-        .await?;
+    let (s, denials) = state.prompt_reads(org_id.as_str(), now).await?;
     let why = reasons(&s.plan, &s.month, &s.week, denials);
     let (month, week) = (project(&s.month, now), project(&s.week, now));
     let need = why

@@ -44,9 +44,8 @@ fn limit_subject(l: &Limit) -> String {
 /// then running sessions), summed per member here: each branch is an index range of one
 /// org, so a generic plan (`begin_hot`) stays right whatever the org's size. The running
 /// sessions are read once, summed by their (key, project, user), and only those few sums
-/// are spread over the three kinds: a branch for each kind read every running session
-/// three times (on SQLite 1.5 ms a read for an org of 200 running sessions against 0.96;
-/// the heartbeat answers of 50 such orgs 65 against 41 ms).
+/// are spread over the three kinds: a branch for each kind would read every running
+/// session three times (reports/admission-notes.md).
 pub(crate) async fn limits_with_usage_on(
     conn: &mut <DB as sqlx::Database>::Connection,
     orgs: &[&Org],
