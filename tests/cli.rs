@@ -360,6 +360,12 @@ async fn export_and_period_commands(backend: Backend) {
     let (code, err, closed) = export("closed.csv");
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read_to_string(closed).unwrap(), open);
+    // The count said is the lines written (the header aside), with no terminal to draw on.
+    let lines = open.lines().count() - 1;
+    assert!(
+        lines > 0 && err.contains(&format!("{lines} rows of 2026-11 (closed)")),
+        "{err}"
+    );
     let mut c = rush_meter();
     base(&mut c);
     let (code, out, _) = run(c.args(["period", "list"]));

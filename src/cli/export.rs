@@ -63,6 +63,9 @@ pub async fn export(
             async move { periods::produce(&db, &plans, q, by, format, now, None, tx).await },
         )
     };
+    // Rows counted here, not by the bar: a bar drawn nowhere (standard error not a
+    // terminal) keeps no position.
+    let mut rows: u64 = 0;
     let write = async {
         let mut result = Ok(());
         while let Some(chunk) = rx.recv().await {
@@ -73,6 +76,7 @@ pub async fn export(
                 break;
             }
             bar.inc(chunk.rows);
+            rows += chunk.rows;
         }
         result.and_then(|()| sink.flush().map_err(|e| format!("writing the export: {e}")))
     };
@@ -96,7 +100,7 @@ pub async fn export(
     done?;
     eprintln!(
         "{} rows of {} ({}), {}",
-        bar.position(),
+        rows,
         month_name(month),
         if q.closed {
             "closed"
