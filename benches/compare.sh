@@ -1,35 +1,49 @@
 #!/usr/bin/env bash
-# The ingest and admission benchmarks of a base commit beside the working tree's, on the
-# same machine in the same run, interleaved (base, head, head on a partitioned
-# PostgreSQL, then again) so that the machine's drift falls on all alike; a figure of
-# head is read as a ratio to base's. Writes reports/compare.md (reports/citus.md keeps the
-# comparison that made the store distributable, with its readings).
+# The ingest and admission benchmarks of a base commit beside a head commit's, on the
+# same machine in the same run, interleaved (base, then head, load by load, round after
+# round) so that the machine's drift falls on both alike; a figure of head is read as a
+# ratio to base's. Writes reports/compare.md (reports/citus.md keeps the comparison that
+# made the store distributable, with its readings).
 #
-#   benches/compare.sh <base-commit> [rounds]    (default: 2 rounds)
+#   benches/compare.sh <base-commit> [rounds] [head-commit]   (default: 2 rounds, HEAD)
 #
 # BENCHES (default "ingest admission"), BACKENDS (default "postgres sqlite") and
-# PARTITIONED=0 (skip the partitioned runs) cut the loop to what a change touches.
+# PARTITIONED=0 (skip head on a partitioned PostgreSQL) cut the loop to what a change
+# touches.
 #
-# The base is built in a worktree under target/, with a target directory of its own seeded
-# from this tree's (cargo names a workspace crate's artifacts alike in both trees, so they
-# cannot share one; seeded, only the two workspace crates build again).
+# Both commits are checked out in worktrees under target/, so the working tree stays free
+# to edit while this runs. In both, the ingest benchmark is cut to one measurement a run
+# (its ROUNDS) of the two loads compared (not the single heartbeats at 8 and 32), the same
+# edit on each side, so that this script's rounds are what interleaves; the admission
+# benchmark measures one load a run when given one. The base
+# builds into a target directory of its own seeded from this tree's (cargo names a
+# workspace crate's artifacts alike in both trees, so they cannot share one); the head
+# builds into this tree's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-base="${1:?usage: benches/compare.sh <base-commit> [rounds]}"
+base="${1:?usage: benches/compare.sh <base-commit> [rounds] [head-commit]}"
 rounds="${2:-2}"
+head="${3:-HEAD}"
 command -v wrk >/dev/null || { echo "the benchmarks drive wrk: apt-get install wrk" >&2; exit 1; }
 base_rev="$(git rev-parse --short "$base")"
-head_rev="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src core migrations || echo '+changes')"
-tree="target/compare-base"
+head_rev="$(git rev-parse --short "$head")"
+base_tree="target/compare-base"
+head_tree="target/compare-head"
 base_target="target/compare-base-target"
 out="target/compare-runs"
 rm -rf "$out" && mkdir -p "$out"
-git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"
-git worktree add --detach --force "$tree" "$base" >/dev/null
+checkout() {
+  git worktree remove --force "$1" 2>/dev/null || rm -rf "$1"
+  git worktree add --detach --force "$1" "$2" >/dev/null
+  sed -i -e 's/^const ROUNDS: usize = [0-9]*;/const ROUNDS: usize = 1;/' \
+    -e '/(Backend::[A-Za-z]*, 1, \(8\|32\), &Setup::ALL\[\.\.1\]),/d' "$1/benches/ingest.rs"
+}
+checkout "$base_tree" "$base"
+checkout "$head_tree" "$head"
 if [ ! -d "$base_target/release" ] && [ -d target/release ]; then
   mkdir -p "$base_target" && cp -a target/release "$base_target/"
 fi
-trap 'git worktree remove --force "$tree" 2>/dev/null || true' EXIT
+trap 'git worktree remove --force "$base_tree" 2>/dev/null || true; git worktree remove --force "$head_tree" 2>/dev/null || true' EXIT
 
 # The paths of the two bench executables that `cargo bench --no-run` builds in `dir`
 # (into the target directory `target`).
@@ -43,37 +57,37 @@ for l in sys.stdin:
         print(m["target"]["name"], m["executable"])'
 }
 declare -A exe
-while read -r name path; do exe["base_$name"]="$path"; done < <(executables "$tree" "$PWD/$base_target")
-while read -r name path; do exe["head_$name"]="$path"; done < <(executables . "$PWD/target")
+while read -r name path; do exe["base_$name"]="$path"; done < <(executables "$base_tree" "$PWD/$base_target")
+while read -r name path; do exe["head_$name"]="$path"; done < <(executables "$head_tree" "$PWD/target")
 for k in base_ingest base_admission head_ingest head_admission; do
   [ -n "${exe[$k]:-}" ] || { echo "no executable for $k" >&2; exit 1; }
 done
 
-# One bench for one backend; its stderr figures go to $out/<side>.<bench>.<backend>.<round>.
-# The tree's benchmarks run their orgs within the plan only (`plan`), as the base's do
-# (the base takes no such word, and has no other setup).
+# One bench for one backend, within the plan only (`plan`), at one load (admission's
+# callers; ingest runs its loads in turn); its figures go to
+# $out/<side>.<bench>.<backend>.<round>, appended.
 measure() {
-  local side="$1" bench="$2" backend="$3" round="$4" program="$5"
-  shift 5
-  echo "round $round: $side $bench $backend" >&2
+  local side="$1" bench="$2" backend="$3" round="$4" program="$5" load="$6"
+  shift 6
+  echo "round $round: $side $bench $backend $load" >&2
   local log="$out/$side.$bench.$backend.$round.log"
-  local word=""
-  [ "$side" = base ] || word=plan
-  env "$@" "$program" "$backend" $word >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
-  grep -E 'rows/s|decisions/s' "$log" >"$out/$side.$bench.$backend.$round"
+  env "$@" "$program" "$backend" plan $load >>"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
+  grep -E 'rows/s|decisions/s' "$log" >"$out/$side.$bench.$backend.$round" || true
 }
 for round in $(seq 1 "$rounds"); do
   for bench in ${BENCHES:-ingest admission}; do
+    loads=""
+    [ "$bench" = admission ] && loads="1 8 32"
     for backend in ${BACKENDS:-postgres sqlite}; do
-      # A base whose benchmark takes no backend argument measured both in its first run.
-      if ! grep -qi "^$backend" "$out/base.$bench.postgres.$round" 2>/dev/null; then
-        measure base "$bench" "$backend" "$round" "${exe[base_$bench]}"
-      fi
-      measure head "$bench" "$backend" "$round" "${exe[head_$bench]}"
+      for load in ${loads:-all}; do
+        [ "$load" = all ] && load=""
+        measure base "$bench" "$backend" "$round" "${exe[base_$bench]}" "$load"
+        measure head "$bench" "$backend" "$round" "${exe[head_$bench]}" "$load"
+        if [ "${PARTITIONED:-1}" != 0 ] && [ "$backend" = postgres ]; then
+          measure partitioned "$bench" postgres "$round" "${exe[head_$bench]}" "$load" RUSH_METER_TEST_PG_PARTITIONS=4
+        fi
+      done
     done
-    if [ "${PARTITIONED:-1}" != 0 ]; then
-      measure partitioned "$bench" postgres "$round" "${exe[head_$bench]}" RUSH_METER_TEST_PG_PARTITIONS=4
-    fi
   done
 done
 
@@ -81,12 +95,11 @@ python3 - "$out" "$base_rev" "$head_rev" "$rounds" "$*" <<'EOF' >reports/compare
 import glob, os, re, statistics, subprocess, sys, datetime
 out, base_rev, head_rev, rounds, args = sys.argv[1:]
 figures = {}  # (bench, backend, load) -> side -> [rate]
-for path in glob.glob(os.path.join(out, "*[0-9]")):
+for path in sorted(glob.glob(os.path.join(out, "*[0-9]")), key=lambda p: int(p.rsplit(".", 1)[1])):
     side, bench, backend, _ = os.path.basename(path).split(".")
     for line in open(path):
-        # The base's lines name no setup; the tree's name theirs (`(plan)`, and the raw
-        # transaction's), and its ingest also the concurrency: only the base's loads (100
-        # heartbeats a request at 16, one at 128) within the plan count.
+        # Lines name their setup (`(plan)`, and the raw transaction's), and ingest's also
+        # the concurrency: only 100 heartbeats a request at 16 and one at 128 count.
         m = re.match(r"(\w+) batch (\d+)(?: at (\d+))?(?: \(([^)]*)\))?: (\d+) rows/s", line) \
             or re.match(r"(\w+) (\d+) callers(?: \(([^)]*)\))?: (\d+) decisions/s", line)
         if not m:
@@ -120,11 +133,11 @@ for (bench, backend, load) in sorted(figures, key=lambda k: (k[0] != "ingest", k
 print(f"""# A base commit and the tree, side by side
 
 The ingest and admission benchmarks of commit {base_rev} beside {head_rev}, run
-interleaved on the same machine in one run: base, head{partitioned}. The loads are the
-base's (100 heartbeats a request at 16 clients, one at 128; 1, 8 and 32 callers), with
-orgs within their plan; the tree's benchmarks measure each three times a run, the base's
-once. Figures are medians of every measurement of {rounds} rounds (each in brackets); the
-ratio is head / base.
+interleaved on the same machine in one run: base, head{partitioned}, load by load. The
+loads are 100 heartbeats a request at 16 clients and one at 128, and 1, 8 and 32 admission
+callers, with orgs within their plan; each round measures each load once on each side.
+Figures are medians of {rounds} rounds (each round's in brackets); the ratio is head /
+base.
 
 - Command: `{env}benches/compare.sh {' '.join(args.split()) if args else base_rev}`
 - Machine: {cores} cores, the load generator (wrk), the service and the database on them
