@@ -257,12 +257,6 @@ async fn raw_decision(
     .fetch_one(&mut *conn)
     .await
     .unwrap();
-    sqlx::query("INSERT INTO session_owners (session_id, org_id) VALUES ($1, $2)")
-        .bind(&session)
-        .bind(&org)
-        .execute(&mut *conn)
-        .await
-        .unwrap();
     sqlx::query(
         "INSERT INTO sessions (org_id, session_id, key_id, agent, phase, last_at, span_start, \
            created_at, slot_at) VALUES ($1, $2, $3, 'codex', 'admitted', $4, $4, $4, $4)",

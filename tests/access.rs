@@ -198,6 +198,18 @@ const ROUTES: &[Route] = &[
         grants: &[Scope::Ingest, Scope::Admission],
     },
     Route {
+        method: "GET",
+        path: "/v1/orgs/{org}/sessions/{session}",
+        body: none,
+        grants: &[Scope::Ingest, Scope::Admission, Scope::Finance],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/orgs/{org}/sessions/{session}/end",
+        body: |_, _| Some(json!({"status": "completed"})),
+        grants: &[Scope::Ingest, Scope::Admission],
+    },
+    Route {
         method: "POST",
         path: "/v1/orgs/{org}/checkout",
         body: |_, _| Some(json!({"plan": "team"})),

@@ -174,7 +174,7 @@ async fn a_member_past_its_limit_is_refused_and_parked_within_the_bound(backend:
         "{r}"
     );
     // A denial consumes nothing (DESIGN.md): no session, no slot of the key.
-    assert!(srv.db.get_session("late").await.unwrap().is_none());
+    assert!(srv.db.get_session("acme", "late").await.unwrap().is_none());
     assert_eq!(d["concurrency"]["running"], 0, "{d}");
     // The record says the same.
     let page = srv
@@ -557,7 +557,7 @@ async fn heartbeats_committed_are_answered_when_the_room_cannot_be_read(backend:
             "{v}"
         );
         assert_eq!(r["action"], first["results"][i]["action"], "{v}");
-        let session = srv.db.get_session(s).await.unwrap().unwrap();
+        let session = srv.db.get_session("acme", s).await.unwrap().unwrap();
         assert_eq!(session.ledger.billed_seconds, 15, "{s}");
     }
 }

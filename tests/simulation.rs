@@ -331,14 +331,17 @@ async fn replay_into(db: &Db, fleet: &Fleet) -> Vec<Made> {
                         .collect(),
                 ),
                 Delivery::End {
-                    session, status, ..
+                    org,
+                    session,
+                    status,
+                    ..
                 } => {
                     if !group.is_empty() {
                         let results = db.ingest(&group, &rules, &plans, at, 1).await.unwrap();
                         assert!(results.iter().all(Result::is_ok));
                         group.clear();
                     }
-                    db.end_session(session, None, *status, at, &rules, &plans)
+                    db.end_session(org, session, *status, at, &rules, &plans)
                         .await
                         .unwrap();
                 }

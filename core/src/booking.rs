@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::funding::{self, Grant, Source, WindowFunds};
 use crate::ledger::{split_hours, Effects, Span};
 use crate::members::{buckets, member_of, Dimension};
-use crate::session::Session;
+use crate::session::{Session, SessionKey};
 use crate::time::{Interval, Secs};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -18,8 +18,8 @@ pub struct Booking {
     pub session_hours: BTreeMap<(String, Secs, String), i64>,
     /// `(org, session, span)` of each span closed.
     pub spans: Vec<(String, String, Span)>,
-    /// Each session changed, as it now stands, by id.
-    pub sessions: BTreeMap<String, Session>,
+    /// Each session changed, as it now stands, by org and id.
+    pub sessions: BTreeMap<SessionKey, Session>,
     /// `(org, session, interval)` of each stretch billed, in the order booked.
     pub billed: Vec<(String, String, Interval)>,
     /// Who pays for what was billed: filled in by `fund`, under the orgs' locks.
@@ -67,8 +67,7 @@ impl Booking {
             self.spans
                 .push((session.org_id.clone(), session.session_id.clone(), *span));
         }
-        self.sessions
-            .insert(session.session_id.clone(), session.clone());
+        self.sessions.insert(session.key(), session.clone());
     }
 
     /// The orgs that were billed, in byte order.
@@ -94,7 +93,7 @@ impl Booking {
                 .entry(org.as_str())
                 .or_default()
                 .extend(state.fund(session, *interval));
-            let s = &self.sessions[session];
+            let s = &self.sessions[&(org.clone(), session.clone())];
             // Funded in the open month (late time is an adjustment there), but rolled up
             // where it ran, as org_hourly is: a member's use in a window never passes its
             // org's, which the gate relies on (`members::within_reach`).
@@ -164,11 +163,8 @@ impl Booking {
         for span in self.spans {
             out.entry(key(&span.0)).or_default().spans.push(span);
         }
-        for (id, s) in self.sessions {
-            out.entry(key(&s.org_id))
-                .or_default()
-                .sessions
-                .insert(id, s);
+        for (k, s) in self.sessions {
+            out.entry(key(&s.org_id)).or_default().sessions.insert(k, s);
         }
         for b in self.billed {
             out.entry(key(&b.0)).or_default().billed.push(b);
@@ -230,7 +226,12 @@ mod tests {
             1,
             "the running span closed at the park"
         );
-        assert_eq!(booking.sessions["s"].ledger.billed_seconds, 30);
+        assert_eq!(
+            booking.sessions[&crate::session::key("o", "s")]
+                .ledger
+                .billed_seconds,
+            30
+        );
     }
 
     /// Time that arrives after its month closed is funded in the open month but rolled up

@@ -3,6 +3,15 @@
 use crate::ledger::SessionLedger;
 use crate::time::Secs;
 
+/// Which session: its org and its id, which is its org's own (two orgs' sessions of one id
+/// are two sessions).
+pub type SessionKey = (String, String);
+
+/// The key of the session `session_id` of `org_id`.
+pub fn key(org_id: &str, session_id: &str) -> SessionKey {
+    (org_id.to_owned(), session_id.to_owned())
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session {
     pub org_id: String,
@@ -24,6 +33,11 @@ pub struct Session {
 }
 
 impl Session {
+    /// Its org and id.
+    pub fn key(&self) -> SessionKey {
+        key(&self.org_id, &self.session_id)
+    }
+
     /// A session with `ledger`, known by its ids alone.
     pub fn new(org_id: &str, session_id: &str, ledger: SessionLedger) -> Session {
         Session {

@@ -6,9 +6,9 @@
 --
 -- Every table that holds an org's rows is distributed by org_id and co-located with orgs,
 -- so that an org's sessions, bookings, keys and notifications sit on one worker and every
--- statement the service sends for an org is routed to one shard. The two lookups keyed by
--- an id of their own (which org a session or a Stripe customer belongs to) are distributed
--- by that id; the small tables every org reads are reference tables (a copy on each node).
+-- statement the service sends for an org is routed to one shard. The lookup keyed by an
+-- id of its own (which org a Stripe customer belongs to) is distributed by that id; the
+-- small tables every org reads are reference tables (a copy on each node).
 -- tests/citus.rs checks that this file names every table, the right way.
 
 CREATE EXTENSION IF NOT EXISTS citus;
@@ -30,9 +30,7 @@ SELECT create_reference_table('stripe_events')
 SELECT create_reference_table('periods')
   WHERE pg_temp.undistributed('periods');
 
--- Keyed by an id of their own; written in the transaction that writes the org's rows.
-SELECT create_distributed_table('session_owners', 'session_id', colocate_with => 'none')
-  WHERE pg_temp.undistributed('session_owners');
+-- Keyed by an id of its own; written in the transaction that writes the org's rows.
 SELECT create_distributed_table('stripe_customers', 'customer_id', colocate_with => 'none')
   WHERE pg_temp.undistributed('stripe_customers');
 

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod notifier;
 pub mod orgs;
 pub mod periods;
+pub mod sessions;
 pub mod standing;
 pub mod stripe_events;
 pub mod tokens;
@@ -60,6 +61,9 @@ pub enum Refusal {
     OrgNotFound(String),
     #[error("no session `{0}`")]
     SessionNotFound(String),
+    /// A session id named without its org that several orgs' sessions have.
+    #[error("sessions of several orgs have the id `{0}`")]
+    SessionIdShared(String),
     /// Something else the request names that is not there; the message says what.
     #[error("{0}")]
     NotFound(String),

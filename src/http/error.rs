@@ -444,17 +444,8 @@ impl From<BatchError> for ApiError {
 
 impl From<IngestReject> for ApiError {
     fn from(r: IngestReject) -> Self {
-        match r {
-            IngestReject::UnknownOrg { index, org_id } => {
-                ApiError::org_not_found(&org_id).with_field(format!("heartbeats[{index}].org_id"))
-            }
-            IngestReject::SessionOfAnotherOrg { index, session_id } => ApiError::new(
-                StatusCode::CONFLICT,
-                ErrorCode::SessionConflict,
-                format!("session `{session_id}` belongs to another org; session ids are global"),
-            )
-            .with_field(format!("heartbeats[{index}].session_id")),
-        }
+        let IngestReject::UnknownOrg { index, org_id } = r;
+        ApiError::org_not_found(&org_id).with_field(format!("heartbeats[{index}].org_id"))
     }
 }
 
@@ -472,15 +463,6 @@ impl ApiError {
                 ),
             )
             .with_field("key_id"),
-            AdmitReject::SessionOfAnotherOrg => ApiError::new(
-                StatusCode::CONFLICT,
-                ErrorCode::SessionConflict,
-                format!(
-                    "session `{}` belongs to another org; session ids are global",
-                    req.session_id
-                ),
-            )
-            .with_field("session_id"),
             AdmitReject::SessionEnded => ApiError::new(
                 StatusCode::CONFLICT,
                 ErrorCode::SessionEnded,
@@ -555,6 +537,14 @@ impl From<Refusal> for ApiError {
         match e {
             Refusal::OrgNotFound(org) => ApiError::org_not_found(&org),
             Refusal::SessionNotFound(id) => ApiError::session_not_found(&id),
+            Refusal::SessionIdShared(id) => ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::SessionConflict,
+                format!(
+                    "sessions of several orgs have the id `{id}`; name the org: \
+                     /v1/orgs/{{org_id}}/sessions/{id}"
+                ),
+            ),
             Refusal::NotFound(message) => ApiError::not_found(message),
             Refusal::Invalid { field, message } => ApiError::invalid(field, message),
             Refusal::GrantKeyReused(id) => ApiError::grant_key_reused(&id),

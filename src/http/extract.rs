@@ -233,6 +233,12 @@ pub struct SessionPath {
     pub session_id: String,
 }
 
+#[derive(Deserialize)]
+pub struct OrgSessionPath {
+    pub org_id: String,
+    pub session_id: String,
+}
+
 /// A path id: required, described, with the id pattern.
 pub(crate) fn id_param(name: &str, description: &str) -> Parameter {
     ParameterBuilder::new()
@@ -292,6 +298,15 @@ impl IntoParams for OrgLimitPath {
 impl IntoParams for SessionPath {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
         vec![id_param("session_id", "The session's id")]
+    }
+}
+
+impl IntoParams for OrgSessionPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            id_param(ORG_ID.0, ORG_ID.1),
+            id_param("session_id", "The session's id, its org's own"),
+        ]
     }
 }
 

@@ -138,7 +138,9 @@ impl MakeRequestId for RandomRequestId {
 }
 
 /// The routes and the OpenAPI document, from the same `routes!` lists: a handler is served
-/// exactly at the path its `#[utoipa::path]` documents.
+/// exactly at the path its `#[utoipa::path]` documents. Deprecated routes are served (and
+/// documented as deprecated) until they are removed.
+#[allow(deprecated)]
 pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use routes::*;
     use utoipa::OpenApi;
@@ -165,6 +167,8 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(admissions::post_admission))
         .routes(routes!(admissions::list_decisions))
         .routes(routes!(sessions::get_session))
+        .routes(routes!(sessions::get_org_session))
+        .routes(routes!(sessions::end_org_session))
         .routes(routes!(sessions::list_sessions))
         .routes(routes!(sessions::end_session))
         .routes(routes!(stripe::webhook))

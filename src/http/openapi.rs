@@ -144,7 +144,8 @@ fn description(status: u16) -> &'static str {
                 did not exist)"
         }
         409 => {
-            "`session_conflict` (the session is another org's), `session_ended`, \
+            "`session_conflict` (a session id named without its org that several orgs \
+                have), `session_ended`, \
                 `already_on_plan`, `stripe_conflict` or `conflict`: the current state forbids \
                 the change"
         }

@@ -78,6 +78,7 @@ pub enum Delivery {
     /// The orchestrator ends a session.
     End {
         at: Secs,
+        org: String,
         session: String,
         status: EndStatus,
     },
@@ -155,6 +156,7 @@ pub fn generate(seed: u64, p: &Params) -> Fleet {
         if let Some((at, status)) = ended {
             ends.push(Delivery::End {
                 at,
+                org: org.clone(),
                 session: session.clone(),
                 status,
             });

@@ -104,6 +104,7 @@ impl Reference {
                     at,
                     session,
                     status,
+                    ..
                 } => r.end(session, *at, *status, &rules),
             }
         }

@@ -12,7 +12,7 @@ use crate::ledger::Phase;
 use crate::members::{spent_limit, Limit, LimitKind, MemberUsage};
 use crate::org::{effective_concurrency_limit, Key, Org};
 use crate::plans::{Plan, Plans};
-use crate::session::Session;
+use crate::session::{key as session_key, Session, SessionKey};
 use crate::standing::{funding_state_on, WindowTotals, WindowUsage};
 use crate::time::{Secs, Windows};
 
@@ -40,11 +40,8 @@ pub fn holds_slot(s: &Session, now: Secs, lease: Secs) -> bool {
 pub struct GroupFacts {
     pub orgs: HashMap<String, Org>,
     pub keys: HashMap<(String, String), Key>,
-    /// The named sessions that exist in the orgs that name them, locked.
-    pub sessions: HashMap<String, Session>,
-    /// The org of each named session that exists but was not locked: another org's (a
-    /// session id belongs to one org).
-    pub owners: HashMap<String, String>,
+    /// The named sessions that exist, locked, by org and id.
+    pub sessions: HashMap<SessionKey, Session>,
     /// Slots held per key, by every session of the key (the SQL twin of `holds_slot`).
     pub slots: HashMap<(String, String), i64>,
     /// Window usage per org, in the windows `Windows::at(now, billing period)` gives.
@@ -135,7 +132,7 @@ pub fn decide_group(
             Ok(decision)
         })
         .collect();
-    let row = |id: &String| facts.sessions[id].clone();
+    let row = |k: &SessionKey| facts.sessions[k].clone();
     GroupOutcome {
         answers,
         created: made.created.iter().map(row).collect(),
@@ -143,11 +140,11 @@ pub fn decide_group(
     }
 }
 
-/// The sessions a group creates and resumes, by id.
+/// The sessions a group creates and resumes, by org and id.
 #[derive(Default)]
 struct Made {
-    created: BTreeSet<String>,
-    resumed: BTreeSet<String>,
+    created: BTreeSet<SessionKey>,
+    resumed: BTreeSet<SessionKey>,
 }
 
 impl Made {
@@ -159,14 +156,15 @@ impl Made {
         if let Some(n) = slot.moved_from.and_then(|k| facts.slots.get_mut(&k)) {
             *n -= 1;
         }
-        if !facts.sessions.contains_key(&req.session_id) {
-            self.created.insert(req.session_id.clone());
-        } else if !self.created.contains(&req.session_id) {
-            self.resumed.insert(req.session_id.clone());
+        let k = session_key(&req.org_id, &req.session_id);
+        if !facts.sessions.contains_key(&k) {
+            self.created.insert(k.clone());
+        } else if !self.created.contains(&k) {
+            self.resumed.insert(k.clone());
         }
         let row = facts
             .sessions
-            .entry(req.session_id.clone())
+            .entry(k)
             .or_insert_with(|| admitted_row(req, now));
         take_slot(row, req, now);
     }
@@ -188,21 +186,11 @@ fn named<'f>(
     let org = facts.orgs.get(&req.org_id).ok_or(AdmitReject::UnknownOrg)?;
     let key_id = (req.org_id.clone(), req.key_id.clone());
     let key = facts.keys.get(&key_id).ok_or(AdmitReject::UnknownKey)?;
-    if facts
-        .owners
-        .get(&req.session_id)
-        .is_some_and(|owner| *owner != req.org_id)
-    {
-        return Err(AdmitReject::SessionOfAnotherOrg);
-    }
-    let session = facts.sessions.get(&req.session_id);
-    if let Some(s) = session {
-        if s.org_id != req.org_id {
-            return Err(AdmitReject::SessionOfAnotherOrg);
-        }
-        if s.ledger.phase == Phase::Ended {
-            return Err(AdmitReject::SessionEnded);
-        }
+    let session = facts
+        .sessions
+        .get(&session_key(&req.org_id, &req.session_id));
+    if session.is_some_and(|s| s.ledger.phase == Phase::Ended) {
+        return Err(AdmitReject::SessionEnded);
     }
     Ok((org, key, session))
 }
@@ -489,7 +477,7 @@ mod tests {
         let mut s = Session::admitted("o", "s", 990);
         s.key_id = Some("a".into());
         s.slot_at = Some(990);
-        facts.sessions.insert("s".into(), s);
+        facts.sessions.insert(session_key("o", "s"), s);
         facts
     }
 
@@ -531,7 +519,7 @@ mod tests {
         let mut u = Session::unadmitted("o", "u", "vm", 990);
         u.ledger.phase = Phase::Running;
         u.heard_at = Some(995);
-        facts.sessions.insert("u".into(), u);
+        facts.sessions.insert(session_key("o", "u"), u);
         let out = decide_group(&plans(), &[request("u")], facts, 1000, 60, ids());
         let d = out.answers[0].as_ref().unwrap();
         assert_eq!(
@@ -567,22 +555,12 @@ mod tests {
         let mut facts = group_facts(2, 0);
         let mut ended = Session::admitted("o", "e", 0);
         ended.ledger.phase = Phase::Ended;
-        facts.sessions.insert("e".into(), ended);
-        let mut other = Session::admitted("p", "x", 0);
-        other.key_id = Some("k".into());
-        facts.sessions.insert("x".into(), other);
-        facts.owners.insert("y".into(), "p".into());
+        facts.sessions.insert(session_key("o", "e"), ended);
         let mut unknown_key = request("s");
         unknown_key.key_id = "nope".into();
         let mut unknown_org = request("s");
         unknown_org.org_id = "nope".into();
-        let reqs = [
-            unknown_org,
-            unknown_key,
-            request("e"),
-            request("x"),
-            request("y"),
-        ];
+        let reqs = [unknown_org, unknown_key, request("e")];
         let out = decide_group(&plans(), &reqs, facts, 1000, 60, ids());
         let got: Vec<_> = out.answers.into_iter().map(|a| a.unwrap_err()).collect();
         assert_eq!(
@@ -591,11 +569,24 @@ mod tests {
                 AdmitReject::UnknownOrg,
                 AdmitReject::UnknownKey,
                 AdmitReject::SessionEnded,
-                AdmitReject::SessionOfAnotherOrg,
-                AdmitReject::SessionOfAnotherOrg
             ]
         );
         assert!(out.created.is_empty() && out.resumed.is_empty());
+    }
+
+    /// A session id is its org's own: another org's ended session of the same id changes
+    /// nothing for this org's, which is created and takes a slot of its own key.
+    #[test]
+    fn another_orgs_session_of_the_same_id_is_another_session() {
+        let mut facts = group_facts(2, 0);
+        let mut theirs = Session::admitted("p", "s", 0);
+        theirs.ledger.phase = Phase::Ended;
+        facts.sessions.insert(session_key("p", "s"), theirs);
+        let out = decide_group(&plans(), &[request("s")], facts, 1000, 60, ids());
+        let d = out.answers[0].as_ref().unwrap();
+        assert_eq!(d.rule.as_str(), "within_limits");
+        assert_eq!(out.created.len(), 1);
+        assert_eq!(out.created[0].key(), session_key("o", "s"));
     }
 
     #[test]

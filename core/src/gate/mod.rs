@@ -44,7 +44,6 @@ pub struct AdmissionRequest {
 pub enum AdmitReject {
     UnknownOrg,
     UnknownKey,
-    SessionOfAnotherOrg,
     SessionEnded,
 }
 

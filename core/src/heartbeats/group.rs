@@ -1,24 +1,30 @@
 //! How a group of heartbeat requests is applied in one transaction. The store locks the
 //! sessions the group names and reads which of its orgs exist; these rules decide each
-//! request whole (an unknown org, or a session of another org, refuses it all), name the
-//! sessions to create, and apply every accepted heartbeat in (session, seq) order,
-//! gathering what to book. The store writes the result and commits.
+//! request whole (an unknown org refuses it all), name the sessions to create, and apply
+//! every accepted heartbeat in (org, session, seq) order, gathering what to book. The
+//! store writes the result and commits. A session is named by its org and its id, which
+//! is its org's own.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{Heartbeat, HeartbeatOutcome, IngestReject};
 use crate::booking::Booking;
 use crate::ledger::{receive, Effects, Rules};
-use crate::session::Session;
+use crate::session::{key, Session, SessionKey};
 
 /// A request's answer: one outcome per heartbeat, or why it was refused whole.
 pub type RequestOutcome = Result<Vec<HeartbeatOutcome>, IngestReject>;
+
+/// The key of the session a heartbeat is of.
+fn key_of(h: &Heartbeat) -> SessionKey {
+    key(h.org_id.as_str(), h.session_id.as_str())
+}
 
 /// The orgs of a group whose existence the store must check, sorted: an org that owns one
 /// of the locked sessions exists (orgs are never deleted), so only the others are asked.
 pub fn unproven_orgs<'a>(
     requests: &'a [Vec<Heartbeat>],
-    sessions: &HashMap<String, Session>,
+    sessions: &HashMap<SessionKey, Session>,
 ) -> Vec<&'a str> {
     let owners: HashSet<&str> = sessions.values().map(|s| s.org_id.as_str()).collect();
     let mut unproven: Vec<&str> = requests
@@ -37,33 +43,28 @@ pub fn unproven_orgs<'a>(
 pub struct Screened {
     /// One per request, in order.
     pub verdicts: Vec<Result<(), IngestReject>>,
-    /// Sessions first seen in the group, by id: each starts at its earliest accepted
-    /// heartbeat, whatever the order they came in, and belongs to the first request that
-    /// names it.
-    pub created: BTreeMap<String, Session>,
+    /// Sessions first seen in the group, by org and id: each starts at its earliest
+    /// accepted heartbeat, whatever the order they came in.
+    pub created: BTreeMap<SessionKey, Session>,
 }
 
 /// Decide each request whole, in arrival order. `sessions` are the locked sessions the
-/// group names (each found in the org that names it); `owners` the org of each named
-/// session that exists but was not locked (another org's); `found` the orgs the store
-/// found among `unproven_orgs`.
+/// group names; `found` the orgs the store found among `unproven_orgs`.
 pub fn screen(
     requests: &[Vec<Heartbeat>],
-    sessions: &HashMap<String, Session>,
-    owners: &HashMap<String, String>,
+    sessions: &HashMap<SessionKey, Session>,
     found: &[String],
 ) -> Screened {
     let mut known: HashSet<&str> = sessions.values().map(|s| s.org_id.as_str()).collect();
     known.extend(found.iter().map(String::as_str));
     let mut out = Screened::default();
     for request in requests {
-        let verdict = check_request(request, &known, sessions, owners, &out.created);
+        let verdict = check_request(request, &known);
         if verdict.is_ok() {
             for h in request {
-                if !sessions.contains_key(h.session_id.as_str()) {
-                    out.created
-                        .entry(h.session_id.to_string())
-                        .or_insert_with(|| new_session(h));
+                let k = key_of(h);
+                if !sessions.contains_key(&k) {
+                    out.created.entry(k).or_insert_with(|| new_session(h));
                 }
             }
         }
@@ -75,7 +76,7 @@ pub fn screen(
         .filter(|(_, v)| v.is_ok())
         .flat_map(|(r, _)| r);
     for h in accepted {
-        if let Some(s) = out.created.get_mut(h.session_id.as_str()) {
+        if let Some(s) = out.created.get_mut(&key_of(h)) {
             if h.obs.at < s.ledger.last_at {
                 *s = new_session(h);
             }
@@ -93,46 +94,18 @@ fn new_session(h: &Heartbeat) -> Session {
     )
 }
 
-fn check_request(
-    request: &[Heartbeat],
-    known_orgs: &HashSet<&str>,
-    sessions: &HashMap<String, Session>,
-    owners: &HashMap<String, String>,
-    created: &BTreeMap<String, Session>,
-) -> Result<(), IngestReject> {
-    for (index, h) in request.iter().enumerate() {
-        if !known_orgs.contains(h.org_id.as_str()) {
-            return Err(IngestReject::UnknownOrg {
-                index,
-                org_id: h.org_id.to_string(),
-            });
-        }
-        let owner = sessions
-            .get(h.session_id.as_str())
-            .or_else(|| created.get(h.session_id.as_str()))
-            .map(|s| s.org_id.as_str())
-            .or_else(|| owners.get(h.session_id.as_str()).map(String::as_str));
-        if owner.is_some_and(|o| o != h.org_id.as_str()) {
-            return Err(IngestReject::SessionOfAnotherOrg {
-                index,
-                session_id: h.session_id.to_string(),
-            });
-        }
+/// A request is refused whole when one of its heartbeats names an org that does not exist.
+fn check_request(request: &[Heartbeat], known_orgs: &HashSet<&str>) -> Result<(), IngestReject> {
+    match request
+        .iter()
+        .position(|h| !known_orgs.contains(h.org_id.as_str()))
+    {
+        Some(index) => Err(IngestReject::UnknownOrg {
+            index,
+            org_id: request[index].org_id.to_string(),
+        }),
+        None => Ok(()),
     }
-    // Within one request, a session named under two orgs is refused too.
-    let mut seen: HashMap<&str, &str> = HashMap::new();
-    for (index, h) in request.iter().enumerate() {
-        let org = *seen
-            .entry(h.session_id.as_str())
-            .or_insert(h.org_id.as_str());
-        if org != h.org_id.as_str() {
-            return Err(IngestReject::SessionOfAnotherOrg {
-                index,
-                session_id: h.session_id.to_string(),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// Apply every heartbeat of the accepted requests to `sessions` (which must hold every
@@ -141,7 +114,7 @@ fn check_request(
 pub fn apply(
     requests: &[Vec<Heartbeat>],
     verdicts: Vec<Result<(), IngestReject>>,
-    sessions: &mut HashMap<String, Session>,
+    sessions: &mut HashMap<SessionKey, Session>,
     rules: &Rules,
 ) -> (Vec<RequestOutcome>, Booking) {
     let mut order: Vec<(usize, usize)> = verdicts
@@ -152,7 +125,8 @@ pub fn apply(
         .collect();
     order.sort_by(|a, b| {
         let (x, y) = (&requests[a.0][a.1], &requests[b.0][b.1]);
-        (x.session_id.as_str(), x.obs.seq, a).cmp(&(y.session_id.as_str(), y.obs.seq, b))
+        let x = (x.org_id.as_str(), x.session_id.as_str(), x.obs.seq, a);
+        x.cmp(&(y.org_id.as_str(), y.session_id.as_str(), y.obs.seq, b))
     });
     let mut outcomes: Vec<Vec<Option<HeartbeatOutcome>>> =
         requests.iter().map(|r| vec![None; r.len()]).collect();
@@ -160,7 +134,7 @@ pub fn apply(
     for (r, i) in order {
         let h = &requests[r][i];
         let s = sessions
-            .get_mut(h.session_id.as_str())
+            .get_mut(&key_of(h))
             .expect("every accepted session was read or created");
         // Judged at its arrival, as the reference ledger does: whether a held heartbeat's
         // wait is over depends on when this one came, never on the commit's moment.
@@ -226,44 +200,56 @@ mod tests {
     }
 
     #[test]
-    fn a_request_naming_an_unknown_org_or_another_orgs_session_is_refused_whole() {
+    fn a_request_naming_an_unknown_org_is_refused_whole() {
         let mut sessions = HashMap::new();
-        sessions.insert("theirs".to_owned(), Session::admitted("b", "theirs", 0));
+        sessions.insert(key("b", "theirs"), Session::admitted("b", "theirs", 0));
         let requests = vec![
             vec![hb("a", "s1", 1, 10, VmState::Running)],
             vec![
                 hb("a", "s2", 1, 10, VmState::Running),
-                hb("a", "theirs", 1, 10, VmState::Running),
+                hb("nobody", "s3", 1, 10, VmState::Running),
             ],
-            vec![hb("nobody", "s3", 1, 10, VmState::Running)],
-            vec![
-                hb("a", "s4", 1, 10, VmState::Running),
-                hb("c", "s4", 2, 11, VmState::Running),
-            ],
-            vec![hb("a", "elsewhere", 1, 10, VmState::Running)],
         ];
-        assert_eq!(unproven_orgs(&requests, &sessions), ["a", "c", "nobody"]);
-        let owners = HashMap::from([("elsewhere".to_owned(), "b".to_owned())]);
-        let out = screen(&requests, &sessions, &owners, &["a".into(), "c".into()]);
+        assert_eq!(unproven_orgs(&requests, &sessions), ["a", "nobody"]);
+        let out = screen(&requests, &sessions, &["a".into()]);
         assert_eq!(out.verdicts[0], Ok(()));
         assert!(matches!(
             out.verdicts[1],
-            Err(IngestReject::SessionOfAnotherOrg { index: 1, .. })
+            Err(IngestReject::UnknownOrg { index: 1, .. })
         ));
-        assert!(matches!(
-            out.verdicts[2],
-            Err(IngestReject::UnknownOrg { index: 0, .. })
-        ));
-        assert!(matches!(
-            out.verdicts[3],
-            Err(IngestReject::SessionOfAnotherOrg { index: 1, .. })
-        ));
-        // A session of another org that this group's locks did not find.
-        assert!(matches!(
-            out.verdicts[4],
-            Err(IngestReject::SessionOfAnotherOrg { index: 0, .. })
-        ));
-        assert_eq!(out.created.keys().collect::<Vec<_>>(), ["s1"]);
+        assert_eq!(out.created.keys().collect::<Vec<_>>(), [&key("a", "s1")]);
+    }
+
+    /// A session id is its org's own: two orgs' heartbeats of one id, in one request or
+    /// beside another org's session of that id, are of two sessions.
+    #[test]
+    fn two_orgs_sessions_of_one_id_are_two_sessions() {
+        let mut sessions = HashMap::new();
+        sessions.insert(key("b", "s"), Session::admitted("b", "s", 0));
+        let requests = vec![vec![
+            hb("a", "s", 1, 10, VmState::Running),
+            hb("c", "s", 1, 10, VmState::Running),
+        ]];
+        let out = screen(&requests, &sessions, &["a".into(), "c".into()]);
+        assert_eq!(out.verdicts[0], Ok(()));
+        assert_eq!(
+            out.created.keys().collect::<Vec<_>>(),
+            [&key("a", "s"), &key("c", "s")]
+        );
+        sessions.extend(out.created);
+        let (answers, _) = apply(&requests, out.verdicts, &mut sessions, &RULES);
+        let orgs: Vec<_> = answers[0]
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|o| o.org_id.as_str())
+            .collect();
+        assert_eq!(orgs, ["a", "c"]);
+        assert_eq!(
+            sessions[&key("b", "s")].ledger.last_at,
+            0,
+            "b's session is untouched"
+        );
     }
 
     #[test]
@@ -273,12 +259,12 @@ mod tests {
             vec![hb("a", "s", 1, 10, VmState::Running)],
         ];
         let mut sessions = HashMap::new();
-        let screened = screen(&requests, &sessions, &HashMap::new(), &["a".into()]);
-        assert_eq!(screened.created["s"].ledger.last_at, 10);
+        let screened = screen(&requests, &sessions, &["a".into()]);
+        assert_eq!(screened.created[&key("a", "s")].ledger.last_at, 10);
         sessions.extend(screened.created);
         let (answers, booking) = apply(&requests, screened.verdicts, &mut sessions, &RULES);
         assert_eq!(booking.billed_seconds(), 15);
-        assert_eq!(sessions["s"].ledger.phase, Phase::Parked);
+        assert_eq!(sessions[&key("a", "s")].ledger.phase, Phase::Parked);
         let outcome = |r: usize| answers[r].as_ref().unwrap()[0].clone();
         assert!(!outcome(0).duplicate && !outcome(1).duplicate);
         // The same beat again changes nothing.

@@ -38,5 +38,4 @@ pub struct HeartbeatOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IngestReject {
     UnknownOrg { index: usize, org_id: String },
-    SessionOfAnotherOrg { index: usize, session_id: String },
 }

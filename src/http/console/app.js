@@ -647,8 +647,8 @@ async function sessionsSection(section, base, win) {
     "sessions",
     async (cursor) => {
       const page = await api(`${base}/sessions${query({ from: win.from, to: win.to, cursor, limit: 25 })}`);
-      // The list has no timelines: each session's is read as `GET /v1/sessions/{id}`.
-      const rows = await pool(page.sessions, 4, (s) => api(`/v1/sessions/${encodeURIComponent(s.session_id)}`));
+      // The list has no timelines: each session's is read as `GET …/sessions/{id}`.
+      const rows = await pool(page.sessions, 4, (s) => api(`${base}/sessions/${encodeURIComponent(s.session_id)}`));
       return { rows, next: page.next_cursor };
     },
     (rows) => [timelineChart(rows), sessionTable(rows)],
@@ -715,7 +715,7 @@ function sessionTable(details) {
   return table(
     `${details.length} session${details.length === 1 ? "" : "s"}`,
     ["Session", "Agent", "Project", "User", "State", "Running (billed)", "Parked (free)", "Started", "Last heard"],
-    // Each session as `GET /v1/sessions/{id}` answers it (its fields and its timeline's).
+    // Each session as `GET /v1/orgs/{org}/sessions/{id}` answers it (its fields and its timeline's).
     details.map((s) => ({
       attrs: { "data-session": s.session_id },
       cells: [

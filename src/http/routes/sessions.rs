@@ -14,10 +14,10 @@ use utoipa::{IntoParams, ToSchema};
 use crate::http::auth::Principal;
 use crate::http::error::{parse_id, parse_named};
 use crate::http::extract::{
-    named_param, time_range, JsonBody, OrgPath, OrgReader, Page, Query, SessionPath,
+    named_param, time_range, JsonBody, OrgPath, OrgReader, OrgSessionPath, Page, Query, SessionPath,
 };
 use crate::http::openapi::{BadBody, BadId, BadQuery, Guarded};
-use crate::http::{ApiError, ApiResult, AppState};
+use crate::http::{ApiResult, AppState};
 use crate::tokens::Scope;
 
 #[derive(Deserialize, ToSchema)]
@@ -96,35 +96,70 @@ pub fn session_view(row: Session, now: Secs, rules: &Rules) -> SessionView {
     }
 }
 
-/// `POST /v1/sessions/{session_id}/end`: close a session; repeating it changes nothing.
+/// The scopes that may end a session.
+const ENDERS: [Scope; 2] = [Scope::Ingest, Scope::Admission];
+/// The scopes that may read one session.
+const READERS: [Scope; 4] = [
+    Scope::Console,
+    Scope::Finance,
+    Scope::Admission,
+    Scope::Ingest,
+];
+
+/// End `org`'s session (`None`: the one org with a session of that id, or the token's).
+async fn end(
+    state: &AppState,
+    principal: &Principal,
+    org: Option<&str>,
+    session_id: &str,
+    body: EndBody,
+) -> ApiResult<Json<SessionView>> {
+    let session_id = parse_id("session_id", session_id)?;
+    let status = parse_named("status", &body.status, EndStatus::parse_named)?;
+    let org = state
+        .org_of_session(org.or(principal.bound_org()), session_id.as_str())
+        .await?;
+    let row = state.end_session(&org, session_id.as_str(), status).await?;
+    Ok(Json(session_view(row, state.clock.now(), &state.rules)))
+}
+
+/// `POST /v1/orgs/{org_id}/sessions/{session_id}/end`: close the org's session; repeating
+/// it changes nothing.
+#[utoipa::path(post, path = "/v1/orgs/{org_id}/sessions/{session_id}/end", tag = "ledger",
+    params(OrgSessionPath), security(("bearer" = ["ingest", "admission", "admin"])), request_body = EndBody,
+    responses((status = 200, description = "The session, ended", body = SessionView),
+        Guarded, BadBody, BadId))]
+pub async fn end_org_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(OrgSessionPath { org_id, session_id }): Path<OrgSessionPath>,
+    JsonBody(body): JsonBody<EndBody>,
+) -> ApiResult<Json<SessionView>> {
+    principal.require_any(&ENDERS)?;
+    let org_id = parse_id("org_id", &org_id)?;
+    principal.check_org(org_id.as_str())?;
+    end(&state, &principal, Some(org_id.as_str()), &session_id, body).await
+}
+
+/// `POST /v1/sessions/{session_id}/end`, deprecated: `POST
+/// /v1/orgs/{org_id}/sessions/{session_id}/end`, as a session id is its org's own. Ends
+/// the token's org's session, or the one org's with that id (409 `session_conflict` when
+/// several orgs have one).
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/end", tag = "ledger",
     params(SessionPath), security(("bearer" = ["ingest", "admission", "admin"])), request_body = EndBody,
     responses((status = 200, description = "The session, ended", body = SessionView),
+        (status = 409, description = "`session_conflict`: several orgs have a session of this id; name the org",
+            body = crate::http::error::ErrorBody),
         Guarded, BadBody, BadId))]
+#[deprecated = "name the org: POST /v1/orgs/{org_id}/sessions/{session_id}/end"]
 pub async fn end_session(
     State(state): State<AppState>,
     principal: Principal,
     Path(SessionPath { session_id }): Path<SessionPath>,
     JsonBody(body): JsonBody<EndBody>,
 ) -> ApiResult<Json<SessionView>> {
-    principal.require_any(&[Scope::Ingest, Scope::Admission])?;
-    let session_id = parse_id("session_id", &session_id)?;
-    let status = parse_named("status", &body.status, EndStatus::parse_named)?;
-    let now = state.clock.now();
-    let row = state
-        .db
-        .end_session(
-            session_id.as_str(),
-            principal.bound_org(),
-            status,
-            now,
-            &state.rules,
-            &state.plans,
-        )
-        .await?
-        .ok_or_else(|| ApiError::session_not_found(session_id.as_str()))?;
-    state.metrics.session_ends.inc();
-    Ok(Json(session_view(row, now, &state.rules)))
+    principal.require_any(&ENDERS)?;
+    end(&state, &principal, None, &session_id, body).await
 }
 
 /// One session with its timeline.
@@ -139,32 +174,20 @@ pub struct SessionDetail {
     timeline: Vec<timeline::Stretch>,
 }
 
-/// `GET /v1/sessions/{session_id}`: one session's ledger and timeline (console for its
-/// org's sessions).
-#[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "ledger",
-    params(SessionPath), security(("bearer" = ["console", "finance", "admission", "ingest", "admin"])),
-    responses((status = 200, description = "The session and its timeline", body = SessionDetail),
-        Guarded, BadId))]
-pub async fn get_session(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(SessionPath { session_id }): Path<SessionPath>,
+/// `org`'s session with its timeline (`None`: the one org with a session of that id, or
+/// the token's).
+async fn detail(
+    state: &AppState,
+    principal: &Principal,
+    org: Option<&str>,
+    session_id: &str,
 ) -> ApiResult<Json<SessionDetail>> {
-    principal.require_any(&[
-        Scope::Console,
-        Scope::Finance,
-        Scope::Admission,
-        Scope::Ingest,
-    ])?;
-    let session_id = parse_id("session_id", &session_id)?;
-    let row = state
-        .db
-        .get_session(session_id.as_str())
-        .await?
-        .filter(|r| principal.bound_org().is_none_or(|o| o == r.org_id))
-        .ok_or_else(|| ApiError::session_not_found(session_id.as_str()))?;
+    let session_id = parse_id("session_id", session_id)?;
+    let org = state
+        .org_of_session(org.or(principal.bound_org()), session_id.as_str())
+        .await?;
+    let (row, closed) = state.session_with_spans(&org, session_id.as_str()).await?;
     let now = state.clock.now();
-    let closed = state.db.session_spans(&row.org_id, &row.session_id).await?;
     let timeline = timeline::timeline(&closed, &row.ledger, now, &state.rules);
     Ok(Json(SessionDetail {
         running_seconds: timeline::seconds_of(&timeline, "running"),
@@ -172,6 +195,43 @@ pub async fn get_session(
         timeline,
         session: session_view(row, now, &state.rules),
     }))
+}
+
+/// `GET /v1/orgs/{org_id}/sessions/{session_id}`: one session's ledger and timeline
+/// (console for its org's sessions).
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/sessions/{session_id}", tag = "ledger",
+    params(OrgSessionPath), security(("bearer" = ["console", "finance", "admission", "ingest", "admin"])),
+    responses((status = 200, description = "The session and its timeline", body = SessionDetail),
+        Guarded, BadId))]
+pub async fn get_org_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(OrgSessionPath { org_id, session_id }): Path<OrgSessionPath>,
+) -> ApiResult<Json<SessionDetail>> {
+    principal.require_any(&READERS)?;
+    let org_id = parse_id("org_id", &org_id)?;
+    principal.check_org(org_id.as_str())?;
+    detail(&state, &principal, Some(org_id.as_str()), &session_id).await
+}
+
+/// `GET /v1/sessions/{session_id}`, deprecated: `GET
+/// /v1/orgs/{org_id}/sessions/{session_id}`, as a session id is its org's own. Reads the
+/// token's org's session, or the one org's with that id (409 `session_conflict` when
+/// several orgs have one).
+#[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "ledger",
+    params(SessionPath), security(("bearer" = ["console", "finance", "admission", "ingest", "admin"])),
+    responses((status = 200, description = "The session and its timeline", body = SessionDetail),
+        (status = 409, description = "`session_conflict`: several orgs have a session of this id; name the org",
+            body = crate::http::error::ErrorBody),
+        Guarded, BadId))]
+#[deprecated = "name the org: GET /v1/orgs/{org_id}/sessions/{session_id}"]
+pub async fn get_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(SessionPath { session_id }): Path<SessionPath>,
+) -> ApiResult<Json<SessionDetail>> {
+    principal.require_any(&READERS)?;
+    detail(&state, &principal, None, &session_id).await
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -218,17 +278,8 @@ pub async fn list_sessions(
     let now = state.clock.now();
     let (from, to) = time_range(q.from.as_deref(), q.to.as_deref(), now + 1, |_| 0)?;
     let page = Page::of(q.cursor.as_deref(), q.limit)?;
-    state.org(org_id.as_str()).await?;
     let rows = state
-        .db
-        .list_sessions(
-            org_id.as_str(),
-            phase,
-            from,
-            to,
-            page.after.clone(),
-            page.limit,
-        )
+        .sessions(org_id.as_str(), phase, page.slice(from, to))
         .await?;
     let next_cursor = page.next(&rows, |r| (r.created_at, r.session_id.as_str()));
     let sessions: Vec<SessionView> = rows

@@ -103,7 +103,7 @@ pub(super) fn reconcile(
     plans: &BTreeMap<String, String>,
     late: &BTreeMap<String, Late>,
     rules: &Rules,
-) -> (Vec<OrgLine>, Vec<String>) {
+) -> (Vec<OrgLine>, Vec<(String, String)>) {
     let mut mismatched = Vec::new();
     let mut lines: BTreeMap<String, OrgLine> = plans
         .iter()
@@ -157,7 +157,7 @@ pub(super) fn reconcile(
         l.unexplained += unexplained;
         if unexplained != 0 || broke_rule_3 {
             l.mismatched += 1;
-            mismatched.push(session.clone());
+            mismatched.push((t.org.clone(), session.clone()));
             // The table counts by org; the session is what one looks into.
             tracing::warn!(%session, org = %t.org, crashed = t.crashed, late = lt.is_some(),
                 ran, expected, billed = got, unexplained, broke_rule_3,
@@ -172,7 +172,7 @@ pub(super) fn reconcile(
                 l.billed += got;
                 l.unexplained += got;
                 l.mismatched += 1;
-                mismatched.push(session.clone());
+                mismatched.push((org.clone(), session.clone()));
                 tracing::warn!(%session, %org, billed = got, "a session billed that the fleet never ran");
             }
         }
@@ -186,10 +186,10 @@ const EXPLAINED: usize = 20;
 /// Log, for the first mismatched sessions, what one needs to tell the meter's reading
 /// from the reference's: the meter's timeline, the observations the reference applied,
 /// and the late beats' times.
-async fn explain(fleet: &Fleet, sessions: &[String], late: &BTreeMap<String, Late>) {
-    for session in sessions.iter().take(EXPLAINED) {
+async fn explain(fleet: &Fleet, sessions: &[(String, String)], late: &BTreeMap<String, Late>) {
+    for (org, session) in sessions.iter().take(EXPLAINED) {
         let timeline = match fleet
-            .call("GET", &format!("/v1/sessions/{session}"), None)
+            .call("GET", &format!("/v1/orgs/{org}/sessions/{session}"), None)
             .await
         {
             Ok(a) => a.body["timeline"].to_string(),
@@ -477,7 +477,7 @@ mod tests {
             ),
             (23, 20, 1)
         );
-        assert_eq!(mismatched, ["a2"]);
+        assert_eq!(mismatched, [("a".to_owned(), "a2".to_owned())]);
     }
 
     #[test]

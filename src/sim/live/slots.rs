@@ -195,7 +195,7 @@ impl Live<'_> {
         self.fleet
             .must(
                 "POST",
-                &format!("/v1/sessions/{}/end", self.session),
+                &format!("/v1/orgs/{}/sessions/{}/end", self.org, self.session),
                 Some(&json!({"status": "completed"})),
             )
             .await?;

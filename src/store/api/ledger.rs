@@ -28,12 +28,11 @@ pub trait LedgerStore: Send + Sync {
         now: Secs,
         shard: i64,
     ) -> StoreResult<Vec<RequestOutcome>>;
-    /// End a session; `None` if it does not exist (or belongs to another org than
-    /// `scope_org`).
+    /// End the org's session; `None` if it has none of that id.
     async fn end_session(
         &self,
+        org_id: &str,
         session_id: &str,
-        scope_org: Option<&str>,
         status: EndStatus,
         now: Secs,
         rules: &Rules,
@@ -48,7 +47,10 @@ pub trait LedgerStore: Send + Sync {
         plans: &Plans,
         limit: i64,
     ) -> StoreResult<usize>;
-    async fn get_session(&self, session_id: &str) -> StoreResult<Option<Session>>;
+    async fn get_session(&self, org_id: &str, session_id: &str) -> StoreResult<Option<Session>>;
+    /// The orgs that have a session of this id, by id, `limit` at most: what the routes
+    /// that name a session without its org look it up by (a read of every shard).
+    async fn orgs_with_session(&self, session_id: &str, limit: i64) -> StoreResult<Vec<String>>;
     async fn sessions_of_org(&self, org_id: &str) -> StoreResult<Vec<Session>>;
     /// An org's running sessions.
     async fn running_sessions(&self, org_id: &str) -> StoreResult<Vec<Session>>;

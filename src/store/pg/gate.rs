@@ -1,6 +1,6 @@
-//! PostgreSQL's set-based statements of the gate: keys locked, slots counted (with the
-//! claim of new session ids, on one database), and a group's admissions written in one
-//! statement.
+//! PostgreSQL's set-based statements of the gate: keys locked, slots counted (on one
+//! database with which named sessions exist and the first reads), and a group's
+//! admissions written in one statement.
 
 // The dialect's words and the shared SQL's items (`Tx`, `Rec`, the column lists) are the
 // parent's.
@@ -62,9 +62,8 @@ fn lock_keys_sql(orgs: usize, keys: usize) -> String {
 /// locked as it is found, the keys taken in byte order by the statement itself (a nested
 /// loop keeps its outer rows' order), whatever order the arrays come in. The join of
 /// `lock_keys_sql` is planned, generically, as a hash join over a scan of every key of the
-/// shard's orgs (1,000 in the admission benchmark: 0.18 ms against 0.06 ms for two keys,
-/// EXPLAIN ANALYZE), a cost that grows with the keys the orgs hold; this one reads the keys
-/// asked. (Citus plans `FOR UPDATE` only in a query it routes whole to one shard, so the
+/// shard's orgs, a cost that grows with the keys the orgs hold; this one reads the keys
+/// asked (tests/generic_plans.rs checks the plan). (Citus plans `FOR UPDATE` only in a query it routes whole to one shard, so the
 /// other layouts keep the join.)
 pub(super) fn lock_keys_by_key_sql(orgs: usize, keys: usize) -> String {
     format!(
@@ -213,17 +212,22 @@ impl GateRows for Pg {
         Ok(inserted == created.len() as i64)
     }
 
-    /// Claim session ids (`claim_owners`) and, on one PostgreSQL, count the keys' slots
-    /// (`slot_counts`) and make the group's first reads of window sums and limits
-    /// (`GateReads::sql`) in the same statement: round trips are much of an admission's time,
-    /// the counts need only the keys' locks, taken before, and the sums no lock. The reads'
-    /// rows come back for `GateReads::finish`, beside the claims and counts of the same shape.
-    /// Partitioned and distributed layouts only claim here and count a shard at a time
-    /// later: there the claim and the counts go to different shards.
-    async fn claim(&self, tx: &mut Tx, ask: &ClaimAsk<'_>) -> StoreResult<Claimed> {
+    /// On one PostgreSQL, in one statement: which named sessions exist, the keys' slot
+    /// counts (`slot_counts`) and the group's first reads of window sums and limits
+    /// (`GateReads::sql`). Round trips are much of an admission's time; the counts need only
+    /// the keys' locks, taken before, and the existence probe and the sums no lock (a
+    /// session that appears after the probe is found by the write, which starts the try
+    /// over). The reads' rows come back for `GateReads::finish`, beside the sessions and
+    /// counts of the same shape. Partitioned and distributed layouts read nothing early:
+    /// there the reads go to a shard each.
+    async fn early_reads(
+        &self,
+        tx: &mut Tx,
+        ask: &EarlyAsk<'_>,
+    ) -> StoreResult<Option<EarlyReads>> {
         use sqlx::Row as _;
-        let ClaimAsk {
-            wanted,
+        let EarlyAsk {
+            sessions,
             shards,
             keys,
             since,
@@ -235,32 +239,27 @@ impl GateRows for Pg {
             {
                 (orgs.as_slice(), reads)
             }
-            _ => {
-                return Ok(Claimed {
-                    ids: Pg::claim_owners(tx, wanted).await?,
-                    early: None,
-                })
-            }
+            _ => return Ok(None),
         };
         let (key_orgs, key_ids) = key_columns(keys);
-        let (owner_orgs, ids): (Vec<&str>, Vec<&str>) = wanted.iter().copied().unzip();
+        let (session_orgs, session_ids): (Vec<&str>, Vec<&str>) = sessions.iter().copied().unzip();
         let (reads_sql, p) = reads.sql();
         // Parameters: the reads' first, then the lease's start, the keys' orgs and ids, the
-        // shard's orgs, the claims' orgs and ids, the open phases.
-        let (since_at, keys_at, orgs_at, claims_at) = (p, p + 1, p + 3, p + 4);
-        let phases_at = claims_at + 2;
+        // shard's orgs, the sessions' orgs and ids, the open phases.
+        let (since_at, keys_at, orgs_at, sessions_at) = (p, p + 1, p + 3, p + 4);
+        let phases_at = sessions_at + 2;
         let padding = "CAST(NULL AS TEXT), CAST(NULL AS TEXT)";
         let zeros = "CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(0 AS BIGINT)";
         let sql = format!(
-            "WITH c AS (INSERT INTO session_owners (org_id, session_id) \
-               SELECT * FROM UNNEST(${claims_at}::text[], ${}::text[]) ON CONFLICT DO NOTHING \
-               RETURNING session_id) \
-             {reads_sql} \
-             UNION ALL SELECT 'claim', CAST(NULL AS TEXT), CAST(NULL AS TEXT), session_id, \
-               {padding}, CAST(0 AS BIGINT), {zeros} FROM c \
+            "{reads_sql} \
+             UNION ALL SELECT 'session', s.org_id, CAST(NULL AS TEXT), s.session_id, \
+               {padding}, CAST(0 AS BIGINT), {zeros} \
+               FROM UNNEST(${sessions_at}::text[], ${}::text[]) AS u(org_id, session_id) \
+               JOIN sessions s ON s.org_id = ANY(${orgs_at}) AND s.org_id = u.org_id \
+                 AND s.session_id = u.session_id \
              UNION ALL SELECT 'slots', u.org_id, CAST(NULL AS TEXT), u.key_id, {padding}, {}, {zeros} \
                FROM UNNEST(${keys_at}::text[], ${}::text[]) AS u(org_id, key_id)",
-            claims_at + 1,
+            sessions_at + 1,
             slots_held(
                 &format!("org_id = ANY(${orgs_at}) AND org_id = u.org_id AND key_id = u.key_id"),
                 since_at,
@@ -274,18 +273,20 @@ impl GateRows for Pg {
             .bind(key_orgs)
             .bind(key_ids)
             .bind(orgs)
-            .bind(owner_orgs)
-            .bind(ids);
+            .bind(session_orgs)
+            .bind(session_ids);
         let rows = OPEN_PHASES
             .iter()
             .fold(query, |q, p| q.bind(p.as_str()))
             .fetch_all(&mut **tx)
             .await?;
-        let mut claimed = Vec::with_capacity(wanted.len());
+        let mut existing = HashSet::new();
         let mut counts = Vec::with_capacity(keys.len());
         for row in &rows {
             match row.try_get::<&str, _>("row_kind")? {
-                "claim" => claimed.push(row.try_get("member_id")?),
+                "session" => {
+                    existing.insert((row.try_get("org_id")?, row.try_get("member_id")?));
+                }
                 "slots" => counts.push((
                     row.try_get("org_id")?,
                     row.try_get("member_id")?,
@@ -294,12 +295,10 @@ impl GateRows for Pg {
                 _ => {}
             }
         }
-        Ok(Claimed {
-            ids: claimed,
-            early: Some(EarlyReads {
-                slots: counts,
-                rows,
-            }),
-        })
+        Ok(Some(EarlyReads {
+            existing,
+            slots: counts,
+            rows,
+        }))
     }
 }

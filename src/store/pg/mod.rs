@@ -86,9 +86,8 @@ enum Sharding {
 /// The tables the hot paths lock and look up by key, whose plans need statistics: the
 /// group commits' statements keep a generic plan (`begin_hot`) until the statistics of a
 /// table they read change.
-const HOT_TABLES: [&str; 13] = [
+const HOT_TABLES: [&str; 12] = [
     "sessions",
-    "session_owners",
     "api_keys",
     "orgs",
     "spans",
@@ -216,9 +215,8 @@ impl Dialect for Pg {
 
     /// A group commit's transaction (heartbeats, admissions). Its statements have fixed
     /// texts, find their rows by key, and run thousands of times a second: planning them
-    /// anew each time (the connections' `force_custom_plan`) cost more than running them
-    /// (pg_stat_statements: 0.24 ms to plan the ingest write, 0.13 ms to run it), so on
-    /// one PostgreSQL they use the plan each connection caches. A cached plan is replanned
+    /// anew each time (the connections' `force_custom_plan`) costs more than running them,
+    /// so on one PostgreSQL they use the plan each connection caches. A cached plan is replanned
     /// when its tables' statistics change (ANALYZE, `gather_statistics`), so one made
     /// while a table was empty does not outlive its first statistics. Partitioned and
     /// distributed layouts keep custom plans: there the plan prunes shards by the values.
@@ -244,10 +242,9 @@ impl Dialect for Pg {
 
     /// A grouping's `(k, s)` rows: `sql` binds the org, `from` and `to`. With
     /// `plan_per_call`, planned for the range asked (the main pool's custom plans): a
-    /// month by session groups thousands of session-hours, and its generic plan took 3.75
-    /// ms a call at p50 against 3.07 ms planned per call (`cargo bench --bench usage --
-    /// postgres console`, sqlx's timings, 600 calls each); the small groupings keep the
-    /// generic plans, whose planning is saved.
+    /// month by session groups thousands of session-hours, where a plan for the range
+    /// beats the generic one (reports/usage.md); the small groupings keep the generic
+    /// plans, whose planning is saved.
     async fn key_seconds<K: GroupKey>(
         &self,
         sql: &str,
@@ -332,10 +329,9 @@ impl Dialect for Pg {
     /// The pool for the console's reads of one org (its row and funding, window sums,
     /// session counts, breakdown pieces): fixed texts, each an index range of one org
     /// bounded by a window or a breakdown's longest range, asked on every page view.
-    /// Planning them anew cost more than running them (pg_stat_statements over `cargo
-    /// bench --bench usage -- postgres console`: the org's funding row 0.36 ms to plan,
-    /// 0.08 ms to run; the window sums 0.36 ms to plan), so on one PostgreSQL they keep
-    /// the generic plan each connection caches, as the group commits do (`begin_hot`).
+    /// Planning them anew costs more than running them (reports/usage.md), so on one
+    /// PostgreSQL they keep the generic plan each connection caches, as the group commits
+    /// do (`begin_hot`).
     /// Partitioned and distributed layouts plan per call, to prune shards by the org.
     fn keyed(&self) -> &PgPool {
         match *self.sharding.read().expect("sharding lock") {

@@ -1,7 +1,6 @@
 //! PostgreSQL's set-based statements on session rows, as the ledger books them: a booking
 //! written in one statement (sessions, rollups, spans, funding), sessions inserted, locked
-//! and read, the claims of session ids (the gate's too), and org ids looked up; whole
-//! columns bound as arrays each.
+//! and read, and org ids looked up; whole columns bound as arrays each.
 
 // The dialect's words and the shared SQL's items (`Tx`, `Rec`, the column lists) are the
 // parent's.
@@ -177,39 +176,6 @@ impl SessionRows for Pg {
         .bind(since)
         .bind(orgs)
         .bind(limit)
-        .fetch_all(&mut **tx)
-        .await?)
-    }
-
-    /// Claim session ids for the orgs that name them (a session id belongs to one org); returns
-    /// the ids claimed: not those another writer holds.
-    async fn claim_owners(tx: &mut Tx, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>> {
-        let (orgs, ids): (Vec<&str>, Vec<&str>) = pairs.iter().copied().unzip();
-        Ok(sqlx::query_scalar(
-            "INSERT INTO session_owners (org_id, session_id) \
-             SELECT * FROM UNNEST($1::text[], $2::text[]) ON CONFLICT DO NOTHING RETURNING session_id",
-        )
-        .bind(orgs)
-        .bind(ids)
-        .fetch_all(&mut **tx)
-        .await?)
-    }
-
-    /// Give back claims of session ids that were not used.
-    async fn release_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<()> {
-        sqlx::query("DELETE FROM session_owners WHERE session_id = ANY($1)")
-            .bind(ids)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
-    }
-
-    /// The owner of each of these session ids that has one.
-    async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<(String, String)>> {
-        Ok(sqlx::query_as(
-            "SELECT session_id, org_id FROM session_owners WHERE session_id = ANY($1)",
-        )
-        .bind(ids)
         .fetch_all(&mut **tx)
         .await?)
     }

@@ -131,16 +131,6 @@ pub trait SessionRows: Dialect {
     /// Write what one transaction books: session rows, rollups, spans, funding.
     async fn write_booking(tx: &mut TxOf<Self>, shard: i64, b: &Booking) -> StoreResult<()>;
 
-    /// Claim session ids for `(org, session)` pairs; the ids claimed (not held already).
-    async fn claim_owners(tx: &mut TxOf<Self>, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>>;
-
-    /// Give back claims of session ids.
-    async fn release_owners(tx: &mut TxOf<Self>, ids: &[&str]) -> StoreResult<()>;
-
-    /// `(session_id, org_id)` of each of `ids` that is claimed.
-    async fn select_owners(tx: &mut TxOf<Self>, ids: &[&str])
-        -> StoreResult<Vec<(String, String)>>;
-
     /// The ids among `ids` of orgs that exist.
     async fn select_org_ids(tx: &mut TxOf<Self>, ids: &[&str]) -> StoreResult<Vec<String>>;
 
@@ -180,13 +170,14 @@ pub trait GateRows: SessionRows {
         decisions: &[&Decision],
     ) -> StoreResult<bool>;
 
-    /// The claim phase of an admission: claim the ids the group would create. A backend
-    /// may also count the keys' slots and make the group's first reads in the same
-    /// statement (`Claimed::early`).
-    async fn claim(&self, tx: &mut TxOf<Self>, ask: &ClaimAsk<'_>) -> StoreResult<Claimed> {
-        Ok(Claimed {
-            ids: Self::claim_owners(tx, ask.wanted).await?,
-            early: None,
-        })
+    /// What a backend reads in one statement right after the key locks, if it can
+    /// (`EarlyReads`); `None`: the find phase locks every named session to learn which
+    /// exist, and the read phase reads the rest.
+    async fn early_reads(
+        &self,
+        _tx: &mut TxOf<Self>,
+        _ask: &EarlyAsk<'_>,
+    ) -> StoreResult<Option<EarlyReads>> {
+        Ok(None)
     }
 }

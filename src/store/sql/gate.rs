@@ -21,7 +21,7 @@ pub(crate) struct GateReads<'a> {
 }
 
 /// The columns every row of the gate's reads comes in (`GateReads::sql`): a row's kind, its
-/// org, the limit's kind and member (or a claimed session id, or a key), the limit's hours,
+/// org, the limit's kind and member (or a session id that exists, or a key), the limit's hours,
 /// and five figures (a sums row's month, week, running, month and week provisional).
 pub(crate) const GATE_READ_COLUMNS: [&str; 5] = [
     "created_at",
@@ -92,9 +92,8 @@ impl<'a> GateReads<'a> {
     /// use (`Limit::within_reach`) can be spent, and only their members' use is read, by a
     /// second statement (`limits_with_usage_on`). Most limits are far from it: their use
     /// stays unread (zero in the result), which decides the same, since the gate records
-    /// a limit's figures only when it refuses by it. On SQLite the use read was most of
-    /// the limits' cost: 0.29 of the 0.35 ms a group's statement took, for an org of 200
-    /// running sessions.
+    /// a limit's figures only when it refuses by it. The use read is most of what limits
+    /// cost a group (reports/admission-notes.md).
     pub(crate) async fn finish(
         &self,
         tx: &mut Tx,
@@ -182,31 +181,25 @@ fn gate_reads<'a>(
         .collect()
 }
 
-/// What the claim phase asks of a backend (`Dialect::claim`). Only `wanted` is needed to
-/// claim; the rest is for a backend that reads with the claim (SQLite's copy reads none).
+/// What a backend may read early, in the find phase's first statement
+/// (`GateRows::early_reads`; SQLite's copy reads nothing early, and none of it).
 #[derive(Clone, Copy)]
 #[allow(dead_code)]
-pub struct ClaimAsk<'a> {
-    /// `(org, session)`: the ids to claim, each for the first org that names it.
-    pub(crate) wanted: &'a [(&'a str, &'a str)],
+pub struct EarlyAsk<'a> {
+    /// `(org, session)` as the group names them.
+    pub(crate) sessions: &'a [(&'a str, &'a str)],
     pub(crate) shards: &'a BTreeMap<i64, Vec<&'a str>>,
     pub(crate) keys: &'a [(&'a str, &'a str)],
     /// The start of the lease: sessions heard since hold their slots.
     pub(crate) since: Secs,
-    /// The group's first reads of window sums and limits, which a backend may make with
-    /// the claim.
+    /// The group's first reads of window sums and limits.
     pub(crate) reads: Option<&'a GateReads<'a>>,
 }
 
-/// What the claim phase got: the ids claimed, and what a backend read with them.
-pub struct Claimed {
-    pub(crate) ids: Vec<String>,
-    pub(crate) early: Option<EarlyReads>,
-}
-
-/// Read in the claim's statement (one PostgreSQL): the keys' slot counts, taken after the
-/// key locks, and the rows of the group's first `GateReads`.
+/// Read in one statement after the key locks (one PostgreSQL): which named sessions exist,
+/// the keys' slot counts, and the rows of the group's first `GateReads`.
 pub struct EarlyReads {
+    pub(crate) existing: HashSet<SessionKey>,
     pub(crate) slots: Vec<SlotCount>,
     pub(crate) rows: Vec<Row>,
 }
@@ -251,15 +244,6 @@ impl<'a> Named<'a> {
             .copied()
             .collect()
     }
-
-    /// Each session id for the first org that names it.
-    fn first_claims(&self) -> BTreeMap<&'a str, &'a str> {
-        let mut claims = BTreeMap::new();
-        for (org, id) in &self.sessions {
-            claims.entry(*id).or_insert(*org);
-        }
-        claims
-    }
 }
 
 /// What the lock phase read under the keys' locks.
@@ -301,53 +285,40 @@ async fn lock_phase(
     Ok(locked)
 }
 
-/// What the claim phase holds for the rest of the try.
-struct Claims<'a> {
-    /// The ids this group claimed, each for its org.
-    ids: BTreeMap<&'a str, &'a str>,
-    /// The named sessions whose ids were claimed already: they exist (or are being made).
-    existing: Vec<(&'a str, &'a str)>,
-    /// Those of them that exist in the org that names them, locked.
-    sessions: HashMap<String, Session>,
-    /// The org of each of the others that exists (another org's).
-    owners: HashMap<String, String>,
+/// What the find phase found.
+struct Found {
+    /// The named sessions that exist, locked, by org and id.
+    sessions: HashMap<SessionKey, Session>,
     early: Option<EarlyReads>,
 }
 
-/// Phase two, claim: each id for the first org that names it. For new sessions, the
-/// common case, that is all (no session has an id before it is claimed, so there is none
-/// to lock). Only the sessions of ids claimed already are locked, and only the ids held by
-/// another org looked up. `None` when one of the group's sessions was created after its
-/// lock was looked for: the try starts over.
-async fn claim_phase<'a>(
+/// Phase two, find: which sessions the group names exist, and those locked. For new
+/// sessions, the common case, nothing is locked: a backend that reads early
+/// (`GateRows::early_reads`) learns there is none in the statement that counts the keys'
+/// slots; others look for them under their lock. A session created by another writer
+/// after this is found at the write, which then starts the try over.
+async fn find_phase(
     store: &D,
     tx: &mut Tx,
-    named: &Named<'a>,
-    ask: ClaimAsk<'_>,
-    mut ids: BTreeMap<&'a str, &'a str>,
-) -> StoreResult<Option<Claims<'a>>> {
-    let Claimed {
-        ids: claimed,
-        early,
-    } = store.claim(tx, &ask).await?;
-    let claimed: HashSet<String> = claimed.into_iter().collect();
-    ids.retain(|id, _| claimed.contains(*id));
-    let existing: Vec<(&str, &str)> = named
-        .sessions
-        .iter()
-        .copied()
-        .filter(|(_, id)| !claimed.contains(*id))
-        .collect();
-    let Some(LockedSessions { sessions, owners }) = store.lock_named(tx, &existing).await? else {
-        return Ok(None);
+    named: &Named<'_>,
+    ask: EarlyAsk<'_>,
+) -> StoreResult<Found> {
+    let early = store.early_reads(tx, &ask).await?;
+    let to_lock: Vec<(&str, &str)> = match &early {
+        Some(e) => named
+            .sessions
+            .iter()
+            .copied()
+            .filter(|(o, s)| e.existing.contains(&session_key(o, s)))
+            .collect(),
+        None => named.sessions.clone(),
     };
-    Ok(Some(Claims {
-        ids,
-        existing,
-        sessions,
-        owners,
-        early,
-    }))
+    let sessions = if to_lock.is_empty() {
+        HashMap::new()
+    } else {
+        store.lock_sessions(tx, &to_lock).await?
+    };
+    Ok(Found { sessions, early })
 }
 
 /// What the read phase read: slots, window sums, limits and the use of limited members.
@@ -360,8 +331,8 @@ struct Read {
 }
 
 /// Phase three, read: the keys' slots and the orgs' window sums and limits, using what
-/// the claim read already while it still holds. Slot counts made before the group's
-/// existing sessions were locked are made again (a heartbeat committed meanwhile may have
+/// was read early while it still holds. Slot counts made before the group's existing
+/// sessions were locked are made again (a heartbeat committed meanwhile may have
 /// moved one of them in or out of its slot); a resume that leaves out its project or user
 /// runs as its session's (`RunMembers`), whose limits are then read too, in statements of
 /// their own.
@@ -371,19 +342,18 @@ async fn read_phase(
     shards: &BTreeMap<i64, Vec<&str>>,
     by_windows: &BTreeMap<Windows, Vec<&Org>>,
     first: Vec<GateReads<'_>>,
-    claims: &mut Claims<'_>,
+    found: &mut Found,
     ask: (Secs, &Rules),
 ) -> StoreResult<Read> {
     let (now, rules) = ask;
     let since = now - rules.lease;
-    let early = claims.early.take();
-    let (early_slots, early_rows) = match early {
-        Some(EarlyReads { slots, rows }) => (Some(slots), Some(rows)),
+    let (early_slots, early_rows) = match found.early.take() {
+        Some(EarlyReads { slots, rows, .. }) => (Some(slots), Some(rows)),
         None => (None, None),
     };
     let mut read = Read::default();
     let slots = match early_slots {
-        Some(slots) if claims.existing.is_empty() => slots,
+        Some(slots) if found.sessions.is_empty() => slots,
         _ => count_slots(tx, named, shards, since).await?,
     };
     for (org, key, n) in slots {
@@ -392,7 +362,13 @@ async fn read_phase(
     let also: Vec<&str> = named
         .requests
         .iter()
-        .flat_map(|r| RunMembers::of(r, claims.sessions.get(&r.session_id)).all())
+        .flat_map(|r| {
+            RunMembers::of(
+                r,
+                found.sessions.get(&session_key(&r.org_id, &r.session_id)),
+            )
+            .all()
+        })
         .filter(|m| named.members.binary_search(m).is_err())
         .collect();
     let wider: Vec<&str>;
@@ -437,15 +413,14 @@ fn decide_phase(
     plans: &Plans,
     requests: &[AdmissionRequest],
     locked: Locked,
-    claims: &mut Claims<'_>,
+    found: Found,
     read: Read,
     ask: (Secs, &Rules),
 ) -> GroupOutcome {
     let facts = GroupFacts {
         orgs: locked.orgs,
         keys: locked.keys,
-        sessions: std::mem::take(&mut claims.sessions),
-        owners: std::mem::take(&mut claims.owners),
+        sessions: found.sessions,
         slots: read.slots,
         usage: read.usage,
         funding: locked.funding,
@@ -457,14 +432,11 @@ fn decide_phase(
     })
 }
 
-/// Phase five, write: claims the decisions left unused are given back, a session created
-/// for another org than the one its id was claimed for (two orgs naming one new id) is
-/// claimed anew, and the sessions and decisions are written a shard at a time. False when
-/// a session it would create was claimed or made by another writer meanwhile.
+/// Phase five, write: the sessions and decisions, a shard at a time. False when a
+/// session it would create was made by another writer meanwhile.
 async fn write_phase(
     tx: &mut Tx,
     shards: &BTreeMap<i64, Vec<&str>>,
-    claimed: &BTreeMap<&str, &str>,
     outcome: &GroupOutcome,
 ) -> StoreResult<bool> {
     let decisions: Vec<&Decision> = outcome.answers.iter().flatten().collect();
@@ -473,26 +445,6 @@ async fn write_phase(
         created.len() + resumed.len() <= CHUNK && decisions.len() <= CHUNK,
         "group too big"
     );
-    let created_by: HashMap<&str, &str> = created
-        .iter()
-        .map(|s| (s.session_id.as_str(), s.org_id.as_str()))
-        .collect();
-    let unused: Vec<&str> = claimed
-        .iter()
-        .filter(|(id, org)| created_by.get(*id) != Some(*org))
-        .map(|(id, _)| *id)
-        .collect();
-    if !unused.is_empty() {
-        D::release_owners(tx, &unused).await?;
-    }
-    let unclaimed: Vec<Session> = created
-        .iter()
-        .filter(|s| claimed.get(s.session_id.as_str()) != Some(&s.org_id.as_str()))
-        .cloned()
-        .collect();
-    if !unclaimed.is_empty() && !claim_all(tx, &unclaimed).await? {
-        return Ok(false);
-    }
     for orgs in shards.values() {
         let written = if shards.len() == 1 {
             D::write_admissions(tx, orgs, created, resumed, &decisions).await?
@@ -534,35 +486,27 @@ async fn admit_once(
     let locked = lock_phase(&mut tx, &named, &shards, now).await?;
     let by_windows = rush_meter_core::standing::by_windows(locked.orgs.values(), now);
     let first = gate_reads(&by_windows, &named.members, now, rules);
-    let wanted: Vec<(&str, &str)> = named
-        .first_claims()
-        .iter()
-        .map(|(id, org)| (*org, *id))
-        .collect();
-    let ask = ClaimAsk {
-        wanted: &wanted,
+    let ask = EarlyAsk {
+        sessions: &named.sessions,
         shards: &shards,
         keys: &named.keys,
         since: now - rules.lease,
         reads: first.first(),
     };
-    let Some(mut claims) = claim_phase(store, &mut tx, &named, ask, named.first_claims()).await?
-    else {
-        return Ok(None);
-    };
+    let mut found = find_phase(store, &mut tx, &named, ask).await?;
     let read = read_phase(
         &mut tx,
         &named,
         &shards,
         &by_windows,
         first,
-        &mut claims,
+        &mut found,
         (now, rules),
     )
     .await?;
     drop(by_windows);
-    let outcome = decide_phase(plans, requests, locked, &mut claims, read, (now, rules));
-    if !write_phase(&mut tx, &shards, &claims.ids, &outcome).await? {
+    let outcome = decide_phase(plans, requests, locked, found, read, (now, rules));
+    if !write_phase(&mut tx, &shards, &outcome).await? {
         return Ok(None);
     }
     if let Some(told) = written.lock().expect("written").take() {

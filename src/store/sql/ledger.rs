@@ -46,8 +46,8 @@ async fn existing_orgs(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<String>> {
 
 /// One try of a heartbeat group, in phases: lock the sessions it names, screen its
 /// requests and create the sessions first seen, apply the heartbeats (the core), and fund
-/// and book what they billed. `None` when another instance created one of its new
-/// sessions first, or one of its sessions meanwhile (start over and see it).
+/// and book what they billed. `None` when another writer created one of its new sessions
+/// first (start over and see it).
 async fn ingest_once(
     store: &D,
     requests: &[Vec<Heartbeat>],
@@ -62,15 +62,8 @@ async fn ingest_once(
         .flatten()
         .map(|h| (h.org_id.as_str(), h.session_id.as_str()))
         .collect();
-    let Some(LockedSessions {
-        mut sessions,
-        owners,
-    }) = store.lock_named(&mut tx, &named).await?
-    else {
-        return Ok(None);
-    };
-    let Some(verdicts) = screen_phase(store, &mut tx, requests, &mut sessions, &owners).await?
-    else {
+    let mut sessions = store.lock_sessions(&mut tx, &named).await?;
+    let Some(verdicts) = screen_phase(store, &mut tx, requests, &mut sessions).await? else {
         return Ok(None);
     };
     let (answers, booking) = heartbeats::apply(requests, verdicts, &mut sessions, rules);
@@ -88,8 +81,7 @@ async fn screen_phase(
     store: &D,
     tx: &mut Tx,
     requests: &[Vec<Heartbeat>],
-    sessions: &mut HashMap<String, Session>,
-    owners: &HashMap<String, String>,
+    sessions: &mut HashMap<SessionKey, Session>,
 ) -> StoreResult<Option<Vec<Result<(), heartbeats::IngestReject>>>> {
     let unproven = heartbeats::unproven_orgs(requests, sessions);
     let found = if unproven.is_empty() {
@@ -97,7 +89,7 @@ async fn screen_phase(
     } else {
         existing_orgs(tx, &unproven).await?
     };
-    let screened = heartbeats::screen(requests, sessions, owners, &found);
+    let screened = heartbeats::screen(requests, sessions, &found);
     if !screened.created.is_empty() {
         let new: Vec<Session> = screened.created.values().cloned().collect();
         if !store.insert_new_sessions(tx, new).await? {
@@ -201,25 +193,15 @@ impl LedgerStore for D {
 
     async fn end_session(
         &self,
+        org_id: &str,
         session_id: &str,
-        scope_org: Option<&str>,
         status: EndStatus,
         now: Secs,
         rules: &Rules,
         plans: &Plans,
     ) -> StoreResult<Option<Session>> {
         let mut tx = begin_write(self.write()).await?;
-        let Some(org) = self
-            .owners(&mut tx, &[session_id])
-            .await?
-            .remove(session_id)
-        else {
-            return Ok(None);
-        };
-        if scope_org.is_some_and(|o| o != org) {
-            return Ok(None);
-        }
-        let locked = self.lock_sessions(&mut tx, &[(&org, session_id)]).await?;
+        let locked = self.lock_sessions(&mut tx, &[(org_id, session_id)]).await?;
         let Some(mut s) = locked.into_values().next() else {
             return Ok(None);
         };
@@ -268,14 +250,14 @@ impl LedgerStore for D {
             idle_since,
             held_before,
         };
-        let mut rows: BTreeMap<String, Session> = BTreeMap::new();
+        let mut rows: BTreeMap<SessionKey, Session> = BTreeMap::new();
         for orgs in self
             .by_shard(&mut tx, orgs.iter().map(String::as_str))
             .await?
             .values()
         {
             for s in select_expiring(&mut tx, orgs, &due, limit).await? {
-                rows.insert(s.session_id.clone(), s);
+                rows.insert(s.key(), s);
             }
         }
         let mut booking = Booking::default();
@@ -297,21 +279,25 @@ impl LedgerStore for D {
         Ok(changed)
     }
 
-    async fn get_session(&self, session_id: &str) -> StoreResult<Option<Session>> {
-        let owner: Option<String> =
-            sqlx::query_scalar("SELECT org_id FROM session_owners WHERE session_id = $1")
-                .bind(session_id)
-                .fetch_optional(self.read())
-                .await?;
-        let Some(org) = owner else { return Ok(None) };
+    async fn get_session(&self, org_id: &str, session_id: &str) -> StoreResult<Option<Session>> {
         Ok(sqlx::query_as::<_, Rec<Session>>(
             "SELECT * FROM sessions WHERE org_id = $1 AND session_id = $2",
         )
-        .bind(org)
+        .bind(org_id)
         .bind(session_id)
         .fetch_optional(self.read())
         .await?
         .map(|r| r.0))
+    }
+
+    async fn orgs_with_session(&self, session_id: &str, limit: i64) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT org_id FROM sessions WHERE session_id = $1 ORDER BY org_id LIMIT $2",
+        )
+        .bind(session_id)
+        .bind(limit)
+        .fetch_all(self.read())
+        .await?)
     }
 
     async fn sessions_of_org(&self, org_id: &str) -> StoreResult<Vec<Session>> {

@@ -27,7 +27,7 @@ pub(crate) use rush_meter_core::ledger::{EndStatus, Phase, Rules, SessionLedger,
 pub(crate) use rush_meter_core::members::{Dimension, Limit, LimitKind, MemberUsage};
 pub(crate) use rush_meter_core::org::{Key, Org};
 pub(crate) use rush_meter_core::plans::Plans;
-pub(crate) use rush_meter_core::session::Session;
+pub(crate) use rush_meter_core::session::{key as session_key, Session, SessionKey};
 pub(crate) use rush_meter_core::standing::WindowTotals;
 pub(crate) use rush_meter_core::time::{full_hours, partial_hours, Interval, Secs, Windows};
 pub(crate) use rust_decimal::Decimal;
@@ -148,7 +148,7 @@ impl D {
         &self,
         tx: &mut Tx,
         named: &[(&str, &str)],
-    ) -> StoreResult<HashMap<String, Session>> {
+    ) -> StoreResult<HashMap<SessionKey, Session>> {
         let shards = self.by_shard(tx, named.iter().map(|(o, _)| *o)).await?;
         let mut found = HashMap::with_capacity(named.len());
         for orgs in shards.values() {
@@ -161,40 +161,11 @@ impl D {
             );
             for chunk in pairs.chunks(CHUNK) {
                 for Rec(s) in self.lock_session_rows(tx, orgs, chunk).await? {
-                    found.insert(s.session_id.clone(), s);
+                    found.insert(s.key(), s);
                 }
             }
         }
         Ok(found)
-    }
-
-    /// Phase one of a group that names sessions: lock those `named` `(org, session)` pairs
-    /// name, each in the org that names it, and find the owner of each id not found there
-    /// (another org's). `None` when an id turns out to be its naming org's after all: the
-    /// session was created after its lock was looked for, and the try starts over.
-    pub(crate) async fn lock_named(
-        &self,
-        tx: &mut Tx,
-        named: &[(&str, &str)],
-    ) -> StoreResult<Option<LockedSessions>> {
-        if named.is_empty() {
-            return Ok(Some(LockedSessions::default()));
-        }
-        let sessions = self.lock_sessions(tx, named).await?;
-        let missing = sorted_unique(
-            named
-                .iter()
-                .map(|(_, s)| *s)
-                .filter(|s| !sessions.contains_key(*s)),
-        );
-        let owners = self.owners(tx, &missing).await?;
-        if named
-            .iter()
-            .any(|(o, s)| owners.get(*s).is_some_and(|owner| owner == o))
-        {
-            return Ok(None);
-        }
-        Ok(Some(LockedSessions { sessions, owners }))
     }
 
     /// The shard of each of `orgs`.
@@ -210,19 +181,13 @@ impl D {
             .collect())
     }
 
-    /// Claim the ids of sessions first seen now, then insert their rows a shard at a
-    /// time; false if another writer claimed one of the ids first (the transaction must
-    /// then start over).
+    /// Insert the rows of sessions first seen now, a shard at a time; false if another
+    /// writer made one of them first (the transaction must then start over).
     pub(crate) async fn insert_new_sessions(
         &self,
         tx: &mut Tx,
         mut rows: Vec<Session>,
     ) -> StoreResult<bool> {
-        for chunk in rows.chunks(CHUNK) {
-            if !claim_all(tx, chunk).await? {
-                return Ok(false);
-            }
-        }
         let shard_of = self
             .shard_of(tx, rows.iter().map(|s| s.org_id.as_str()))
             .await?;
@@ -235,36 +200,6 @@ impl D {
         }
         Ok(inserted == rows.len() as u64)
     }
-
-    /// The owner of each of `ids` that exists.
-    pub(crate) async fn owners(
-        &self,
-        tx: &mut Tx,
-        ids: &[&str],
-    ) -> StoreResult<HashMap<String, String>> {
-        let mut owners = HashMap::with_capacity(ids.len());
-        for chunk in ids.chunks(CHUNK) {
-            owners.extend(D::select_owners(tx, chunk).await?);
-        }
-        Ok(owners)
-    }
-}
-
-/// The sessions a group names, locked, and the org of each named id held by another.
-#[derive(Default)]
-pub(crate) struct LockedSessions {
-    pub(crate) sessions: HashMap<String, Session>,
-    pub(crate) owners: HashMap<String, String>,
-}
-
-/// Claim the ids of `sessions` (at most `CHUNK`) for their orgs; false if another writer
-/// holds one of them.
-pub(crate) async fn claim_all(tx: &mut Tx, sessions: &[Session]) -> StoreResult<bool> {
-    let pairs: Vec<(&str, &str)> = sessions
-        .iter()
-        .map(|s| (s.org_id.as_str(), s.session_id.as_str()))
-        .collect();
-    Ok(D::claim_owners(tx, &pairs).await?.len() == pairs.len())
 }
 
 /// The values of `Rec`s read by `query_as`.
@@ -360,7 +295,6 @@ pub(crate) async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64
          UNION ALL SELECT 'period_orgs', COUNT(*), CAST(COALESCE(SUM(agent_seconds), 0) AS BIGINT) FROM period_orgs \
          UNION ALL SELECT 'period_sessions', COUNT(*), CAST(COALESCE(SUM(running_seconds + parked_seconds), 0) AS BIGINT) FROM period_sessions \
          UNION ALL SELECT 'notifications', COUNT(*), CAST(COALESCE(SUM(attempts), 0) AS BIGINT) FROM notifications \
-         UNION ALL SELECT 'session_owners', COUNT(*), CAST(0 AS BIGINT) FROM session_owners \
          UNION ALL SELECT 'stripe_customers', COUNT(*), CAST(0 AS BIGINT) FROM stripe_customers \
          UNION ALL SELECT 'grants', COUNT(*), CAST(COALESCE(SUM(seconds + used_seconds + priority + COALESCE(voided_at, 0)), 0) AS BIGINT) FROM grants \
          UNION ALL SELECT 'funding_windows', COUNT(*), CAST(COALESCE(SUM(plan_seconds + grant_seconds + overage_seconds + grace_seconds + charge_units), 0) AS BIGINT) FROM funding_windows \

@@ -1,6 +1,6 @@
 //! SQLite's statements on session rows, as the ledger books them: a booking's rows
 //! (sessions, rollups, spans, funding) in multi-row VALUES, sessions inserted, locked
-//! and read, the claims of session ids (the gate's too), and org ids looked up.
+//! and read, and org ids looked up.
 
 use rush_meter_core::booking::Funding;
 
@@ -72,9 +72,8 @@ async fn write_funding(tx: &mut Tx, f: &Funding) -> StoreResult<()> {
 /// The columns of a session row that SQLite indexes among those a booking overwrites.
 /// SQLite rewrites the entries of every index that holds a column an UPDATE names in its
 /// SET, whether or not its value changed (PostgreSQL compares values: an unchanged row's
-/// update is HOT). Named in the ledger's upsert, `phase` and `key_id` rewrote four index
-/// entries a row on every heartbeat: 1.2 ms against 0.45 ms for an upsert of 17 sessions
-/// (`phase` alone 0.7 ms of it; reports/ingest.md). So the upsert leaves them out
+/// update is HOT). Named in the ledger's upsert, `phase` and `key_id` would rewrite four
+/// index entries a row on every heartbeat (reports/ingest-notes.md). So the upsert leaves them out
 /// (`INDEXED_LEFT_OUT`) and `write_indexed_columns` writes them on the rows where they differ.
 const INDEXED_COLUMNS: [&str; 2] = ["phase", "key_id"];
 
@@ -310,40 +309,6 @@ impl SessionRows for Lite {
         q.push(" ORDER BY session_id LIMIT ");
         q.push_bind(limit);
         Ok(q.build_query_as::<Rec<Session>>()
-            .persistent(false)
-            .fetch_all(&mut **tx)
-            .await?)
-    }
-
-    /// Claim session ids for the orgs that name them; returns the ids claimed.
-    async fn claim_owners(tx: &mut Tx, pairs: &[(&str, &str)]) -> StoreResult<Vec<String>> {
-        let mut q = QueryBuilder::<DB>::new("INSERT INTO session_owners (org_id, session_id) ");
-        q.push_values(pairs, |mut b, (org, id)| {
-            b.push_bind(*org).push_bind(*id);
-        });
-        q.push(" ON CONFLICT DO NOTHING RETURNING session_id");
-        Ok(q.build_query_scalar::<String>()
-            .persistent(false)
-            .fetch_all(&mut **tx)
-            .await?)
-    }
-
-    /// Give back claims of session ids that were not used.
-    async fn release_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<()> {
-        let mut q = QueryBuilder::<DB>::new("DELETE FROM session_owners WHERE session_id");
-        push_in(&mut q, ids);
-        once(&mut q).execute(&mut **tx).await?;
-        Ok(())
-    }
-
-    /// The owner of each of these session ids that has one.
-    async fn select_owners(tx: &mut Tx, ids: &[&str]) -> StoreResult<Vec<(String, String)>> {
-        let mut q = select_in(
-            "SELECT session_id, org_id FROM session_owners WHERE session_id",
-            ids,
-            "",
-        );
-        Ok(q.build_query_as::<(String, String)>()
             .persistent(false)
             .fetch_all(&mut **tx)
             .await?)
