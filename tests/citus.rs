@@ -547,3 +547,75 @@ async fn every_lock_upsert_and_claim_names_the_orgs_of_one_shard() {
         partitions
     );
 }
+
+/// On a real Citus cluster (`RUSH_METER_TEST_CITUS`, `.ci/run`), a database distributed by
+/// the runbook (tests/common/citus.rs) holds what docs/operations.md says: every table
+/// placed once, the org tables distributed by org_id in the co-location group of `orgs`,
+/// the Stripe customers' lookup by its id in a group of its own, the shared tables
+/// reference tables; and the script run again changes nothing.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: RUSH_METER_TEST_CITUS (.ci/run starts one)"]
+async fn on_a_real_cluster_every_table_is_placed_as_the_runbook_says() {
+    let coordinator = common::citus::coordinator()
+        .expect("RUSH_METER_TEST_CITUS names the coordinator of a cluster made by cluster.sh");
+    let name = format!("rm_test_{:016x}", rand::random::<u64>());
+    let url = common::citus::distributed_database(&coordinator, &name, false).await;
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let layout = || async {
+        let rows: Vec<(String, String, Option<String>, i32)> = sqlx::query_as(
+            "SELECT logicalrelid::text, partmethod::text, \
+               column_to_column_name(logicalrelid, partkey), colocationid \
+             FROM pg_dist_partition ORDER BY 1",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        rows
+    };
+    let first = layout().await;
+    let placed: BTreeSet<&str> = first.iter().map(|(t, ..)| t.as_str()).collect();
+    let expected: BTreeSet<&str> = ORG_TABLES.iter().chain(&SHARED_TABLES).copied().collect();
+    assert_eq!(placed, expected, "every table placed once: {first:?}");
+    let group = |table: &str| first.iter().find(|(t, ..)| t == table).unwrap().3;
+    for (table, method, column, colocation) in &first {
+        let want = match table.as_str() {
+            t if ORG_TABLES.contains(&t) => ("h", Some("org_id"), Some(group("orgs"))),
+            "stripe_customers" => ("h", Some("customer_id"), None),
+            _ => ("n", None, None),
+        };
+        let got = (
+            method.as_str(),
+            column.as_deref(),
+            want.2.map(|_| *colocation),
+        );
+        assert_eq!(got, want, "{table}");
+    }
+    assert_ne!(
+        group("stripe_customers"),
+        group("orgs"),
+        "the customers' lookup is not co-located with the org tables"
+    );
+    let distributed = first.iter().filter(|(_, m, ..)| m == "h").count();
+    let reference = first.iter().filter(|(_, m, ..)| m == "n").count();
+    assert_eq!(
+        (first.len(), distributed, reference),
+        (
+            ORG_TABLES.len() + SHARED_TABLES.len(),
+            ORG_TABLES.len() + 1,
+            SHARED_TABLES.len() - 1
+        ),
+        "the runbook's counts (docs/operations.md)"
+    );
+    let script = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/migrations/citus/distribute.sql"
+    ))
+    .unwrap();
+    sqlx::raw_sql(&script)
+        .execute(&pool)
+        .await
+        .expect("distribute.sql run again");
+    assert_eq!(layout().await, first, "a second run changes nothing");
+    pool.close().await;
+    common::citus::drop_database(&coordinator, &name).await;
+}

@@ -839,10 +839,30 @@ async fn check_readers(
     bodies
 }
 
+/// The fleet the readers are checked on: the acceptance fleet, or on a Citus cluster
+/// (`RUSH_METER_TEST_CITUS`), where each of the replay's transactions goes through the
+/// coordinator and the whole fleet would take most of CI's time, its first four orgs (one
+/// of each funding, `funding_of`) with as many sessions each, their hosts flushing every
+/// 30 s rather than 5 (still within a lease, so that Pro's pay-as-you-go is reached: the
+/// fleet exercises every funding source). The same fleet runs on SQLite, so the two still
+/// compare byte for byte.
+fn readers_params() -> Params {
+    let full = Params::acceptance();
+    match common::citus::coordinator() {
+        Some(_) => Params {
+            orgs: 4,
+            sessions: full.sessions * 4 / full.orgs,
+            flush: 30,
+            ..full
+        },
+        None => full,
+    }
+}
+
 /// Replay the fleet into a fresh database of `backend`, check the store and every reader,
 /// and return the exports' bytes; `None` when the backend is not available here.
 async fn readers_on(backend: Backend, seed: u64) -> Option<(Vec<(String, i64, i64)>, Vec<String>)> {
-    let fleet = sim::generate(seed, &Params::acceptance());
+    let fleet = sim::generate(seed, &readers_params());
     let reference = reference_of(&fleet);
     let (url, dir) = fresh_database(backend).await?;
     let db = Db::connect(&url, Default::default()).await.unwrap();

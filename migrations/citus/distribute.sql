@@ -30,10 +30,6 @@ SELECT create_reference_table('stripe_events')
 SELECT create_reference_table('periods')
   WHERE pg_temp.undistributed('periods');
 
--- Keyed by an id of its own; written in the transaction that writes the org's rows.
-SELECT create_distributed_table('stripe_customers', 'customer_id', colocate_with => 'none')
-  WHERE pg_temp.undistributed('stripe_customers');
-
 -- An org's rows, in the order their foreign keys need (parents first).
 SELECT create_distributed_table('orgs', 'org_id')
   WHERE pg_temp.undistributed('orgs');
@@ -73,5 +69,10 @@ SELECT create_distributed_table('member_limits', 'org_id', colocate_with => 'org
   WHERE pg_temp.undistributed('member_limits');
 SELECT create_distributed_table('audit_log', 'org_id', colocate_with => 'orgs')
   WHERE pg_temp.undistributed('audit_log');
+
+-- Keyed by an id of its own; written in the transaction that writes the org's rows. After
+-- the org tables: a group made with 'none' first would be the one `orgs` joins by default.
+SELECT create_distributed_table('stripe_customers', 'customer_id', colocate_with => 'none')
+  WHERE pg_temp.undistributed('stripe_customers');
 
 COMMIT;

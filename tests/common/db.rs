@@ -38,6 +38,11 @@ pub async fn fresh_database_with(
             Some((url, Some(dir)))
         }
         Backend::Postgres => {
+            let name = format!("rm_test_{:016x}", rand::random::<u64>());
+            if let Some(coordinator) = super::citus::coordinator() {
+                let url = super::citus::test_database(&coordinator, &name, durable).await;
+                return Some((url, None));
+            }
             let base = pg_base_url();
             let admin = match sqlx::PgPool::connect(&format!("{base}/postgres")).await {
                 Ok(p) => p,
@@ -49,7 +54,6 @@ pub async fn fresh_database_with(
                     return None;
                 }
             };
-            let name = format!("rm_test_{:016x}", rand::random::<u64>());
             sqlx::query(&format!("CREATE DATABASE {name}"))
                 .execute(&admin)
                 .await

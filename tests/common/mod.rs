@@ -25,6 +25,7 @@ mod sessions;
 mod spawn;
 
 pub mod audit;
+pub mod citus;
 pub mod fake_stripe;
 pub mod localstripe;
 pub mod node;

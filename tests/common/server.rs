@@ -174,6 +174,12 @@ impl TestServer {
     /// Stop the server and drop its PostgreSQL database (SQLite's goes with its directory).
     pub async fn finish(mut self) {
         self.stop().await;
+        if let Some(coordinator) = super::citus::coordinator() {
+            if let Some(name) = self.database_url.strip_prefix(&format!("{coordinator}/")) {
+                super::citus::drop_database(&coordinator, name).await;
+            }
+            return;
+        }
         let base = pg_base_url();
         if let Some(name) = self.database_url.strip_prefix(&format!("{base}/")) {
             let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
