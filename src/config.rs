@@ -186,6 +186,13 @@ pub struct JobArgs {
     /// The secret notifications are signed with (HMAC-SHA256); required with the URL.
     #[arg(long, env = "RUSH_METER_NOTIFY_SECRET", hide_env_values = true)]
     pub notify_secret: Option<String>,
+    /// Longest wait, in seconds, between two looks of a job that looks at every org (the
+    /// expiry of silent sessions, pay-as-you-go charges) while it finds nothing to do and
+    /// this instance serves no heartbeat or admission: the wait doubles from the job's own
+    /// period up to this. Lower: a dead peer's silent sessions end sooner (their totals
+    /// are the same either way); higher: fewer statements on an idle sharded store.
+    #[arg(long, env = "RUSH_METER_JOBS_IDLE_SECS", default_value_t = 120)]
+    pub jobs_idle_secs: u64,
 }
 
 /// How every command logs (a flag of every command).
@@ -312,6 +319,8 @@ pub struct Config {
     pub notify: Option<NotifyConfig>,
     /// How long an export waits on a client that reads nothing.
     pub export_stall: std::time::Duration,
+    /// The longest wait of an idle job that looks at every org (`app::pace`).
+    pub jobs_idle_wait: std::time::Duration,
 }
 
 /// Where usage-threshold notifications go and the secret they are signed with.
@@ -355,6 +364,7 @@ impl Settings {
         let rules = self.rules.validate()?;
         let stripe = self.stripe.validate()?;
         let (period_settle, notify) = self.jobs.validate(rules.lease)?;
+        let jobs_idle_wait = self.jobs.idle_wait()?;
         Ok(Config {
             database_url,
             listen: listener.listen,
@@ -369,6 +379,7 @@ impl Settings {
             period_settle,
             notify,
             export_stall: listener.export_stall,
+            jobs_idle_wait,
         })
     }
 }
@@ -560,6 +571,17 @@ impl JobArgs {
             }
         };
         Ok(((settle > 0).then_some(settle), notify))
+    }
+
+    /// The idle jobs' longest wait: a second to an hour.
+    fn idle_wait(&self) -> Result<std::time::Duration, ConfigError> {
+        match self.jobs_idle_secs {
+            secs @ 1..=3600 => Ok(std::time::Duration::from_secs(secs)),
+            secs => Err(bad(
+                "--jobs-idle-secs / RUSH_METER_JOBS_IDLE_SECS",
+                format!("from 1 to 3600 seconds (got {secs})"),
+            )),
+        }
     }
 }
 

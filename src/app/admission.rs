@@ -10,6 +10,7 @@ use rush_meter_core::ledger::Rules;
 use rush_meter_core::plans::Plans;
 
 use super::group_commit::{GroupCommit, Shape, Work};
+use super::pace::Activity;
 use crate::clock::Clock;
 use crate::store::{Db, StoreResult, Written};
 
@@ -25,6 +26,8 @@ pub struct Gate {
     pub plans: Arc<Plans>,
     pub rules: Rules,
     pub clock: Clock,
+    /// Told of each group, so that the expiry job looks at its base period (`pace`).
+    pub activity: Arc<Activity>,
 }
 
 impl Gate {
@@ -64,6 +67,7 @@ impl Work for Gate {
         written: Option<Written>,
     ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
         let now = self.clock.now();
+        self.activity.touch();
         self.db
             .admit_telling(&self.plans, jobs, now, &self.rules, written)
             .await

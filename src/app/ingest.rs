@@ -16,6 +16,7 @@ use rush_meter_core::time::Secs;
 
 use super::group_commit::{GroupCommit, Reply, Shape, Work};
 use super::notifier::Watch;
+use super::pace::Activity;
 use super::standing::standings;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
@@ -110,6 +111,8 @@ pub struct Ingest {
     pub metrics: Arc<Metrics>,
     /// Sees each org's standing after a commit, for usage-threshold notifications.
     pub watch: Watch,
+    /// Told of each group, so that the expiry job looks at its base period (`pace`).
+    activity: Arc<Activity>,
     /// Each org's advice, shared (not copied: it holds every limited member) until it expires.
     advice: Mutex<HashMap<String, (Arc<OrgAdvice>, Secs)>>,
 }
@@ -122,6 +125,7 @@ impl Ingest {
         clock: Clock,
         metrics: Arc<Metrics>,
         watch: Watch,
+        activity: Arc<Activity>,
     ) -> Ingest {
         Ingest {
             db,
@@ -130,6 +134,7 @@ impl Ingest {
             clock,
             metrics,
             watch,
+            activity,
             advice: Mutex::default(),
         }
     }
@@ -296,6 +301,7 @@ impl Work for Ingest {
     ) -> StoreResult<Vec<Answer>> {
         let started = std::time::Instant::now();
         let now = self.clock.now();
+        self.activity.touch();
         let results = self
             .db
             .ingest(jobs, &self.rules, &self.plans, now, writer as i64)

@@ -1,6 +1,7 @@
 //! The background jobs, started and stopped in one place: expiry, Stripe events,
 //! reconciliation, period closing, notifications, the database breaker. Each
-//! is safe on several instances at once.
+//! is safe on several instances at once. The ones that look at every org back off while
+//! they find nothing (`pace`), so that idle instances cost a sharded store about nothing.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::notifier::{Notifier, Watch};
+use super::pace::{until_next, Pace};
 use super::periods::{close_through, ExportError};
 use super::Services;
 use crate::config::Config;
@@ -21,8 +23,9 @@ pub fn start(
     crossings: Option<mpsc::Receiver<rush_meter_core::thresholds::Notice>>,
     stop: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
+    let idle = config.jobs_idle_wait;
     let mut jobs = vec![
-        tokio::spawn(expiry(s.clone(), stop.clone())),
+        tokio::spawn(expiry(s.clone(), idle, stop.clone())),
         tokio::spawn(super::breaker::watch(
             s.db.clone(),
             std::sync::Arc::clone(&s.breaker),
@@ -30,7 +33,7 @@ pub fn start(
         )),
         tokio::spawn(stripe_events(s.clone(), stop.clone())),
         tokio::spawn(statistics(s.clone(), stop.clone())),
-        tokio::spawn(overage(s.clone(), stop.clone())),
+        tokio::spawn(overage(s.clone(), idle, stop.clone())),
         tokio::spawn(last_used(s.clone(), stop.clone())),
     ];
     if let (Some(notify), Some(rx)) = (&config.notify, crossings) {
@@ -43,6 +46,8 @@ pub fn start(
         );
         jobs.push(tokio::spawn(super::notifier::run(
             notifier,
+            std::sync::Arc::clone(&s.activity),
+            idle,
             rx,
             stop.clone(),
         )));
@@ -62,15 +67,18 @@ const OVERAGE_SETTLE: Secs = 2 * 3600;
 
 /// Charge the pay-as-you-go of ended windows (`billing::funding::charge_due`). Orgs that do
 /// not pay through Stripe have theirs closed all the same: the window's funding is final.
-async fn overage(s: Services, mut stop: watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-            _ = stop.changed() => return,
-        }
+/// Every 5 s while there are charges to send, backing off to `idle` while there are none (a
+/// window is charged `OVERAGE_SETTLE` after its end: waiting `idle` more changes nothing).
+async fn overage(s: Services, idle: Duration, mut stop: watch::Receiver<bool>) {
+    let mut pace = Pace::new(Duration::from_secs(5), idle);
+    while until_next(&mut pace, &s.activity, &mut stop).await {
         let before = s.clock.now() - OVERAGE_SETTLE;
-        if let Err(e) = crate::billing::funding::charge_due(&s.billing, before, None).await {
-            tracing::warn!(error = %e, "charging pay-as-you-go failed; will retry");
+        match crate::billing::funding::charge_due(&s.billing, before, None).await {
+            Ok(sent) => pace.after(sent > 0),
+            Err(e) => {
+                tracing::warn!(error = %e, "charging pay-as-you-go failed; will retry");
+                pace.after(true);
+            }
         }
     }
 }
@@ -113,32 +121,39 @@ async fn statistics(s: Services, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Book what time alone decides (silent sessions, parked ones past expiry) every few
-/// seconds. Each instance takes rows the others have not locked.
-async fn expiry(s: Services, mut stop: watch::Receiver<bool>) {
+/// Book what time alone decides (silent sessions, parked ones past expiry) every interval
+/// while there is traffic or something expired, backing off to `idle` on an idle instance.
+/// When it runs changes no total (docs/ledger.md, rule 7), and a session silent past a
+/// lease already counts as gone for the gate. Each instance takes rows the others have not
+/// locked.
+async fn expiry(s: Services, idle: Duration, mut stop: watch::Receiver<bool>) {
     let period = Duration::from_secs((s.rules.interval as u64).clamp(1, 15));
+    let mut pace = Pace::new(period, idle);
+    while until_next(&mut pace, &s.activity, &mut stop).await {
+        pace.after(expire_due(&s).await > 0);
+    }
+}
+
+/// Book every session due to expire now, a batch at a time; how many were booked.
+async fn expire_due(s: &Services) -> usize {
     const BATCH: i64 = 1000;
+    let mut booked = 0;
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(period) => {}
-            _ = stop.changed() => return,
-        }
-        loop {
-            match s
-                .db
-                .expire_sessions(s.clock.now(), &s.rules, &s.plans, BATCH)
-                .await
-            {
-                Ok(n) => {
-                    s.metrics.sessions_expired.inc_by(n as u64);
-                    if (n as i64) < BATCH {
-                        break;
-                    }
+        match s
+            .db
+            .expire_sessions(s.clock.now(), &s.rules, &s.plans, BATCH)
+            .await
+        {
+            Ok(n) => {
+                s.metrics.sessions_expired.inc_by(n as u64);
+                booked += n;
+                if (n as i64) < BATCH {
+                    return booked;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "expiry job failed; will retry");
-                    break;
-                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "expiry job failed; will retry");
+                return booked;
             }
         }
     }
@@ -160,18 +175,23 @@ async fn stripe_events(s: Services, mut stop: watch::Receiver<bool>) {
 }
 
 /// Closes each month once `settle` seconds have passed since its end. Every instance runs
-/// it; a month is closed by whichever gets there first (`PeriodStore::close_period`).
+/// it; a month is closed by whichever gets there first (`PeriodStore::close_period`). The
+/// periods are a reference table on Citus, read where the instance's coordinator is; a
+/// month found to have no org before it is not asked about again (orgs made later come
+/// later still).
 async fn period_close(s: Services, settle: Secs, mut stop: watch::Receiver<bool>) {
+    let mut nothing_through = None;
     loop {
         let now = s.clock.now();
         let due = rush_meter_core::export::due_month(now, settle);
-        let done = match s.db.list_periods().await {
-            Ok(p) => p.first().is_some_and(|l| l.period_end >= due.end),
-            Err(e) => {
-                tracing::warn!(error = %e, "period close check failed; will retry");
-                true
-            }
-        };
+        let done = nothing_through == Some(due.end)
+            || match s.db.list_periods().await {
+                Ok(p) => p.first().is_some_and(|l| l.period_end >= due.end),
+                Err(e) => {
+                    tracing::warn!(error = %e, "period close check failed; will retry");
+                    true
+                }
+            };
         if !done {
             match close_through(
                 &s.db,
@@ -182,8 +202,9 @@ async fn period_close(s: Services, settle: Secs, mut stop: watch::Receiver<bool>
             )
             .await
             {
+                Ok(_) => {}
                 // The first org came after the due month (or none yet): nothing is due.
-                Ok(_) | Err(ExportError::NothingToClose(_)) => {}
+                Err(ExportError::NothingToClose(_)) => nothing_through = Some(due.end),
                 Err(e) => tracing::warn!(error = %e, "closing billing periods failed; will retry"),
             }
         }

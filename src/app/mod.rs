@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod limits;
 pub mod notifier;
 pub mod orgs;
+pub mod pace;
 pub mod periods;
 pub mod sessions;
 pub mod standing;
@@ -118,6 +119,8 @@ pub struct Services {
     pub last_used: Arc<crate::tokens::LastUsed>,
     /// Each org's billing period as last read, so its windows' sums are read beside it.
     pub periods: standing::PeriodGuesses,
+    /// Touched by each heartbeat and admission group, so that idle jobs look sooner.
+    pub activity: Arc<pace::Activity>,
 }
 
 impl Services {
@@ -186,6 +189,7 @@ impl App {
             }
             None => (notifier::Watch::default(), None),
         };
+        let activity = Arc::new(pace::Activity::default());
         let (ingestor, mut writers) = Ingest::new(
             db.clone(),
             Arc::clone(&plans),
@@ -193,6 +197,7 @@ impl App {
             clock.clone(),
             Arc::clone(&metrics),
             watch.clone(),
+            Arc::clone(&activity),
         )
         .start();
         let (admitter, gate_writers) = Gate {
@@ -200,6 +205,7 @@ impl App {
             plans: Arc::clone(&plans),
             rules: config.rules,
             clock: clock.clone(),
+            activity: Arc::clone(&activity),
         }
         .start();
         writers.extend(gate_writers);
@@ -223,6 +229,7 @@ impl App {
             stripe_wake: Arc::default(),
             last_used: Arc::default(),
             periods: standing::PeriodGuesses::default(),
+            activity,
         };
         let (stop_jobs, stop) = watch::channel(false);
         let jobs = jobs::start(&services, config, watch, crossings, &stop);

@@ -27,6 +27,7 @@ use rush_meter_core::time::Secs;
 use secrecy::ExposeSecret;
 use tokio::sync::{mpsc, watch};
 
+use super::pace::{Activity, Pace};
 use crate::clock::Clock;
 use crate::config::NotifyConfig;
 use crate::metrics::{Metrics, ResultLabels};
@@ -272,29 +273,41 @@ impl Notifier {
     }
 }
 
-/// Record what the watch hands on and deliver what is due, until `stop`.
+/// Record what the watch hands on and deliver what is due, until `stop`. What this
+/// instance records it delivers at once; retries, and what a dead peer left, are looked
+/// for every second while some are found, backing off to `idle` (`pace`). Grants are
+/// scanned every `GRANT_SCAN` while this instance serves traffic (grants are used up by
+/// bookings), backing off to `idle` without it (an expiry a week away loses nothing).
 pub async fn run(
     n: Notifier,
+    activity: Arc<Activity>,
+    idle: Duration,
     mut notices: mpsc::Receiver<Notice>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut scan = tokio::time::interval(GRANT_SCAN);
+    let mut scan = Pace::new(GRANT_SCAN, idle);
+    let mut deliver = Pace::new(Duration::from_secs(1), idle);
     loop {
         tokio::select! {
             c = notices.recv() => match c {
                 Some(c) => n.record(&c).await,
                 None => return,
             },
-            _ = scan.tick() => {
+            _ = scan.wait(&activity) => {
                 if let Err(e) = n.scan_grants().await {
                     tracing::warn!(error = %e, "looking for grants to notify failed; will retry");
                 }
+                scan.after(false);
             }
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = deliver.wait(&activity) => {}
             _ = stop.changed() => return,
         }
-        if let Err(e) = n.deliver_due().await {
-            tracing::warn!(error = %e, "delivering notifications failed; will retry");
+        match n.deliver_due().await {
+            Ok(tried) => deliver.after(tried > 0),
+            Err(e) => {
+                tracing::warn!(error = %e, "delivering notifications failed; will retry");
+                deliver.after(true);
+            }
         }
     }
 }

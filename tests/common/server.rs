@@ -44,6 +44,9 @@ pub struct Options {
     pub period_settle: Option<i64>,
     pub notify: Option<rush_meter::config::NotifyConfig>,
     pub export_stall: Duration,
+    /// The idle jobs' longest wait: their base period in tests, whose manual clock moves
+    /// in jumps that no job could see coming (`app::pace` is tested on its own).
+    pub jobs_idle_wait: Duration,
     pub max_connections: usize,
     pub idle_connection: Duration,
     /// The system clock instead of a manual one at `clock_start` (the benchmarks).
@@ -67,6 +70,7 @@ impl Default for Options {
             period_settle: None,
             notify: None,
             export_stall: Duration::from_secs(120),
+            jobs_idle_wait: Duration::from_secs(1),
             max_connections: 4096,
             idle_connection: Duration::from_secs(120),
             system_clock: false,
@@ -105,6 +109,7 @@ impl TestServer {
             period_settle: opts.period_settle,
             notify: opts.notify.clone(),
             export_stall: opts.export_stall,
+            jobs_idle_wait: opts.jobs_idle_wait,
             max_connections: opts.max_connections,
             idle_connection: opts.idle_connection,
         };

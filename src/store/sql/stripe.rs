@@ -115,7 +115,19 @@ impl StripeStore for D {
         limit: i64,
     ) -> StoreResult<Vec<StripeEventRow>> {
         // Events arrive before their org is known: a table shared by every org (a
-        // reference table on Citus), claimed whole.
+        // reference table on Citus), claimed whole. A claim writes every copy of a
+        // reference table (each worker's, in a two-phase commit); a read is answered by
+        // one, the coordinator's: look first, claim only what is due.
+        let due: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM stripe_events \
+               WHERE state = 'pending' AND next_attempt_at <= $1)",
+        )
+        .bind(now)
+        .fetch_one(self.read())
+        .await?;
+        if !due {
+            return Ok(Vec::new());
+        }
         let queue = Queue {
             table: "stripe_events",
             key: "event_id",
