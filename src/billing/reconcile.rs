@@ -5,6 +5,8 @@
 
 use std::collections::HashSet;
 
+use rush_meter_core::org::Org;
+
 use super::api::Readable;
 use super::subscription::{Expandable, List, Subscription};
 use super::{Billing, BillingResult};
@@ -26,8 +28,21 @@ pub struct Report {
 
 /// Reconcile every subscription; `progress` is told after each one.
 pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingResult<Report> {
-    let api = b.api()?;
     let mut report = Report::default();
+    let seen = apply_listed(b, &mut report, &mut progress).await?;
+    let orgs = b.db.list_orgs().await?;
+    make_legacy_downgrades(b, &orgs, &mut report).await;
+    apply_unlisted(b, orgs, &seen, &mut report, &mut progress).await?;
+    Ok(report)
+}
+
+/// Walk Stripe's list of subscriptions and apply each that drifted; the ids seen.
+async fn apply_listed(
+    b: &Billing,
+    report: &mut Report,
+    progress: &mut impl FnMut(&str),
+) -> BillingResult<HashSet<String>> {
+    let api = b.api()?;
     let mut seen = HashSet::new();
     let mut after: Option<String> = None;
     loop {
@@ -71,9 +86,11 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
             break;
         }
     }
-    // Orgs whose subscription the list did not show: read it alone; gone for good means
-    // it ended (the fake deletes cancelled subscriptions; a deletion webhook may be lost).
-    let orgs = b.db.list_orgs().await?;
+    Ok(seen)
+}
+
+/// Make in Stripe the downgrades an older release recorded to make at a period's end.
+async fn make_legacy_downgrades(b: &Billing, orgs: &[Org], report: &mut Report) {
     for org in orgs
         .iter()
         .filter(|o| o.scheduled_plan_id.is_some() && !o.scheduled_in_stripe)
@@ -86,6 +103,18 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
                 .push((org.org_id.clone(), format!("downgrade: {e}"))),
         }
     }
+}
+
+/// Orgs whose subscription the list did not show: read it alone; gone for good means it
+/// ended (the fake deletes cancelled subscriptions; a deletion webhook may be lost).
+async fn apply_unlisted(
+    b: &Billing,
+    orgs: Vec<Org>,
+    seen: &HashSet<String>,
+    report: &mut Report,
+    progress: &mut impl FnMut(&str),
+) -> BillingResult<()> {
+    let api = b.api()?;
     for org in orgs {
         let Some(id) = org
             .stripe_subscription_id
@@ -128,7 +157,7 @@ pub async fn reconcile(b: &Billing, mut progress: impl FnMut(&str)) -> BillingRe
         }
         progress(&sub.id);
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Apply `listed` (a subscription of the list) to its org if it would change it: read
