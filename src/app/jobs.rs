@@ -67,11 +67,13 @@ const OVERAGE_SETTLE: Secs = 2 * 3600;
 
 /// Charge the pay-as-you-go of ended windows (`billing::funding::charge_due`). Orgs that do
 /// not pay through Stripe have theirs closed all the same: the window's funding is final.
-/// Every 5 s while there are charges to send, backing off to `idle` while there are none (a
-/// window is charged `OVERAGE_SETTLE` after its end: waiting `idle` more changes nothing).
+/// Every 5 s while there are charges to send, backing off to `idle` while there are none,
+/// traffic or not (a window is charged `OVERAGE_SETTLE` after its end: waiting `idle` more
+/// changes nothing).
 async fn overage(s: Services, idle: Duration, mut stop: watch::Receiver<bool>) {
     let mut pace = Pace::new(Duration::from_secs(5), idle);
-    while until_next(&mut pace, &s.activity, &mut stop).await {
+    // Traffic makes no charge due sooner: a window is due by time alone.
+    while until_next(&mut pace, None, &mut stop).await {
         let before = s.clock.now() - OVERAGE_SETTLE;
         match crate::billing::funding::charge_due(&s.billing, before, None).await {
             Ok(sent) => pace.after(sent > 0),
@@ -129,7 +131,7 @@ async fn statistics(s: Services, mut stop: watch::Receiver<bool>) {
 async fn expiry(s: Services, idle: Duration, mut stop: watch::Receiver<bool>) {
     let period = Duration::from_secs((s.rules.interval as u64).clamp(1, 15));
     let mut pace = Pace::new(period, idle);
-    while until_next(&mut pace, &s.activity, &mut stop).await {
+    while until_next(&mut pace, Some(&s.activity), &mut stop).await {
         pace.after(expire_due(&s).await > 0);
     }
 }

@@ -275,7 +275,8 @@ impl Notifier {
 
 /// Record what the watch hands on and deliver what is due, until `stop`. What this
 /// instance records it delivers at once; retries, and what a dead peer left, are looked
-/// for every second while some are found, backing off to `idle` (`pace`). Grants are
+/// for every second while some are found, backing off to `idle` (`pace`) while none are,
+/// traffic or not (they fall due by time alone). Grants are
 /// scanned every `GRANT_SCAN` while this instance serves traffic (grants are used up by
 /// bookings), backing off to `idle` without it (an expiry a week away loses nothing).
 pub async fn run(
@@ -293,13 +294,13 @@ pub async fn run(
                 Some(c) => n.record(&c).await,
                 None => return,
             },
-            _ = scan.wait(&activity) => {
+            _ = scan.wait(Some(&activity)) => {
                 if let Err(e) = n.scan_grants().await {
                     tracing::warn!(error = %e, "looking for grants to notify failed; will retry");
                 }
                 scan.after(false);
             }
-            _ = deliver.wait(&activity) => {}
+            _ = deliver.wait(None) => {}
             _ = stop.changed() => return,
         }
         match n.deliver_due().await {

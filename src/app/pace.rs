@@ -68,10 +68,10 @@ impl Pace {
         self.next = Instant::now() + self.current;
     }
 
-    /// Until the next look; `activity` meanwhile brings it to a base period from then.
-    /// The look after it is a wait later unless `after` says otherwise.
-    pub async fn wait(&mut self, activity: &Activity) {
-        while self.current > self.base {
+    /// Until the next look; `activity` meanwhile, when given, brings it to a base period
+    /// from then. The look after it is a wait later unless `after` says otherwise.
+    pub async fn wait(&mut self, activity: Option<&Activity>) {
+        while let Some(activity) = activity.filter(|_| self.current > self.base) {
             let woken = activity.wake.notified();
             tokio::pin!(woken);
             // Registered before the flag is raised, so a touch in between is not lost.
@@ -93,7 +93,7 @@ impl Pace {
 /// Wait for `pace`'s next look unless `stop` changes first: false when the job is to end.
 pub async fn until_next(
     pace: &mut Pace,
-    activity: &Activity,
+    activity: Option<&Activity>,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     tokio::select! {
@@ -148,7 +148,7 @@ mod tests {
                 activity.touch();
             })
         };
-        assert!(until_next(&mut p, &activity, &mut stop).await);
+        assert!(until_next(&mut p, Some(&activity), &mut stop).await);
         toucher.await.unwrap();
         assert_eq!(started.elapsed(), Duration::from_secs(7 + 5));
         assert_eq!(p.current(), Duration::from_secs(5));
@@ -161,10 +161,10 @@ mod tests {
         let mut p = pace();
         p.after(false);
         let started = Instant::now();
-        assert!(until_next(&mut p, &activity, &mut stop).await);
+        assert!(until_next(&mut p, Some(&activity), &mut stop).await);
         assert_eq!(started.elapsed(), Duration::from_secs(10));
         tx.send(true).unwrap();
-        assert!(!until_next(&mut p, &activity, &mut stop).await);
+        assert!(!until_next(&mut p, Some(&activity), &mut stop).await);
     }
 
     #[tokio::test(start_paused = true)]
@@ -175,7 +175,7 @@ mod tests {
         p.after(false);
         activity.touch();
         let started = Instant::now();
-        assert!(until_next(&mut p, &activity, &mut stop).await);
+        assert!(until_next(&mut p, Some(&activity), &mut stop).await);
         assert_eq!(started.elapsed(), Duration::from_secs(10));
     }
 
@@ -184,9 +184,9 @@ mod tests {
         let activity = Activity::default();
         let mut p = pace();
         let started = Instant::now();
-        let cut = tokio::time::timeout(Duration::from_secs(2), p.wait(&activity)).await;
+        let cut = tokio::time::timeout(Duration::from_secs(2), p.wait(Some(&activity))).await;
         assert!(cut.is_err(), "the first wait is cut at 2 s");
-        p.wait(&activity).await;
+        p.wait(Some(&activity)).await;
         assert_eq!(started.elapsed(), Duration::from_secs(5));
     }
 }
