@@ -1,9 +1,10 @@
-//! Checks that the store can run on Citus, sharded by org_id, where Citus itself cannot be
-//! installed: the catalog keeps Citus's rules, the SQL an operator runs to distribute names
-//! every table, and every statement that locks, upserts or claims org rows names the orgs
-//! of one shard (a partition of a database hash-partitioned by org_id, here). The whole
-//! PostgreSQL suite also runs once on such a database (`.ci/run`,
-//! `RUSH_METER_TEST_PG_PARTITIONS`).
+//! Checks that the store runs on Citus, sharded by org_id: the catalog keeps Citus's
+//! rules, the SQL an operator runs to distribute names every table, and every statement
+//! that locks, upserts or claims org rows names the orgs of one shard (a partition of a
+//! database hash-partitioned by org_id). On a real cluster (the ignored tests, which
+//! `.ci/run` runs with `RUSH_METER_TEST_CITUS`): the tables are placed as the runbook
+//! says, and the hot transactions of one org run on its shard alone. The PostgreSQL
+//! suite also runs once on a partitioned database and once on the cluster (`.ci/run`).
 
 mod common;
 
@@ -559,7 +560,9 @@ async fn on_a_real_cluster_every_table_is_placed_as_the_runbook_says() {
     let coordinator = common::citus::coordinator()
         .expect("RUSH_METER_TEST_CITUS names the coordinator of a cluster made by cluster.sh");
     let name = format!("rm_test_{:016x}", rand::random::<u64>());
-    let url = common::citus::distributed_database(&coordinator, &name, false).await;
+    let url =
+        common::citus::distributed_database(&coordinator, &name, false, common::citus::TEST_SHARDS)
+            .await;
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     let layout = || async {
         let rows: Vec<(String, String, Option<String>, i32)> = sqlx::query_as(
@@ -617,5 +620,166 @@ async fn on_a_real_cluster_every_table_is_placed_as_the_runbook_says() {
         .expect("distribute.sql run again");
     assert_eq!(layout().await, first, "a second run changes nothing");
     pool.close().await;
+    common::citus::drop_database(&coordinator, &name).await;
+}
+
+/// Single-shard and multi-shard executions the coordinator has run for database `name`
+/// (`citus_stat_counters`, counted while `citus.enable_stat_counters` is on).
+async fn shard_executions(pool: &sqlx::PgPool) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT query_execution_single_shard, query_execution_multi_shard \
+         FROM citus_stat_counters WHERE name = current_database()",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// On a real Citus cluster, the hot transactions of one org run on the org's shard alone:
+/// an admission of a new session and its resume, a heartbeat request of one org, a
+/// session's end and the usage page's read of the org's funding add no multi-shard
+/// execution (`citus_stat_counters`). Driven through the store, so that no background job
+/// runs meanwhile; the orgs lie on several shards.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: RUSH_METER_TEST_CITUS (.ci/run starts one)"]
+async fn on_a_real_cluster_the_hot_paths_of_one_org_run_on_its_shard() {
+    use rush_meter::store::{Admin, Db, OrgUpsert};
+    use rush_meter_core::gate::{AdmissionRequest, Agent};
+    use rush_meter_core::heartbeats::Heartbeat;
+    use rush_meter_core::ids::Id;
+    use rush_meter_core::ledger::{EndStatus, Observation, Rules, VmState};
+
+    let coordinator = common::citus::coordinator()
+        .expect("RUSH_METER_TEST_CITUS names the coordinator of a cluster made by cluster.sh");
+    let name = format!("rm_test_{:016x}", rand::random::<u64>());
+    let url = common::citus::test_database(&coordinator, &name, false).await;
+    let admin = sqlx::PgPool::connect(&format!("{coordinator}/postgres"))
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "ALTER DATABASE {name} SET citus.enable_stat_counters = on"
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+    admin.close().await;
+    let db = Db::connect(&url, Default::default()).await.unwrap();
+    let counters = sqlx::PgPool::connect(&url).await.unwrap();
+    let (plans, rules) = (
+        common::plans(),
+        Rules {
+            interval: 15,
+            lease: 45,
+        },
+    );
+    let actor = rush_meter_core::audit::Actor::system("test");
+    let orgs: Vec<String> = (0..8).map(|o| format!("org_{o}")).collect();
+    for org in &orgs {
+        let upsert = OrgUpsert {
+            org_id: org.clone(),
+            plan_id: Some("team".into()),
+            ..Default::default()
+        };
+        db.upsert_org(&upsert, T0, &actor).await.unwrap();
+        db.upsert_key(org, "k1", None, T0, &actor).await.unwrap();
+    }
+    let admission = |org: &str, session: &str| AdmissionRequest {
+        org_id: org.into(),
+        key_id: "k1".into(),
+        session_id: session.into(),
+        agent: Agent::Claude,
+        project_id: Some("web".into()),
+        started_by: Some("u1".into()),
+    };
+    let beat = |org: &str, session: &str, seq: i64, at: i64, state: VmState| Heartbeat {
+        org_id: Id::parse(org).unwrap(),
+        session_id: Id::parse(session).unwrap(),
+        vm_id: Id::parse(&format!("vm_{session}")).unwrap(),
+        obs: Observation { seq, at, state },
+        received_at: at,
+    };
+    // Warm the shard cache and each statement's plan first, as a running instance has.
+    for (i, org) in orgs.iter().enumerate() {
+        let s = format!("warm_{i}");
+        db.admit(&plans, &[admission(org, &s)], T0, &rules)
+            .await
+            .unwrap();
+        db.ingest(
+            &[vec![beat(org, &s, 1, T0, VmState::Running)]],
+            &rules,
+            &plans,
+            T0,
+            1,
+        )
+        .await
+        .unwrap();
+    }
+    let org = orgs[3].as_str();
+    let mut paths: Vec<(&str, (i64, i64))> = Vec::new();
+    let before = shard_executions(&counters).await;
+    let allowed = db
+        .admit(&plans, &[admission(org, "s1")], T0 + 1, &rules)
+        .await
+        .unwrap();
+    assert_eq!(allowed[0].as_ref().unwrap().decision.as_str(), "allow");
+    paths.push(("an admission of a new session", before));
+    let before = shard_executions(&counters).await;
+    db.ingest(
+        &[vec![beat(org, "s1", 1, T0 + 2, VmState::Running)]],
+        &rules,
+        &plans,
+        T0 + 2,
+        1,
+    )
+    .await
+    .unwrap();
+    paths.push(("a heartbeat", before));
+    let before = shard_executions(&counters).await;
+    db.ingest(
+        &[vec![beat(org, "s1", 2, T0 + 17, VmState::Parked)]],
+        &rules,
+        &plans,
+        T0 + 17,
+        1,
+    )
+    .await
+    .unwrap();
+    paths.push(("a heartbeat that parks", before));
+    let before = shard_executions(&counters).await;
+    db.admit(&plans, &[admission(org, "s1")], T0 + 30, &rules)
+        .await
+        .unwrap();
+    paths.push(("a resume", before));
+    let before = shard_executions(&counters).await;
+    db.end_session(org, "s1", EndStatus::Completed, T0 + 40, &rules, &plans)
+        .await
+        .unwrap();
+    paths.push(("an end", before));
+    let before = shard_executions(&counters).await;
+    db.funding_record_counting_parked(org, T0 + 50)
+        .await
+        .unwrap()
+        .unwrap();
+    paths.push(("the usage page's funding read", before));
+    let after = shard_executions(&counters).await;
+    let ends: Vec<(i64, i64)> = paths
+        .iter()
+        .skip(1)
+        .map(|(_, b)| *b)
+        .chain([after])
+        .collect();
+    for ((path, before), after) in paths.iter().zip(ends) {
+        assert!(
+            after.0 > before.0,
+            "{path}: the counters count ({before:?} {after:?})"
+        );
+        assert_eq!(
+            after.1 - before.1,
+            0,
+            "{path}: statements on every shard ({before:?} then {after:?})"
+        );
+    }
+    Admin::close(&*db).await;
+    counters.close().await;
     common::citus::drop_database(&coordinator, &name).await;
 }

@@ -49,9 +49,13 @@ fn nodes(port: u16) -> [u16; 3] {
     [port, port + 1, port + 2]
 }
 
-/// The SQL a test database is made from: the migrations, then the operator's script. A
-/// template made from other SQL is another template.
-fn schema_digest() -> String {
+/// The shards of a production cluster (`citus.shard_count`'s default), which the
+/// benchmarks distribute with.
+pub const PRODUCTION_SHARDS: u32 = 32;
+
+/// The SQL a test database is made from: the migrations, then the operator's script, and
+/// its shards. A template made from other SQL is another template.
+fn schema_digest(shards: u32) -> String {
     use sha2::{Digest, Sha256};
     let mut files: Vec<std::path::PathBuf> =
         std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres"))
@@ -70,14 +74,20 @@ fn schema_digest() -> String {
     for f in files {
         h.update(std::fs::read(&f).unwrap());
     }
-    h.update(TEST_SHARDS.to_le_bytes());
+    h.update(shards.to_le_bytes());
     format!("{:x}", h.finalize())[..16].to_owned()
 }
 
 /// Make database `name` on every node with the extension, register the workers, migrate it
 /// and distribute it with `migrations/citus/distribute.sql`, as docs/operations.md says an
-/// operator does (`cluster.sh createdb`, `rush-meter migrate`, the script); its URL.
-pub async fn distributed_database(coordinator: &str, name: &str, durable: bool) -> String {
+/// operator does (`cluster.sh createdb`, `rush-meter migrate`, the script), with `shards`
+/// shards a table; its URL.
+pub async fn distributed_database(
+    coordinator: &str,
+    name: &str,
+    durable: bool,
+    shards: u32,
+) -> String {
     let (host, port) = host_port(coordinator);
     for p in nodes(port) {
         on_node(&host, p, "postgres", &format!("CREATE DATABASE {name}")).await;
@@ -113,7 +123,7 @@ pub async fn distributed_database(coordinator: &str, name: &str, durable: bool) 
         &host,
         port,
         name,
-        &format!("SET citus.shard_count = {TEST_SHARDS};\n{script}"),
+        &format!("SET citus.shard_count = {shards};\n{script}"),
     )
     .await;
     url
@@ -139,9 +149,19 @@ async fn set_durability(host: &str, port: u16, name: &str, durable: bool) {
 /// of one name; copied alike on every node, the copies are a cluster's database of the new
 /// name). Making one from scratch costs seconds a test; a copy a fraction of one.
 pub async fn test_database(coordinator: &str, name: &str, durable: bool) -> String {
+    database_of_shards(coordinator, name, durable, TEST_SHARDS).await
+}
+
+/// `test_database` with `shards` shards a table.
+pub async fn database_of_shards(
+    coordinator: &str,
+    name: &str,
+    durable: bool,
+    shards: u32,
+) -> String {
     let (host, port) = host_port(coordinator);
-    let template = format!("rm_template_{}", schema_digest());
-    ensure_template(&host, port, &template).await;
+    let template = format!("rm_template_{}", schema_digest(shards));
+    ensure_template(&host, port, &template, shards).await;
     for p in nodes(port) {
         on_node(
             &host,
@@ -158,7 +178,7 @@ pub async fn test_database(coordinator: &str, name: &str, durable: bool) -> Stri
 /// Make `template` unless the cluster has it: made whole, then closed to connections (a
 /// database copied must have none, and Citus's own daemon keeps some open), under an
 /// advisory lock so that concurrent tests, and test programs, make it once.
-async fn ensure_template(host: &str, port: u16, template: &str) {
+async fn ensure_template(host: &str, port: u16, template: &str, shards: u32) {
     let url = format!("postgres://postgres@{host}:{port}/postgres");
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
         .await
@@ -181,6 +201,7 @@ async fn ensure_template(host: &str, port: u16, template: &str) {
             &format!("postgres://postgres@{host}:{port}"),
             template,
             true,
+            shards,
         )
         .await;
         for p in nodes(port).into_iter().rev() {
@@ -216,4 +237,29 @@ pub async fn drop_database(coordinator: &str, name: &str) {
         )
         .await;
     }
+}
+
+/// Transactions committed and rolled back on the workers in database `name`, summed: what
+/// the coordinator sent them (`pg_stat_database`, which a worker's backend updates within
+/// about 10 s of going idle: `PGSTAT_IDLE_INTERVAL`).
+pub async fn worker_transactions(coordinator: &str, name: &str) -> i64 {
+    let (host, port) = host_port(coordinator);
+    let mut sum = 0;
+    for p in &nodes(port)[1..] {
+        let url = format!("postgres://postgres@{host}:{p}/postgres");
+        let pool = sqlx::PgPool::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("Citus worker {url}: {e}"));
+        let n: i64 = sqlx::query_scalar(
+            "SELECT CAST(xact_commit + xact_rollback AS BIGINT) FROM pg_stat_database \
+             WHERE datname = $1",
+        )
+        .bind(name)
+        .fetch_one(&pool)
+        .await
+        .unwrap_or_else(|e| panic!("transactions of {name} on {url}: {e}"));
+        sum += n;
+        pool.close().await;
+    }
+    sum
 }

@@ -10,7 +10,7 @@ pub const NO_EDGE: (Secs, Secs) = super::sql::NO_EDGE;
 pub const RUNNING_SESSIONS: &str = super::sql::RUNNING_SESSIONS;
 /// The usage page's read of orgs `$1` with their funding at `$2` and parked sessions.
 pub fn funding_counting_parked() -> String {
-    super::sql::funding_select_with(super::sql::PARKED_SESSIONS)
+    super::sql::funding_select_with(true, false)
 }
 
 /// The heartbeat group's lock of its sessions: orgs `$1`, session ids `$2`.

@@ -322,6 +322,10 @@ impl Dialect for Pg {
             .collect())
     }
 
+    fn spread(&self) -> bool {
+        *self.sharding.read().expect("sharding lock") != Sharding::One
+    }
+
     fn read(&self) -> &PgPool {
         &self.pool
     }

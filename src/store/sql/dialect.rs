@@ -74,6 +74,12 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     fn keyed(&self) -> &Pool<Self::DB>;
     /// Writes.
     fn write(&self) -> &Pool<Self::DB>;
+    /// Whether orgs' rows lie on several shards (Citus, partitions): a statement then names
+    /// its orgs in every subquery on an org table, which Citus needs to route it to their
+    /// shard and one PostgreSQL pays for on every row of a big group.
+    fn spread(&self) -> bool {
+        false
+    }
     /// A group commit's transaction (heartbeats, admissions).
     async fn begin_hot(&self) -> StoreResult<TxOf<Self>>;
 

@@ -129,49 +129,71 @@ impl<'r> sqlx::FromRow<'r, Row> for FundingRow {
 }
 
 /// Orgs of `$1` (one shard's) with the windows they fund in that end after `$2` and their
-/// grants open at `$2`. Never with a lock in the same statement: a booking locks the rows
-/// first (`lock_orgs`), so that its read sees the bookings it waited for.
-fn funding_select() -> String {
-    funding_select_with("")
-}
-
-/// An org's parked sessions, counted from the index led by (org_id, phase) without reading their
-/// rows (they pile up: a session parks between turns for days): a column for
-/// `funding_select_with`.
-pub(crate) const PARKED_SESSIONS: &str = ", (SELECT COUNT(*) FROM sessions s \
-     WHERE s.org_id = o.org_id AND s.phase = 'parked') AS parked_sessions";
-
-/// `funding_select` with `more` columns of the org (each led by a comma).
-pub(crate) fn funding_select_with(more: &str) -> String {
+/// grants open at `$2`, and with `counting_parked` their parked sessions (counted from the
+/// index led by (org_id, phase) without reading their rows: they pile up, a session parks
+/// between turns for days). Never with a lock in the same statement: a booking locks the
+/// rows first (`lock_orgs`), so that its read sees the bookings it waited for.
+///
+/// `spread` (`Dialect::spread`): each subquery names the orgs `$1` as well (Citus routes a
+/// statement to one shard only when every org table in it is filtered by org: a correlation
+/// alone does not prune), and the periods' floor is correlated with the org's row, so that
+/// it is read beside it on the org's worker (a reference table is on every node) rather
+/// than first, through the coordinator.
+pub(crate) fn funding_select_with(counting_parked: bool, spread: bool) -> String {
+    let named = |alias: &str| {
+        if spread {
+            format!(" AND {}", D::in_list(&format!("{alias}.org_id"), 1))
+        } else {
+            String::new()
+        }
+    };
+    let (w, g, c, s) = (named("w"), named("g"), named("c"), named("s"));
+    let beside = if spread {
+        " WHERE o.org_id IS NOT NULL"
+    } else {
+        ""
+    };
+    let parked = if counting_parked {
+        format!(
+            ", (SELECT COUNT(*) FROM sessions s \
+             WHERE s.org_id = o.org_id{s} AND s.phase = 'parked') AS parked_sessions"
+        )
+    } else {
+        String::new()
+    };
     format!(
         "SELECT o.*, \
            (SELECT COALESCE(CAST({JSON_AGG}({JSON_ARRAY}(w.kind, w.window_start, w.window_end, \
               w.plan_seconds, w.grant_seconds, w.overage_seconds, w.grace_seconds, w.charge_units)) AS TEXT), '[]') \
-            FROM funding_windows w WHERE w.org_id = o.org_id AND w.window_end > $2) AS funding_windows, \
+            FROM funding_windows w WHERE w.org_id = o.org_id{w} AND w.window_end > $2) AS funding_windows, \
            (SELECT COALESCE(CAST({JSON_AGG}({JSON_ARRAY}(g.org_id, g.grant_id, g.kind, g.seconds, \
               g.used_seconds, g.priority, g.starts_at, g.expires_at, g.created_at)) AS TEXT), '[]') \
-            FROM grants g WHERE g.org_id = o.org_id AND g.voided_at IS NULL \
+            FROM grants g WHERE g.org_id = o.org_id{g} AND g.voided_at IS NULL \
               AND g.used_seconds < g.seconds AND (g.expires_at IS NULL OR g.expires_at > $2)) AS open_grants, \
-           EXISTS (SELECT 1 FROM grants g WHERE g.org_id = o.org_id AND g.voided_at IS NULL \
+           EXISTS (SELECT 1 FROM grants g WHERE g.org_id = o.org_id{g} AND g.voided_at IS NULL \
               AND g.starts_at <= $2 AND (g.expires_at IS NULL OR g.expires_at > $2)) AS holds_grants, \
-           {GREATEST}(COALESCE((SELECT MAX(p.period_end) FROM periods p), 0), \
-             COALESCE((SELECT MAX(c.window_end) FROM overage_charges c WHERE c.org_id = o.org_id), 0)) \
-             AS funding_floor{more} \
+           {GREATEST}(COALESCE((SELECT MAX(p.period_end) FROM periods p{beside}), 0), \
+             COALESCE((SELECT MAX(c.window_end) FROM overage_charges c WHERE c.org_id = o.org_id{c}), 0)) \
+             AS funding_floor{parked} \
          FROM orgs o WHERE o.{} ORDER BY o.org_id{BYTE_ORDER}",
         D::org_in(1)
     )
 }
 
+/// `funding_select_with` of orgs `orgs` at `since`, without the parked count.
 pub(crate) async fn select_funding<'e, E: sqlx::Executor<'e, Database = DB>>(
     ex: E,
     orgs: &[&str],
     since: Secs,
+    spread: bool,
 ) -> StoreResult<Vec<FundingRow>> {
-    Ok(sqlx::query_as::<_, FundingRow>(&funding_select())
-        .bind(D::id_list(orgs))
-        .bind(since)
-        .fetch_all(ex)
-        .await?)
+    Ok(
+        sqlx::query_as::<_, FundingRow>(&funding_select_with(false, spread))
+            .bind(D::id_list(orgs))
+            .bind(since)
+            .fetch_all(ex)
+            .await?,
+    )
 }
 
 impl D {
@@ -205,7 +227,7 @@ impl D {
                 // one that waited for the lock would miss what the booking holding it
                 // committed (its grants used, its windows' funds) and write over it.
                 lock_orgs(tx, chunk).await?;
-                rows.extend(select_funding(&mut **tx, chunk, since).await?);
+                rows.extend(select_funding(&mut **tx, chunk, since, self.spread()).await?);
             }
         }
         if let Some(missing) = orgs
@@ -271,10 +293,11 @@ async fn funding_records(
     pool: &Pool<DB>,
     org_ids: &[&str],
     now: Secs,
+    spread: bool,
 ) -> StoreResult<Vec<(Org, rush_meter_core::funding::Recorded)>> {
     let mut out = Vec::with_capacity(org_ids.len());
     for chunk in org_ids.chunks(CHUNK) {
-        for row in select_funding(pool, chunk, now).await? {
+        for row in select_funding(pool, chunk, now, spread).await? {
             out.push((row.org, row.recorded));
         }
     }
@@ -340,7 +363,7 @@ impl FundingStore for D {
         org_ids: &[&str],
         now: Secs,
     ) -> StoreResult<Vec<(Org, rush_meter_core::funding::Recorded)>> {
-        funding_records(self.keyed(), org_ids, now).await
+        funding_records(self.keyed(), org_ids, now, self.spread()).await
     }
 
     async fn funding_record_counting_parked(
@@ -349,7 +372,7 @@ impl FundingStore for D {
         now: Secs,
     ) -> StoreResult<Option<(Org, rush_meter_core::funding::Recorded, i64)>> {
         use sqlx::{FromRow, Row as _};
-        let row = sqlx::query(&funding_select_with(PARKED_SESSIONS))
+        let row = sqlx::query(&funding_select_with(true, self.spread()))
             .bind(D::id_list(&[org_id]))
             .bind(now)
             .fetch_optional(self.keyed())

@@ -262,7 +262,7 @@ async fn lock_phase(
     tx: &mut Tx,
     named: &Named<'_>,
     shards: &BTreeMap<i64, Vec<&str>>,
-    now: Secs,
+    (now, spread): (Secs, bool),
 ) -> StoreResult<Locked> {
     let mut locked = Locked {
         keys: HashMap::with_capacity(named.keys.len()),
@@ -276,8 +276,8 @@ async fn lock_phase(
             }
         }
     }
-    for chunk in named.orgs.chunks(CHUNK) {
-        for FundingRow { org, recorded } in select_funding(&mut **tx, chunk, now).await? {
+    for chunk in shards.values().flat_map(|orgs| orgs.chunks(CHUNK)) {
+        for FundingRow { org, recorded } in select_funding(&mut **tx, chunk, now, spread).await? {
             locked.funding.insert(org.org_id.clone(), recorded);
             locked.orgs.insert(org.org_id.clone(), org);
         }
@@ -483,7 +483,7 @@ async fn admit_once(
     let mut tx = store.begin_hot().await?;
     let named = Named::of(requests);
     let shards = store.by_shard(&mut tx, named.orgs.iter().copied()).await?;
-    let locked = lock_phase(&mut tx, &named, &shards, now).await?;
+    let locked = lock_phase(&mut tx, &named, &shards, (now, store.spread())).await?;
     let by_windows = rush_meter_core::standing::by_windows(locked.orgs.values(), now);
     let first = gate_reads(&by_windows, &named.members, now, rules);
     let ask = EarlyAsk {

@@ -170,7 +170,7 @@ async fn select_expiring(
 }
 
 /// An org's running sessions (`$1`). Read on a generic plan on one PostgreSQL (`Pg::keyed`),
-/// as is the usage page's count of parked ones (`PARKED_SESSIONS`): tests/generic_plans.rs
+/// as is the usage page's count of parked ones (`funding_select_with`): tests/generic_plans.rs
 /// checks both on a large org.
 pub(crate) const RUNNING_SESSIONS: &str =
     "SELECT * FROM sessions WHERE org_id = $1 AND phase = 'running'";
