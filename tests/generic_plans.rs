@@ -260,7 +260,7 @@ async fn the_slot_count_reads_a_keys_open_sessions_not_its_history() {
 /// A heartbeat group's lock of its sessions (about 300 over 50 orgs in the ingest
 /// benchmark): found by id through the primary key, led by `session_id` (migration
 /// 0011), each row checked against a hash of the group's orgs. `org_id = ANY($1)` in a generic plan compares every row with each org
-/// of the array in turn (reports/citus.md: 0.27 ms more a lock of that size).
+/// of the array in turn (reports/distributable.md: 0.27 ms more a lock of that size).
 #[tokio::test]
 async fn the_session_lock_finds_sessions_by_their_key_and_hashes_the_orgs() {
     let Some(db) = database().await else { return };

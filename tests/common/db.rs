@@ -37,41 +37,51 @@ pub async fn fresh_database_with(
             let url = format!("sqlite://{}", dir.path().join("meter.db").display());
             Some((url, Some(dir)))
         }
-        Backend::Postgres => {
-            let name = format!("rm_test_{:016x}", rand::random::<u64>());
-            if let Some(coordinator) = super::citus::coordinator() {
+        Backend::Postgres => match super::citus::coordinator() {
+            Some(coordinator) => {
+                let name = format!("rm_test_{:016x}", rand::random::<u64>());
                 let url = super::citus::test_database(&coordinator, &name, durable).await;
-                return Some((url, None));
+                Some((url, None))
             }
-            let base = pg_base_url();
-            let admin = match sqlx::PgPool::connect(&format!("{base}/postgres")).await {
-                Ok(p) => p,
-                Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-                    panic!("PostgreSQL at {base} is required on CI: {e}")
-                }
-                Err(e) => {
-                    eprintln!("NOTE: PostgreSQL at {base} unreachable ({e}); this test did not run on PostgreSQL");
-                    return None;
-                }
-            };
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&admin)
-                .await
-                .expect("create test database");
-            if !durable {
-                sqlx::query(&format!(
-                    "ALTER DATABASE {name} SET synchronous_commit = off"
-                ))
-                .execute(&admin)
-                .await
-                .expect("configure test database");
-            }
-            admin.close().await;
-            let url = format!("{base}/{name}");
-            if let Some(n) = shards::partitions() {
-                shards::partition(&url, n).await;
-            }
-            Some((url, None))
-        }
+            None => Some((postgres_database(durable).await?, None)),
+        },
     }
+}
+
+/// A fresh database on the one PostgreSQL of `RUSH_METER_TEST_PG` (hash-partitioned when
+/// `RUSH_METER_TEST_PG_PARTITIONS` says so), whatever `RUSH_METER_TEST_CITUS` says; `None`
+/// when PostgreSQL is not here (a failure on CI).
+pub async fn postgres_database(durable: bool) -> Option<String> {
+    let name = format!("rm_test_{:016x}", rand::random::<u64>());
+    let base = pg_base_url();
+    let admin = match sqlx::PgPool::connect(&format!("{base}/postgres")).await {
+        Ok(p) => p,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("PostgreSQL at {base} is required on CI: {e}")
+        }
+        Err(e) => {
+            eprintln!(
+                "NOTE: PostgreSQL at {base} unreachable ({e}); this test did not run on PostgreSQL"
+            );
+            return None;
+        }
+    };
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .expect("create test database");
+    if !durable {
+        sqlx::query(&format!(
+            "ALTER DATABASE {name} SET synchronous_commit = off"
+        ))
+        .execute(&admin)
+        .await
+        .expect("configure test database");
+    }
+    admin.close().await;
+    let url = format!("{base}/{name}");
+    if let Some(n) = shards::partitions() {
+        shards::partition(&url, n).await;
+    }
+    Some(url)
 }

@@ -36,7 +36,7 @@ pub mod webhooks;
 // The names the tests use, here as before the harness was split; each test binary uses
 // some of them (as with `dead_code` above).
 #[allow(unused_imports)]
-pub use db::{fresh_database, fresh_database_with, pg_base_url, Backend};
+pub use db::{fresh_database, fresh_database_with, pg_base_url, postgres_database, Backend};
 #[allow(unused_imports)]
 pub use every_backend::{run_on, OnBackend};
 #[allow(unused_imports)]

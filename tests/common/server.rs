@@ -182,8 +182,8 @@ impl TestServer {
         if let Some(coordinator) = super::citus::coordinator() {
             if let Some(name) = self.database_url.strip_prefix(&format!("{coordinator}/")) {
                 super::citus::drop_database(&coordinator, name).await;
+                return;
             }
-            return;
         }
         let base = pg_base_url();
         if let Some(name) = self.database_url.strip_prefix(&format!("{base}/")) {
