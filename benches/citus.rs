@@ -57,7 +57,8 @@ struct Reading {
 }
 
 /// A server over a fresh, fsynced database of `store` (the cluster's with production's
-/// 32 shards), its orgs made; and the database's name on the cluster.
+/// 32 shards), its orgs and keys made (as benches/admission.rs makes them); and the
+/// database's name on the cluster.
 async fn start(store: Store, coordinator: &str, plans: &tempfile::TempDir) -> (Server, String) {
     let name = format!("rm_test_{:016x}", rand::random::<u64>());
     let url = match store {
@@ -75,6 +76,15 @@ async fn start(store: Store, coordinator: &str, plans: &tempfile::TempDir) -> (S
     };
     let server = Server::start_on(common::Backend::Postgres, url, None, opts).await;
     common::create_orgs(&server, ORGS, common::Funding::Plan).await;
+    for k in 0..KEYS {
+        server
+            .admin(
+                "PUT",
+                &format!("/v1/orgs/org_{}/keys/k{k}", k % ORGS),
+                Some(json!({"concurrency_limit": 100})),
+            )
+            .await;
+    }
     (server, name)
 }
 
