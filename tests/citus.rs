@@ -623,8 +623,8 @@ async fn on_a_real_cluster_every_table_is_placed_as_the_runbook_says() {
     common::citus::drop_database(&coordinator, &name).await;
 }
 
-/// Single-shard and multi-shard executions the coordinator has run for database `name`
-/// (`citus_stat_counters`, counted while `citus.enable_stat_counters` is on).
+/// Single-shard and multi-shard executions the coordinator has run in this database
+/// (`citus_stat_counters`), by connections where `citus.enable_stat_counters` is on.
 async fn shard_executions(pool: &sqlx::PgPool) -> (i64, i64) {
     sqlx::query_as(
         "SELECT query_execution_single_shard, query_execution_multi_shard \
@@ -653,17 +653,14 @@ async fn on_a_real_cluster_the_hot_paths_of_one_org_run_on_its_shard() {
         .expect("RUSH_METER_TEST_CITUS names the coordinator of a cluster made by cluster.sh");
     let name = format!("rm_test_{:016x}", rand::random::<u64>());
     let url = common::citus::test_database(&coordinator, &name, false).await;
-    let admin = sqlx::PgPool::connect(&format!("{coordinator}/postgres"))
-        .await
-        .unwrap();
-    sqlx::query(&format!(
-        "ALTER DATABASE {name} SET citus.enable_stat_counters = on"
-    ))
-    .execute(&admin)
+    // Counted on the store's own connections only: Citus's daemons run statements of
+    // their own in the database.
+    let db = Db::connect(
+        &format!("{url}?options=-c%20citus.enable_stat_counters%3Don"),
+        Default::default(),
+    )
     .await
     .unwrap();
-    admin.close().await;
-    let db = Db::connect(&url, Default::default()).await.unwrap();
     let counters = sqlx::PgPool::connect(&url).await.unwrap();
     let (plans, rules) = (
         common::plans(),
