@@ -635,6 +635,22 @@ async fn shard_executions(pool: &sqlx::PgPool) -> (i64, i64) {
     .unwrap()
 }
 
+/// That what ran since `before` (the counters then) ran on one shard at a time, and that
+/// something was counted; the counters now.
+async fn on_one_shard(pool: &sqlx::PgPool, path: &str, before: (i64, i64)) -> (i64, i64) {
+    let after = shard_executions(pool).await;
+    assert!(
+        after.0 > before.0,
+        "{path}: the counters count ({before:?} {after:?})"
+    );
+    assert_eq!(
+        after.1 - before.1,
+        0,
+        "{path}: statements on every shard ({before:?} then {after:?})"
+    );
+    after
+}
+
 /// On a real Citus cluster, the hot transactions of one org run on the org's shard alone:
 /// an admission of a new session and its resume, a heartbeat request of one org, a
 /// session's end and the usage page's read of the org's funding add no multi-shard
@@ -712,70 +728,35 @@ async fn on_a_real_cluster_the_hot_paths_of_one_org_run_on_its_shard() {
         .unwrap();
     }
     let org = orgs[3].as_str();
-    let mut paths: Vec<(&str, (i64, i64))> = Vec::new();
-    let before = shard_executions(&counters).await;
+    let ingest = |seq: i64, at: i64, state: VmState| {
+        let group = [vec![beat(org, "s1", seq, at, state)]];
+        let (db, rules, plans) = (&db, &rules, &plans);
+        async move { db.ingest(&group, rules, plans, at, 1).await.unwrap() }
+    };
+    let mut mark = shard_executions(&counters).await;
     let allowed = db
         .admit(&plans, &[admission(org, "s1")], T0 + 1, &rules)
         .await
         .unwrap();
     assert_eq!(allowed[0].as_ref().unwrap().decision.as_str(), "allow");
-    paths.push(("an admission of a new session", before));
-    let before = shard_executions(&counters).await;
-    db.ingest(
-        &[vec![beat(org, "s1", 1, T0 + 2, VmState::Running)]],
-        &rules,
-        &plans,
-        T0 + 2,
-        1,
-    )
-    .await
-    .unwrap();
-    paths.push(("a heartbeat", before));
-    let before = shard_executions(&counters).await;
-    db.ingest(
-        &[vec![beat(org, "s1", 2, T0 + 17, VmState::Parked)]],
-        &rules,
-        &plans,
-        T0 + 17,
-        1,
-    )
-    .await
-    .unwrap();
-    paths.push(("a heartbeat that parks", before));
-    let before = shard_executions(&counters).await;
+    mark = on_one_shard(&counters, "an admission of a new session", mark).await;
+    ingest(1, T0 + 2, VmState::Running).await;
+    mark = on_one_shard(&counters, "a heartbeat", mark).await;
+    ingest(2, T0 + 17, VmState::Parked).await;
+    mark = on_one_shard(&counters, "a heartbeat that parks", mark).await;
     db.admit(&plans, &[admission(org, "s1")], T0 + 30, &rules)
         .await
         .unwrap();
-    paths.push(("a resume", before));
-    let before = shard_executions(&counters).await;
+    mark = on_one_shard(&counters, "a resume", mark).await;
     db.end_session(org, "s1", EndStatus::Completed, T0 + 40, &rules, &plans)
         .await
         .unwrap();
-    paths.push(("an end", before));
-    let before = shard_executions(&counters).await;
+    mark = on_one_shard(&counters, "an end", mark).await;
     db.funding_record_counting_parked(org, T0 + 50)
         .await
         .unwrap()
         .unwrap();
-    paths.push(("the usage page's funding read", before));
-    let after = shard_executions(&counters).await;
-    let ends: Vec<(i64, i64)> = paths
-        .iter()
-        .skip(1)
-        .map(|(_, b)| *b)
-        .chain([after])
-        .collect();
-    for ((path, before), after) in paths.iter().zip(ends) {
-        assert!(
-            after.0 > before.0,
-            "{path}: the counters count ({before:?} {after:?})"
-        );
-        assert_eq!(
-            after.1 - before.1,
-            0,
-            "{path}: statements on every shard ({before:?} then {after:?})"
-        );
-    }
+    on_one_shard(&counters, "the usage page's funding read", mark).await;
     Admin::close(&*db).await;
     counters.close().await;
     common::citus::drop_database(&coordinator, &name).await;
