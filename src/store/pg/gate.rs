@@ -173,14 +173,19 @@ impl GateRows for Pg {
 
     /// Write what a group of admissions decided in one statement: new sessions (holding their
     /// slot), slots of resumed ones, decision records. False (and the transaction must be
-    /// abandoned) if one of the new sessions existed already.
+    /// abandoned) if one of the new sessions existed already. On Citus, a statement a table
+    /// (`values`).
     async fn write_admissions(
+        &self,
         tx: &mut Tx,
         orgs: &[&str],
         created: &[Session],
         resumed: &[Session],
         decisions: &[&Decision],
     ) -> StoreResult<bool> {
+        if self.distributed() {
+            return write_admissions(tx, created, resumed, decisions).await;
+        }
         let mut p = Params::new();
         let new_rows = p.sessions(created);
         let new_slots = p.column("int8[]", created, |r| r.slot_at);

@@ -151,6 +151,12 @@ impl Pg {
         *self.sharding.read().expect("sharding lock") == Sharding::One
     }
 
+    /// Whether the org tables are distributed by Citus, which routes a set-based write to
+    /// its shard only as multi-row VALUES (`values`).
+    fn distributed(&self) -> bool {
+        *self.sharding.read().expect("sharding lock") == Sharding::Citus
+    }
+
     /// Whether the org tables are distributed (Citus) or hash-partitioned by org_id, read
     /// from the catalog; `sessions` stands for them all (they are co-located).
     async fn detect_sharding(&self) -> StoreResult<()> {
@@ -204,6 +210,7 @@ impl Dialect for Pg {
     const LOCK_ORGS: &'static str = " FOR NO KEY UPDATE OF o";
     const JSON_AGG: &'static str = "json_agg";
     const JSON_ARRAY: &'static str = "json_build_array";
+    const KEEP_VALUES: bool = true;
 
     fn in_list(column: &str, n: usize) -> String {
         format!("{column} = ANY(${n})")

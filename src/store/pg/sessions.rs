@@ -48,10 +48,17 @@ pub(super) async fn select_sessions_for_update(
 impl SessionRows for Pg {
     /// Write what one transaction books (session rows, both rollups, closed spans, and who
     /// pays for it) in one statement: one round trip while the rows stay locked, whatever the
-    /// group's size.
-    async fn write_booking(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
+    /// group's size. On Citus, a statement a table (`values`).
+    async fn write_booking(&self, tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
         if b.is_empty() {
             return Ok(());
+        }
+        if self.distributed() {
+            let sessions: Vec<Session> = b.sessions.values().cloned().collect();
+            for chunk in sessions.chunks(CHUNK) {
+                insert_sessions(tx, chunk, Slot::Without, SESSION_UPSERT).await?;
+            }
+            return write_booking_rollups(tx, shard, b).await;
         }
         let sessions: Vec<Session> = b.sessions.values().cloned().collect();
         let (oh, sh, spans) = (&b.org_hours, &b.session_hours, &b.spans);
@@ -144,7 +151,10 @@ impl SessionRows for Pg {
 
     /// Insert sessions first seen now, skipping any another writer inserted first; returns
     /// how many were inserted.
-    async fn insert_new_session_rows(tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+    async fn insert_new_session_rows(&self, tx: &mut Tx, rows: &[Session]) -> StoreResult<u64> {
+        if self.distributed() {
+            return insert_sessions(tx, rows, Slot::Without, " ON CONFLICT DO NOTHING").await;
+        }
         // Counted from RETURNING: a distributed PostgreSQL reports the rows offered to an
         // INSERT … SELECT … ON CONFLICT DO NOTHING, not the rows inserted (citus#3377).
         let mut p = Params::new();

@@ -55,6 +55,10 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// Aggregate rows into a JSON array, and build one from values.
     const JSON_AGG: &'static str;
     const JSON_ARRAY: &'static str;
+    /// Whether a multi-row VALUES statement (`values`) is prepared once a connection: worth
+    /// it where planning a statement costs a round trip's share (PostgreSQL, Citus), not
+    /// where its text changes with each group's size and preparing is cheap (SQLite).
+    const KEEP_VALUES: bool;
 
     /// `column` among the ids bound (with `id_list`) as parameter `$n`.
     fn in_list(column: &str, n: usize) -> String;
@@ -132,10 +136,14 @@ pub trait SessionRows: Dialect {
     ) -> StoreResult<Vec<Rec<Session>>>;
 
     /// Insert sessions first seen now; the number inserted.
-    async fn insert_new_session_rows(tx: &mut TxOf<Self>, rows: &[Session]) -> StoreResult<u64>;
+    async fn insert_new_session_rows(
+        &self,
+        tx: &mut TxOf<Self>,
+        rows: &[Session],
+    ) -> StoreResult<u64>;
 
     /// Write what one transaction books: session rows, rollups, spans, funding.
-    async fn write_booking(tx: &mut TxOf<Self>, shard: i64, b: &Booking) -> StoreResult<()>;
+    async fn write_booking(&self, tx: &mut TxOf<Self>, shard: i64, b: &Booking) -> StoreResult<()>;
 
     /// The ids among `ids` of orgs that exist.
     async fn select_org_ids(tx: &mut TxOf<Self>, ids: &[&str]) -> StoreResult<Vec<String>>;
@@ -169,6 +177,7 @@ pub trait GateRows: SessionRows {
     /// Write a group's admissions: new and resumed sessions, and every decision; false
     /// when a session to insert exists already.
     async fn write_admissions(
+        &self,
         tx: &mut TxOf<Self>,
         orgs: &[&str],
         created: &[Session],

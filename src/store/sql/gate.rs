@@ -435,6 +435,7 @@ fn decide_phase(
 /// Phase five, write: the sessions and decisions, a shard at a time. False when a
 /// session it would create was made by another writer meanwhile.
 async fn write_phase(
+    store: &D,
     tx: &mut Tx,
     shards: &BTreeMap<i64, Vec<&str>>,
     outcome: &GroupOutcome,
@@ -447,7 +448,9 @@ async fn write_phase(
     );
     for orgs in shards.values() {
         let written = if shards.len() == 1 {
-            D::write_admissions(tx, orgs, created, resumed, &decisions).await?
+            store
+                .write_admissions(tx, orgs, created, resumed, &decisions)
+                .await?
         } else {
             let mine = |org: &str| orgs.binary_search(&org).is_ok();
             let pick = |rows: &[Session]| -> Vec<Session> {
@@ -458,7 +461,9 @@ async fn write_phase(
                 .copied()
                 .filter(|d| mine(&d.org_id))
                 .collect();
-            D::write_admissions(tx, orgs, &pick(created), &pick(resumed), &ds).await?
+            store
+                .write_admissions(tx, orgs, &pick(created), &pick(resumed), &ds)
+                .await?
         };
         if !written {
             return Ok(false);
@@ -506,7 +511,7 @@ async fn admit_once(
     .await?;
     drop(by_windows);
     let outcome = decide_phase(plans, requests, locked, found, read, (now, rules));
-    if !write_phase(&mut tx, &shards, &outcome).await? {
+    if !write_phase(store, &mut tx, &shards, &outcome).await? {
         return Ok(None);
     }
     if let Some(told) = written.lock().expect("written").take() {

@@ -123,13 +123,13 @@ impl D {
             .collect();
         let shard_of = self.shard_of(tx, orgs.iter().map(String::as_str)).await?;
         if sorted_unique(shard_of.values()).len() == 1 {
-            return <D as SessionRows>::write_booking(tx, shard, &booking).await;
+            return self.write_booking(tx, shard, &booking).await;
         }
         for part in booking
             .split_by(|org| shard_of.get(org).copied().unwrap_or(0))
             .values()
         {
-            <D as SessionRows>::write_booking(tx, shard, part).await?;
+            self.write_booking(tx, shard, part).await?;
         }
         Ok(())
     }

@@ -56,11 +56,12 @@ mod overage;
 mod periods;
 mod rows;
 mod stripe;
+mod values;
 mod window_sums;
 
 pub(crate) use self::{
     audit::*, dialect::*, funding::*, gate::*, ledger::*, members::*, orgs::*, periods::*, rows::*,
-    window_sums::*,
+    values::*, window_sums::*,
 };
 
 /// The backend's database (`sqlx::Postgres` or `sqlx::Sqlite`), its rows and transactions.
@@ -195,7 +196,7 @@ impl D {
         let mut inserted = 0;
         for part in rows.chunk_by(|a, b| shard_of[&a.org_id] == shard_of[&b.org_id]) {
             for chunk in part.chunks(CHUNK) {
-                inserted += D::insert_new_session_rows(tx, chunk).await?;
+                inserted += self.insert_new_session_rows(tx, chunk).await?;
             }
         }
         Ok(inserted == rows.len() as u64)

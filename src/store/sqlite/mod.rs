@@ -71,6 +71,7 @@ impl Dialect for Lite {
     const LOCK_ORGS: &'static str = "";
     const JSON_AGG: &'static str = "json_group_array";
     const JSON_ARRAY: &'static str = "json_array";
+    const KEEP_VALUES: bool = false;
 
     /// A JSON array parameter, read with `json_each`.
     fn in_list(column: &str, n: usize) -> String {
@@ -208,14 +209,4 @@ fn select_in<'a>(head: &str, ids: &'a [&str], tail: &str) -> QueryBuilder<'a, DB
     push_in(&mut q, ids);
     q.push(tail);
     q
-}
-
-/// ` IN (ids…)`.
-fn push_in<'a>(q: &mut QueryBuilder<'a, DB>, ids: &'a [&str]) {
-    q.push(" IN (");
-    let mut sep = q.separated(", ");
-    for id in ids {
-        sep.push_bind(*id);
-    }
-    q.push(")");
 }
