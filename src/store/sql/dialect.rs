@@ -121,8 +121,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
 }
 
 /// The set-based statements on session rows, as the ledger books them (each backend's
-/// `sessions.rs`): many rows in one statement (arrays on PostgreSQL, multi-row VALUES on
-/// SQLite), at most `CHUNK` rows of one shard's orgs, in a transaction the caller holds.
+/// `sessions.rs`): many rows in one statement (arrays on one PostgreSQL, multi-row VALUES
+/// a table on SQLite and Citus: `values.rs`), at most `CHUNK` rows of one shard's orgs, in
+/// a transaction the caller holds.
 #[allow(async_fn_in_trait)]
 pub trait SessionRows: Dialect {
     /// Up to `limit` sessions of `orgs` matching `condition` (on `$since`), locked,
