@@ -654,7 +654,8 @@ async fn on_one_shard(pool: &sqlx::PgPool, path: &str, before: (i64, i64)) -> (i
 /// On a real Citus cluster, the hot transactions of one org run on the org's shard alone:
 /// an admission of a new session and its resume, a heartbeat request of one org, a
 /// session's end and the usage page's read of the org's funding add no multi-shard
-/// execution (`citus_stat_counters`). Driven through the store, so that no background job
+/// execution (`citus_stat_counters`), and pass no rows through the coordinator (no
+/// intermediate result is allowed on the store's connections). Driven through the store, so that no background job
 /// runs meanwhile; the orgs lie on several shards.
 #[tokio::test]
 #[ignore = "needs a Citus cluster: RUSH_METER_TEST_CITUS (.ci/run starts one)"]
@@ -670,14 +671,30 @@ async fn on_a_real_cluster_the_hot_paths_of_one_org_run_on_its_shard() {
     let name = format!("rm_test_{:016x}", rand::random::<u64>());
     let url = common::citus::test_database(&coordinator, &name, false).await;
     // Counted on the store's own connections only: Citus's daemons run statements of
-    // their own in the database.
+    // their own in the database. No intermediate result allowed on them: a statement
+    // whose rows pass through the coordinator (a subplan, such as a data-modifying CTE of
+    // INSERT … SELECT) fails instead of running a hop slower.
     let db = Db::connect(
-        &format!("{url}?options=-c%20citus.enable_stat_counters%3Don"),
+        &format!(
+            "{url}?options=-c%20citus.enable_stat_counters%3Don\
+             %20-c%20citus.max_intermediate_result_size%3D0"
+        ),
         Default::default(),
     )
     .await
     .unwrap();
     let counters = sqlx::PgPool::connect(&url).await.unwrap();
+    let rush_meter::store::Pools::Postgres(store_pool) = db.pools() else {
+        unreachable!("a PostgreSQL store")
+    };
+    let limit: String = sqlx::query_scalar("SHOW citus.max_intermediate_result_size")
+        .fetch_one(store_pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        limit, "0",
+        "the store's connections allow no intermediate result"
+    );
     let (plans, rules) = (
         common::plans(),
         Rules {
