@@ -54,7 +54,7 @@ impl SessionRows for Pg {
             return Ok(());
         }
         if self.distributed() {
-            let sessions: Vec<Session> = b.sessions.values().cloned().collect();
+            let sessions: Vec<&Session> = b.sessions.values().collect();
             for chunk in sessions.chunks(CHUNK) {
                 insert_sessions(tx, chunk, Slot::Without, SESSION_UPSERT).await?;
             }

@@ -5,6 +5,8 @@
 //! as subplans whose rows pass through the coordinator: several milliseconds a table
 //! where an insert of one row costs under one (reports/citus-notes.md).
 
+use std::borrow::Borrow;
+
 use sqlx::query_builder::Separated;
 use sqlx::QueryBuilder;
 
@@ -62,12 +64,13 @@ pub(crate) enum Slot {
 
 /// `INSERT INTO sessions (…) VALUES …` of `rows`, for the caller to end with its conflict
 /// clause.
-pub(crate) fn session_values(rows: &[Session], slot: Slot) -> QueryBuilder<'_, DB> {
+pub(crate) fn session_values<S: Borrow<Session>>(rows: &[S], slot: Slot) -> QueryBuilder<'_, DB> {
     let slot_column = if slot == Slot::With { ", slot_at" } else { "" };
     let mut q = QueryBuilder::<DB>::new(format!(
         "INSERT INTO sessions ({SESSION_COLUMNS}{slot_column}) "
     ));
     q.push_values(rows, |mut b, r| {
+        let r = r.borrow();
         push_session(&mut b, r);
         if slot == Slot::With {
             b.push_bind(r.slot_at);
@@ -79,9 +82,9 @@ pub(crate) fn session_values(rows: &[Session], slot: Slot) -> QueryBuilder<'_, D
 /// Insert `rows` (at most `CHUNK`), ended by `conflict`; the rows written, counted from
 /// RETURNING (Citus reports the rows offered to some inserts, not those written:
 /// citus#3377).
-pub(crate) async fn insert_sessions(
+pub(crate) async fn insert_sessions<S: Borrow<Session>>(
     tx: &mut Tx,
-    rows: &[Session],
+    rows: &[S],
     slot: Slot,
     conflict: &str,
 ) -> StoreResult<u64> {
@@ -93,76 +96,95 @@ pub(crate) async fn insert_sessions(
     Ok(run(&mut q).fetch_all(&mut **tx).await?.len() as u64)
 }
 
-/// What a booking writes besides its session rows (which each backend writes its own
-/// way): both rollups, closed spans, who pays, and the members' hours.
-pub(crate) async fn write_booking_rollups(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
-    let org_hours: Vec<_> = b.org_hours.iter().collect();
-    for chunk in org_hours.chunks(CHUNK) {
-        let mut q =
-            QueryBuilder::<DB>::new("INSERT INTO org_hourly (org_id, hour, shard, seconds) ");
-        q.push_values(chunk, |mut b, ((org, hour), secs)| {
-            b.push_bind(org)
-                .push_bind(*hour)
-                .push_bind(shard)
-                .push_bind(**secs);
-        });
-        q.push(ORG_HOURS_CONFLICT);
-        run(&mut q).execute(&mut **tx).await?;
-    }
-    let session_hours: Vec<_> = b.session_hours.iter().collect();
-    for chunk in session_hours.chunks(CHUNK) {
-        let mut q = QueryBuilder::<DB>::new(
-            "INSERT INTO session_hourly (org_id, hour, session_id, seconds) ",
-        );
-        q.push_values(chunk, |mut b, ((org, hour, session), secs)| {
-            b.push_bind(org)
-                .push_bind(*hour)
-                .push_bind(session)
-                .push_bind(**secs);
-        });
-        q.push(SESSION_HOURS_CONFLICT);
-        run(&mut q).execute(&mut **tx).await?;
-    }
-    for chunk in b.spans.chunks(CHUNK) {
-        let mut q = QueryBuilder::<DB>::new(
-            "INSERT INTO spans (org_id, session_id, start_at, end_at, kind) ",
-        );
-        q.push_values(chunk, |mut b, (org, session, span)| {
-            b.push_bind(org)
-                .push_bind(session)
-                .push_bind(span.interval.start)
-                .push_bind(span.interval.end)
-                .push_bind(span_kind(span.kind));
-        });
-        run(&mut q).execute(&mut **tx).await?;
-    }
-    write_funding(tx, &b.funding).await?;
-    let members: Vec<_> = b.member_hours.iter().collect();
-    for chunk in members.chunks(CHUNK) {
-        let mut q = QueryBuilder::<DB>::new(
-            "INSERT INTO member_hourly (org_id, dimension, bucket, member_id, seconds) ",
-        );
-        q.push_values(chunk, |mut b, ((org, bucket, dim, member), secs)| {
-            b.push_bind(org)
-                .push_bind(dim.as_str())
-                .push_bind(*bucket)
-                .push_bind(member)
-                .push_bind(**secs);
-        });
-        q.push(MEMBER_HOURS_CONFLICT);
+/// Insert `rows` a `CHUNK` at a time: `head` (`INSERT INTO t (…) `), each row's values as
+/// `push` binds them, then `tail` (a conflict clause, or nothing).
+async fn insert_values<'a, R>(
+    tx: &mut Tx,
+    head: &str,
+    rows: &'a [R],
+    push: impl Fn(&mut Separated<'_, 'a, DB, &'static str>, &'a R),
+    tail: &str,
+) -> StoreResult<()> {
+    for chunk in rows.chunks(CHUNK) {
+        let mut q = QueryBuilder::<DB>::new(head);
+        q.push_values(chunk, |mut b, r| push(&mut b, r));
+        q.push(tail);
         run(&mut q).execute(&mut **tx).await?;
     }
     Ok(())
 }
 
+/// What a booking writes besides its session rows (which each backend writes its own
+/// way): both rollups, closed spans, who pays, and the members' hours.
+pub(crate) async fn write_booking_rollups(tx: &mut Tx, shard: i64, b: &Booking) -> StoreResult<()> {
+    let org_hours: Vec<_> = b.org_hours.iter().collect();
+    insert_values(
+        tx,
+        "INSERT INTO org_hourly (org_id, hour, shard, seconds) ",
+        &org_hours,
+        |b, ((org, hour), secs)| {
+            b.push_bind(org)
+                .push_bind(*hour)
+                .push_bind(shard)
+                .push_bind(**secs);
+        },
+        ORG_HOURS_CONFLICT,
+    )
+    .await?;
+    let session_hours: Vec<_> = b.session_hours.iter().collect();
+    insert_values(
+        tx,
+        "INSERT INTO session_hourly (org_id, hour, session_id, seconds) ",
+        &session_hours,
+        |b, ((org, hour, session), secs)| {
+            b.push_bind(org)
+                .push_bind(*hour)
+                .push_bind(session)
+                .push_bind(**secs);
+        },
+        SESSION_HOURS_CONFLICT,
+    )
+    .await?;
+    insert_values(
+        tx,
+        "INSERT INTO spans (org_id, session_id, start_at, end_at, kind) ",
+        &b.spans,
+        |b, (org, session, span)| {
+            b.push_bind(org)
+                .push_bind(session)
+                .push_bind(span.interval.start)
+                .push_bind(span.interval.end)
+                .push_bind(span_kind(span.kind));
+        },
+        "",
+    )
+    .await?;
+    write_funding(tx, &b.funding).await?;
+    let members: Vec<_> = b.member_hours.iter().collect();
+    insert_values(
+        tx,
+        "INSERT INTO member_hourly (org_id, dimension, bucket, member_id, seconds) ",
+        &members,
+        |b, ((org, bucket, dim, member), secs)| {
+            b.push_bind(org)
+                .push_bind(dim.as_str())
+                .push_bind(*bucket)
+                .push_bind(member)
+                .push_bind(**secs);
+        },
+        MEMBER_HOURS_CONFLICT,
+    )
+    .await
+}
+
 /// Who pays for what a booking billed: each window's funds and each grant's use as they
 /// now stand, and the hours not paid by the plan.
 async fn write_funding(tx: &mut Tx, f: &rush_meter_core::booking::Funding) -> StoreResult<()> {
-    for chunk in f.windows.chunks(CHUNK) {
-        let mut q = QueryBuilder::<DB>::new(format!(
-            "INSERT INTO funding_windows ({FUNDING_WINDOW_COLUMNS}) "
-        ));
-        q.push_values(chunk, |mut b, (org, w)| {
+    insert_values(
+        tx,
+        &format!("INSERT INTO funding_windows ({FUNDING_WINDOW_COLUMNS}) "),
+        &f.windows,
+        |b, (org, w)| {
             b.push_bind(org)
                 .push_bind(w.kind.as_str())
                 .push_bind(w.window.start)
@@ -172,10 +194,10 @@ async fn write_funding(tx: &mut Tx, f: &rush_meter_core::booking::Funding) -> St
                 .push_bind(w.funds.overage)
                 .push_bind(w.funds.grace)
                 .push_bind(w.funds.charge_units);
-        });
-        q.push(FUNDING_WINDOW_UPSERT);
-        run(&mut q).execute(&mut **tx).await?;
-    }
+        },
+        FUNDING_WINDOW_UPSERT,
+    )
+    .await?;
     for chunk in f.grants.chunks(CHUNK) {
         // One statement for every grant the booking used (both databases name a VALUES
         // row's columns column1, column2, …); the orgs listed, so that Citus routes it.
@@ -195,25 +217,21 @@ async fn write_funding(tx: &mut Tx, f: &rush_meter_core::booking::Funding) -> St
         run(&mut q).execute(&mut **tx).await?;
     }
     let hourly: Vec<_> = f.hourly.iter().collect();
-    for chunk in hourly.chunks(CHUNK) {
-        let mut q = QueryBuilder::<DB>::new(
-            "INSERT INTO funding_hourly (org_id, hour, source, grant_id, seconds, charge_units) ",
-        );
-        q.push_values(
-            chunk,
-            |mut b, ((org, hour, source, grant), (secs, units))| {
-                b.push_bind(org)
-                    .push_bind(*hour)
-                    .push_bind(source.as_str())
-                    .push_bind(grant)
-                    .push_bind(*secs)
-                    .push_bind(*units);
-            },
-        );
-        q.push(FUNDING_HOURS_CONFLICT);
-        run(&mut q).execute(&mut **tx).await?;
-    }
-    Ok(())
+    insert_values(
+        tx,
+        "INSERT INTO funding_hourly (org_id, hour, source, grant_id, seconds, charge_units) ",
+        &hourly,
+        |b, ((org, hour, source, grant), (secs, units))| {
+            b.push_bind(org)
+                .push_bind(*hour)
+                .push_bind(source.as_str())
+                .push_bind(grant)
+                .push_bind(*secs)
+                .push_bind(*units);
+        },
+        FUNDING_HOURS_CONFLICT,
+    )
+    .await
 }
 
 /// Write what a group of admissions decided (one shard's, at most `CHUNK` of each): new
@@ -251,41 +269,46 @@ pub(crate) async fn write_admissions(
 }
 
 async fn insert_decisions(tx: &mut Tx, rows: &[&Decision]) -> StoreResult<()> {
-    let mut q = QueryBuilder::<DB>::new(format!("INSERT INTO decisions ({DECISION_COLUMNS}) "));
-    q.push_values(rows, |mut b, d| {
-        let limit = d.limit.as_ref();
-        b.push_bind(&d.org_id)
-            .push_bind(&d.decision_id)
-            .push_bind(d.decided_at)
-            .push_bind(&d.session_id)
-            .push_bind(&d.key_id)
-            .push_bind(d.decision.as_str())
-            .push_bind(d.reason.map(Reason::as_str))
-            .push_bind(d.rule.as_str())
-            .push_bind(&d.plan_id)
-            .push_bind(d.suspended)
-            .push_bind(d.month_start)
-            .push_bind(d.month_end)
-            .push_bind(d.month_used)
-            .push_bind(d.month_limit)
-            .push_bind(d.week_start)
-            .push_bind(d.week_end)
-            .push_bind(d.week_used)
-            .push_bind(d.week_limit)
-            .push_bind(d.running)
-            .push_bind(d.concurrency_limit)
-            .push_bind(&d.upgrade_plan)
-            .push_bind(d.funded_by.map(Source::as_str))
-            .push_bind(d.plan_room)
-            .push_bind(d.grant_room)
-            .push_bind(d.overage_room)
-            .push_bind(limit.map(|l| l.kind.as_str()))
-            .push_bind(limit.map(|l| l.member_id.as_str()))
-            .push_bind(limit.map(|l| l.month_used))
-            .push_bind(limit.and_then(|l| l.month_limit))
-            .push_bind(limit.map(|l| l.week_used))
-            .push_bind(limit.and_then(|l| l.week_limit));
-    });
-    run(&mut q).execute(&mut **tx).await?;
-    Ok(())
+    let head = format!("INSERT INTO decisions ({DECISION_COLUMNS}) ");
+    insert_values(
+        tx,
+        &head,
+        rows,
+        |b, d| {
+            let limit = d.limit.as_ref();
+            b.push_bind(&d.org_id)
+                .push_bind(&d.decision_id)
+                .push_bind(d.decided_at)
+                .push_bind(&d.session_id)
+                .push_bind(&d.key_id)
+                .push_bind(d.decision.as_str())
+                .push_bind(d.reason.map(Reason::as_str))
+                .push_bind(d.rule.as_str())
+                .push_bind(&d.plan_id)
+                .push_bind(d.suspended)
+                .push_bind(d.month_start)
+                .push_bind(d.month_end)
+                .push_bind(d.month_used)
+                .push_bind(d.month_limit)
+                .push_bind(d.week_start)
+                .push_bind(d.week_end)
+                .push_bind(d.week_used)
+                .push_bind(d.week_limit)
+                .push_bind(d.running)
+                .push_bind(d.concurrency_limit)
+                .push_bind(&d.upgrade_plan)
+                .push_bind(d.funded_by.map(Source::as_str))
+                .push_bind(d.plan_room)
+                .push_bind(d.grant_room)
+                .push_bind(d.overage_room)
+                .push_bind(limit.map(|l| l.kind.as_str()))
+                .push_bind(limit.map(|l| l.member_id.as_str()))
+                .push_bind(limit.map(|l| l.month_used))
+                .push_bind(limit.and_then(|l| l.month_limit))
+                .push_bind(limit.map(|l| l.week_used))
+                .push_bind(limit.and_then(|l| l.week_limit));
+        },
+        "",
+    )
+    .await
 }
