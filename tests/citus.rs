@@ -651,130 +651,351 @@ async fn on_one_shard(pool: &sqlx::PgPool, path: &str, before: (i64, i64)) -> (i
     after
 }
 
-/// On a real Citus cluster, the hot transactions of one org run on the org's shard alone:
-/// an admission of a new session and its resume, a heartbeat request of one org, a
-/// session's end and the usage page's read of the org's funding add no multi-shard
-/// execution (`citus_stat_counters`), and pass no rows through the coordinator (no
-/// intermediate result is allowed on the store's connections). Driven through the store, so that no background job
-/// runs meanwhile; the orgs lie on several shards.
-#[tokio::test]
-#[ignore = "needs a Citus cluster: RUSH_METER_TEST_CITUS (.ci/run starts one)"]
-async fn on_a_real_cluster_the_hot_paths_of_one_org_run_on_its_shard() {
-    use rush_meter::store::{Admin, Db, OrgUpsert};
-    use rush_meter_core::gate::{AdmissionRequest, Agent};
-    use rush_meter_core::heartbeats::Heartbeat;
-    use rush_meter_core::ids::Id;
-    use rush_meter_core::ledger::{EndStatus, Observation, Rules, VmState};
+/// A store on a fresh database of the cluster, with 8 orgs of a key each, warmed (the
+/// shard cache, each statement's plan) as a running instance is. Its own connections count
+/// shard executions (Citus's daemons run statements of their own in the database) and
+/// allow no intermediate result: a statement whose rows pass through the coordinator (a
+/// subplan, such as a data-modifying CTE of INSERT … SELECT) fails instead of running a
+/// hop slower. `options` are more settings for its connections.
+struct OnCluster {
+    db: rush_meter::store::Db,
+    counters: sqlx::PgPool,
+    coordinator: String,
+    name: String,
+    plans: rush_meter_core::plans::Plans,
+    rules: rush_meter_core::ledger::Rules,
+    orgs: Vec<String>,
+}
 
-    let coordinator = common::citus::coordinator()
-        .expect("RUSH_METER_TEST_CITUS names the coordinator of a cluster made by cluster.sh");
-    let name = format!("rm_test_{:016x}", rand::random::<u64>());
-    let url = common::citus::test_database(&coordinator, &name, false).await;
-    // Counted on the store's own connections only: Citus's daemons run statements of
-    // their own in the database. No intermediate result allowed on them: a statement
-    // whose rows pass through the coordinator (a subplan, such as a data-modifying CTE of
-    // INSERT … SELECT) fails instead of running a hop slower.
-    let db = Db::connect(
-        &format!(
-            "{url}?options=-c%20citus.enable_stat_counters%3Don\
-             %20-c%20citus.max_intermediate_result_size%3D0"
-        ),
-        Default::default(),
-    )
-    .await
-    .unwrap();
-    let counters = sqlx::PgPool::connect(&url).await.unwrap();
-    let rush_meter::store::Pools::Postgres(store_pool) = db.pools() else {
-        unreachable!("a PostgreSQL store")
-    };
-    let limit: String = sqlx::query_scalar("SHOW citus.max_intermediate_result_size")
-        .fetch_one(store_pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        limit, "0",
-        "the store's connections allow no intermediate result"
-    );
-    let (plans, rules) = (
-        common::plans(),
-        Rules {
-            interval: 15,
-            lease: 45,
-        },
-    );
-    let actor = rush_meter_core::audit::Actor::system("test");
-    let orgs: Vec<String> = (0..8).map(|o| format!("org_{o}")).collect();
-    for org in &orgs {
-        let upsert = OrgUpsert {
-            org_id: org.clone(),
-            plan_id: Some("team".into()),
-            ..Default::default()
-        };
-        db.upsert_org(&upsert, T0, &actor).await.unwrap();
-        db.upsert_key(org, "k1", None, T0, &actor).await.unwrap();
-    }
-    let admission = |org: &str, session: &str| AdmissionRequest {
-        org_id: org.into(),
-        key_id: "k1".into(),
-        session_id: session.into(),
-        agent: Agent::Claude,
-        project_id: Some("web".into()),
-        started_by: Some("u1".into()),
-    };
-    let beat = |org: &str, session: &str, seq: i64, at: i64, state: VmState| Heartbeat {
-        org_id: Id::parse(org).unwrap(),
-        session_id: Id::parse(session).unwrap(),
-        vm_id: Id::parse(&format!("vm_{session}")).unwrap(),
-        obs: Observation { seq, at, state },
-        received_at: at,
-    };
-    // Warm the shard cache and each statement's plan first, as a running instance has.
-    for (i, org) in orgs.iter().enumerate() {
-        let s = format!("warm_{i}");
-        db.admit(&plans, &[admission(org, &s)], T0, &rules)
-            .await
-            .unwrap();
-        db.ingest(
-            &[vec![beat(org, &s, 1, T0, VmState::Running)]],
-            &rules,
-            &plans,
-            T0,
-            1,
+impl OnCluster {
+    async fn new(options: &str) -> OnCluster {
+        use rush_meter::store::{Db, OrgUpsert};
+        let coordinator = common::citus::coordinator()
+            .expect("RUSH_METER_TEST_CITUS names the coordinator of a cluster made by cluster.sh");
+        let name = format!("rm_test_{:016x}", rand::random::<u64>());
+        let url = common::citus::test_database(&coordinator, &name, false).await;
+        let db = Db::connect(
+            &format!(
+                "{url}?options=-c%20citus.enable_stat_counters%3Don\
+                 %20-c%20citus.max_intermediate_result_size%3D0{options}"
+            ),
+            Default::default(),
         )
         .await
         .unwrap();
+        let counters = sqlx::PgPool::connect(&url).await.unwrap();
+        let rush_meter::store::Pools::Postgres(store_pool) = db.pools() else {
+            unreachable!("a PostgreSQL store")
+        };
+        let limit: String = sqlx::query_scalar("SHOW citus.max_intermediate_result_size")
+            .fetch_one(store_pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            limit, "0",
+            "the store's connections allow no intermediate result"
+        );
+        let on = OnCluster {
+            db,
+            counters,
+            coordinator,
+            name,
+            plans: common::plans(),
+            rules: rush_meter_core::ledger::Rules {
+                interval: 15,
+                lease: 45,
+            },
+            orgs: (0..8).map(|o| format!("org_{o}")).collect(),
+        };
+        let actor = rush_meter_core::audit::Actor::system("test");
+        for org in &on.orgs {
+            let upsert = OrgUpsert {
+                org_id: org.clone(),
+                plan_id: Some("team".into()),
+                ..Default::default()
+            };
+            on.db.upsert_org(&upsert, T0, &actor).await.unwrap();
+            on.db.upsert_key(org, "k1", None, T0, &actor).await.unwrap();
+        }
+        for (i, org) in on.orgs.iter().enumerate() {
+            let s = format!("warm_{i}");
+            on.db
+                .admit(&on.plans, &[admission(org, &s)], T0, &on.rules)
+                .await
+                .unwrap();
+            let beat = beat(org, &s, 1, T0, rush_meter_core::ledger::VmState::Running);
+            on.db
+                .ingest(&[vec![beat]], &on.rules, &on.plans, T0, 1)
+                .await
+                .unwrap();
+        }
+        on
     }
-    let org = orgs[3].as_str();
+
+    /// The shards the orgs lie on.
+    async fn shards(&self) -> BTreeSet<i64> {
+        let found: Vec<i64> = sqlx::query_scalar(
+            "SELECT get_shard_id_for_distribution_column('sessions', o) FROM UNNEST($1::text[]) o",
+        )
+        .bind(&self.orgs)
+        .fetch_all(&self.counters)
+        .await
+        .unwrap();
+        found.into_iter().collect()
+    }
+
+    /// Transactions the coordinator has committed in two phases and not yet recovered
+    /// (`pg_dist_transaction`; its daemon clears them every minute, so a count taken right
+    /// after a request sees that request's).
+    async fn two_phase_commits(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM pg_dist_transaction")
+            .fetch_one(&self.counters)
+            .await
+            .unwrap()
+    }
+
+    async fn close(self) {
+        rush_meter::store::Admin::close(&*self.db).await;
+        self.counters.close().await;
+        common::citus::drop_database(&self.coordinator, &self.name).await;
+    }
+}
+
+fn admission(org: &str, session: &str) -> rush_meter_core::gate::AdmissionRequest {
+    rush_meter_core::gate::AdmissionRequest {
+        org_id: org.into(),
+        key_id: "k1".into(),
+        session_id: session.into(),
+        agent: rush_meter_core::gate::Agent::Claude,
+        project_id: Some("web".into()),
+        started_by: Some("u1".into()),
+    }
+}
+
+fn beat(
+    org: &str,
+    session: &str,
+    seq: i64,
+    at: i64,
+    state: rush_meter_core::ledger::VmState,
+) -> rush_meter_core::heartbeats::Heartbeat {
+    use rush_meter_core::ids::Id;
+    rush_meter_core::heartbeats::Heartbeat {
+        org_id: Id::parse(org).unwrap(),
+        session_id: Id::parse(session).unwrap(),
+        vm_id: Id::parse(&format!("vm_{session}")).unwrap(),
+        obs: rush_meter_core::ledger::Observation { seq, at, state },
+        received_at: at,
+    }
+}
+
+/// On a real Citus cluster, the hot transactions of one org run on the org's shard alone:
+/// an admission of a new session and its resume, a heartbeat request of one org, a
+/// session's end and the usage page's read of the org's funding add no multi-shard
+/// execution (`citus_stat_counters`), and pass no rows through the coordinator. Driven
+/// through the store, so that no background job runs meanwhile; the orgs lie on several
+/// shards.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: RUSH_METER_TEST_CITUS (.ci/run starts one)"]
+async fn on_a_real_cluster_the_hot_paths_of_one_org_run_on_its_shard() {
+    use rush_meter_core::ledger::{EndStatus, VmState};
+
+    let on = OnCluster::new("").await;
+    let (db, plans, rules) = (&on.db, &on.plans, &on.rules);
+    let org = on.orgs[3].as_str();
     let ingest = |seq: i64, at: i64, state: VmState| {
         let group = [vec![beat(org, "s1", seq, at, state)]];
-        let (db, rules, plans) = (&db, &rules, &plans);
         async move { db.ingest(&group, rules, plans, at, 1).await.unwrap() }
     };
-    let mut mark = shard_executions(&counters).await;
+    let mut mark = shard_executions(&on.counters).await;
     let allowed = db
-        .admit(&plans, &[admission(org, "s1")], T0 + 1, &rules)
+        .admit(plans, &[admission(org, "s1")], T0 + 1, rules)
         .await
         .unwrap();
     assert_eq!(allowed[0].as_ref().unwrap().decision.as_str(), "allow");
-    mark = on_one_shard(&counters, "an admission of a new session", mark).await;
+    mark = on_one_shard(&on.counters, "an admission of a new session", mark).await;
     ingest(1, T0 + 2, VmState::Running).await;
-    mark = on_one_shard(&counters, "a heartbeat", mark).await;
+    mark = on_one_shard(&on.counters, "a heartbeat", mark).await;
     ingest(2, T0 + 17, VmState::Parked).await;
-    mark = on_one_shard(&counters, "a heartbeat that parks", mark).await;
-    db.admit(&plans, &[admission(org, "s1")], T0 + 30, &rules)
+    mark = on_one_shard(&on.counters, "a heartbeat that parks", mark).await;
+    db.admit(plans, &[admission(org, "s1")], T0 + 30, rules)
         .await
         .unwrap();
-    mark = on_one_shard(&counters, "a resume", mark).await;
-    db.end_session(org, "s1", EndStatus::Completed, T0 + 40, &rules, &plans)
+    mark = on_one_shard(&on.counters, "a resume", mark).await;
+    db.end_session(org, "s1", EndStatus::Completed, T0 + 40, rules, plans)
         .await
         .unwrap();
-    mark = on_one_shard(&counters, "an end", mark).await;
+    mark = on_one_shard(&on.counters, "an end", mark).await;
     db.funding_record_counting_parked(org, T0 + 50)
         .await
         .unwrap()
         .unwrap();
-    on_one_shard(&counters, "the usage page's funding read", mark).await;
-    Admin::close(&*db).await;
-    counters.close().await;
-    common::citus::drop_database(&coordinator, &name).await;
+    on_one_shard(&on.counters, "the usage page's funding read", mark).await;
+    on.close().await;
+}
+
+/// On a real Citus cluster, a group whose orgs lie on several shards (a host's heartbeats
+/// of many orgs, admissions of many orgs' callers, the reads of their answers) runs a
+/// transaction a shard: no multi-shard execution, no two-phase commit. A request naming
+/// an unknown org is refused whole, nothing of it written; each heartbeat is answered in
+/// its request's order, and sent again it is a duplicate.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: RUSH_METER_TEST_CITUS (.ci/run starts one)"]
+async fn on_a_real_cluster_a_group_of_many_orgs_commits_a_shard_at_a_time() {
+    use rush_meter_core::heartbeats::IngestReject;
+    use rush_meter_core::ledger::VmState::Running;
+    use rush_meter_core::time::Windows;
+
+    let on = OnCluster::new("").await;
+    assert!(
+        on.shards().await.len() > 2,
+        "the orgs lie on several shards"
+    );
+    let (db, plans, rules) = (&on.db, &on.plans, &on.rules);
+    let host: Vec<_> = on
+        .orgs
+        .iter()
+        .rev()
+        .map(|o| beat(o, "h1", 1, T0 + 2, Running))
+        .collect();
+    let refused = vec![
+        beat(&on.orgs[0], "h2", 1, T0 + 2, Running),
+        beat("org_unknown", "h2", 1, T0 + 2, Running),
+    ];
+    let (mark, prepared) = (
+        shard_executions(&on.counters).await,
+        on.two_phase_commits().await,
+    );
+    let group = [host.clone(), refused];
+    let answers = db.ingest(&group, rules, plans, T0 + 2, 1).await.unwrap();
+    let mark = on_one_shard(&on.counters, "a group of many orgs' heartbeats", mark).await;
+    assert_eq!(
+        on.two_phase_commits().await,
+        prepared,
+        "no two-phase commit"
+    );
+    let answered: Vec<(String, bool)> = answers[0]
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|o| (o.org_id.clone(), o.duplicate))
+        .collect();
+    let asked: Vec<(String, bool)> = host.iter().map(|h| (h.org_id.to_string(), false)).collect();
+    assert_eq!(
+        answered, asked,
+        "each heartbeat answered in its request's order"
+    );
+    assert_eq!(
+        answers[1],
+        Err(IngestReject::UnknownOrg {
+            index: 1,
+            org_id: "org_unknown".into()
+        })
+    );
+    let refused_session = db.get_session(&on.orgs[0], "h2").await.unwrap();
+    assert!(
+        refused_session.is_none(),
+        "nothing of a refused request written"
+    );
+    let again = db.ingest(&[host], rules, plans, T0 + 3, 1).await.unwrap();
+    assert!(
+        again[0].as_ref().unwrap().iter().all(|o| o.duplicate),
+        "sent again, each is a duplicate"
+    );
+    let mark = on_one_shard(&on.counters, "the group sent again", mark).await;
+
+    let prepared = on.two_phase_commits().await;
+    let asks: Vec<_> = on.orgs.iter().map(|o| admission(o, "a1")).collect();
+    let decided = db.admit(plans, &asks, T0 + 4, rules).await.unwrap();
+    for (ask, d) in asks.iter().zip(&decided) {
+        let d = d.as_ref().unwrap();
+        assert_eq!(
+            (d.org_id.as_str(), d.decision.as_str()),
+            (ask.org_id.as_str(), "allow")
+        );
+    }
+    let mark = on_one_shard(&on.counters, "a group of many orgs' admissions", mark).await;
+    assert_eq!(
+        on.two_phase_commits().await,
+        prepared,
+        "no two-phase commit"
+    );
+
+    let ids: Vec<&str> = on.orgs.iter().map(String::as_str).collect();
+    let funding = db.funding_records(&ids, T0 + 5).await.unwrap();
+    assert_eq!(funding.len(), ids.len());
+    let windows = Windows::at(T0 + 5, None);
+    let used = db
+        .window_usage(&ids, &windows, T0 + 5, rules)
+        .await
+        .unwrap();
+    assert_eq!(used.len(), ids.len(), "every org's sums: {used:?}");
+    on_one_shard(&on.counters, "the reads of many orgs' standings", mark).await;
+    on.close().await;
+}
+
+/// On a real Citus cluster, a group of many orgs' heartbeats whose part on one shard
+/// fails (a lock held past the store's statement timeout) fails whole after the other shards'
+/// parts committed; sent again, it applies what was not applied, once: the parts that
+/// committed answer duplicate, the one that failed does not.
+#[tokio::test]
+#[ignore = "needs a Citus cluster: RUSH_METER_TEST_CITUS (.ci/run starts one)"]
+async fn on_a_real_cluster_a_group_retried_after_a_shard_failed_applies_each_beat_once() {
+    use rush_meter_core::ledger::VmState::Running;
+
+    let on = OnCluster::new("%20-c%20statement_timeout%3D1000").await;
+    let (db, plans, rules) = (&on.db, &on.plans, &on.rules);
+    let first: Vec<_> = on
+        .orgs
+        .iter()
+        .map(|o| beat(o, "h1", 1, T0 + 2, Running))
+        .collect();
+    db.ingest(&[first], rules, plans, T0 + 2, 1).await.unwrap();
+    let blocked = on.orgs[5].as_str();
+    let mut holder = on.counters.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM sessions WHERE org_id = $1 AND session_id = 'h1' FOR UPDATE")
+        .bind(blocked)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let second: Vec<_> = on
+        .orgs
+        .iter()
+        .map(|o| beat(o, "h1", 2, T0 + 17, Running))
+        .collect();
+    let failed = db.ingest(std::slice::from_ref(&second), rules, plans, T0 + 17, 1).await;
+    assert!(failed.is_err(), "a shard's part failed: {failed:?}");
+    holder.rollback().await.unwrap();
+    let mut applied = BTreeSet::new();
+    for org in &on.orgs {
+        let s = db.get_session(org, "h1").await.unwrap().unwrap();
+        if s.ledger.last_seq == Some(2) {
+            applied.insert(org.clone());
+        }
+    }
+    assert!(
+        !applied.contains(blocked),
+        "the blocked shard's part is not applied"
+    );
+    assert!(
+        !applied.is_empty(),
+        "the other shards' parts committed: {applied:?}"
+    );
+    let again = db
+        .ingest(&[second], rules, plans, T0 + 18, 1)
+        .await
+        .unwrap();
+    for o in again[0].as_ref().unwrap() {
+        assert_eq!(
+            o.duplicate,
+            applied.contains(&o.org_id),
+            "{}: applied once, by whichever try came first",
+            o.org_id
+        );
+    }
+    for org in &on.orgs {
+        let s = db.get_session(org, "h1").await.unwrap().unwrap();
+        assert_eq!(s.ledger.last_seq, Some(2), "{org}");
+    }
+    on.close().await;
 }

@@ -95,7 +95,10 @@ fn new_session(h: &Heartbeat) -> Session {
 }
 
 /// A request is refused whole when one of its heartbeats names an org that does not exist.
-fn check_request(request: &[Heartbeat], known_orgs: &HashSet<&str>) -> Result<(), IngestReject> {
+pub(crate) fn check_request(
+    request: &[Heartbeat],
+    known_orgs: &HashSet<&str>,
+) -> Result<(), IngestReject> {
     match request
         .iter()
         .position(|h| !known_orgs.contains(h.org_id.as_str()))

@@ -1,8 +1,10 @@
 //! Heartbeats: a supervisor's batch as it arrives (`batch`), and the rules by which a
-//! group of batches is applied in one transaction (`group`).
+//! group of batches is applied in one transaction (`group`), or, on a distributed store, one
+//! transaction a shard (`shards`).
 
 pub mod batch;
 pub mod group;
+pub mod shards;
 
 use crate::ids::Id;
 use crate::ledger::{Observation, Phase};

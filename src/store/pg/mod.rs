@@ -289,7 +289,11 @@ impl Dialect for Pg {
     }
 
     /// The shard of each of `orgs` (in order): 0 for all on one PostgreSQL.
-    async fn shard_ids(&self, tx: &mut Tx, orgs: &[&str]) -> StoreResult<Vec<i64>> {
+    async fn shard_ids(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        orgs: &[&str],
+    ) -> StoreResult<Vec<i64>> {
         let sharding = *self.sharding.read().expect("sharding lock");
         let lookup = match sharding {
             Sharding::One => return Ok(vec![0; orgs.len()]),
@@ -318,7 +322,7 @@ impl Dialect for Pg {
             let found: Vec<(String, i64)> = sqlx::query_as(lookup)
                 .bind(&missing)
                 .bind(modulus)
-                .fetch_all(&mut **tx)
+                .fetch_all(&mut *conn)
                 .await?;
             self.shards.lock().expect("shard cache lock").extend(found);
         }
@@ -329,8 +333,20 @@ impl Dialect for Pg {
             .collect())
     }
 
+    fn known_shard_ids(&self, orgs: &[&str]) -> Option<Vec<i64>> {
+        if self.on_one_database() {
+            return Some(vec![0; orgs.len()]);
+        }
+        let known = self.shards.lock().expect("shard cache lock");
+        orgs.iter().map(|o| known.get(*o).copied()).collect()
+    }
+
     fn spread(&self) -> bool {
         *self.sharding.read().expect("sharding lock") != Sharding::One
+    }
+
+    fn commits_by_shard(&self) -> bool {
+        self.distributed()
     }
 
     fn read(&self) -> &PgPool {

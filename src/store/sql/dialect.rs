@@ -84,11 +84,24 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     fn spread(&self) -> bool {
         false
     }
+    /// Whether a group whose orgs lie on several shards commits a transaction a shard
+    /// (Citus: each then one worker's, without two-phase commit) rather than one for all.
+    fn commits_by_shard(&self) -> bool {
+        false
+    }
     /// A group commit's transaction (heartbeats, admissions).
     async fn begin_hot(&self) -> StoreResult<TxOf<Self>>;
 
-    /// The shard of each of `orgs`, in order (0 for all where there is one).
-    async fn shard_ids(&self, tx: &mut TxOf<Self>, orgs: &[&str]) -> StoreResult<Vec<i64>>;
+    /// The shard of each of `orgs`, in order (0 for all where there is one), looked up on
+    /// `conn` when not known yet.
+    async fn shard_ids(
+        &self,
+        conn: &mut <Self::DB as sqlx::Database>::Connection,
+        orgs: &[&str],
+    ) -> StoreResult<Vec<i64>>;
+
+    /// The shard of each of `orgs` if every one is known without asking the database.
+    fn known_shard_ids(&self, orgs: &[&str]) -> Option<Vec<i64>>;
 
     // Reads the backends make differently.
     /// A grouping's `(k, seconds)` rows: `sql` binds the org, `from` and `to`;

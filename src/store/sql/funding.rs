@@ -363,7 +363,13 @@ impl FundingStore for D {
         org_ids: &[&str],
         now: Secs,
     ) -> StoreResult<Vec<(Org, rush_meter_core::funding::Recorded)>> {
-        funding_records(self.keyed(), org_ids, now, self.spread()).await
+        let mut reads: Vec<BoxFuture<'_, _>> = Vec::new();
+        for orgs in self.parts_by_shard(org_ids).await? {
+            reads.push(Box::pin(async move {
+                funding_records(self.keyed(), &orgs, now, self.spread()).await
+            }));
+        }
+        Ok(shards_at_once(reads).await?.into_iter().flatten().collect())
     }
 
     async fn funding_record_counting_parked(

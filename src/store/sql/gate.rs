@@ -521,6 +521,66 @@ async fn admit_once(
     Ok(Some(outcome.answers))
 }
 
+/// An admission group in one transaction, tried again as `retry_group` says.
+async fn admit_retried(
+    store: &D,
+    plans: &Plans,
+    requests: &[AdmissionRequest],
+    (now, rules): (Secs, &Rules),
+    written: Option<Written>,
+) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
+    // An attempt that tells `written` goes on to its COMMIT; one that starts over has not
+    // told it yet.
+    let written = &std::sync::Mutex::new(written);
+    retry_group("sessions kept appearing during admission", || {
+        admit_once(store, plans, requests, now, rules, written)
+    })
+    .await
+}
+
+/// A group whose orgs lie on several shards, where the store commits a shard at a time
+/// (`Dialect::commits_by_shard`): each shard's admissions in a transaction of their own
+/// (no two-phase commit), `SHARDS_AT_ONCE` at once. A part that fails fails the group
+/// after others may have committed, as a commit whose answer was lost does: a caller that
+/// asks again is answered for the session it now has. The group's writer is not told
+/// early (`written`), and takes the next group once every part is done.
+async fn admit_by_shard(
+    store: &D,
+    plans: &Plans,
+    requests: &[AdmissionRequest],
+    shard_of: &HashMap<&str, i64>,
+    ask: (Secs, &Rules),
+) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
+    let mut parts: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+    for (i, r) in requests.iter().enumerate() {
+        parts
+            .entry(shard_of[r.org_id.as_str()])
+            .or_default()
+            .push(i);
+    }
+    type Answered = (Vec<usize>, Vec<Result<Decision, AdmitReject>>);
+    let work: Vec<BoxFuture<'_, StoreResult<Answered>>> = parts
+        .into_values()
+        .map(|at| {
+            Box::pin(async move {
+                let part: Vec<AdmissionRequest> = at.iter().map(|&i| requests[i].clone()).collect();
+                let answers = admit_retried(store, plans, &part, ask, None).await?;
+                Ok((at, answers))
+            }) as BoxFuture<'_, _>
+        })
+        .collect();
+    let mut out: Vec<Option<Result<Decision, AdmitReject>>> = vec![None; requests.len()];
+    for (at, answers) in shards_at_once(work).await? {
+        for (i, answer) in at.into_iter().zip(answers) {
+            out[i] = Some(answer);
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|a| a.expect("every admission is in one shard's part"))
+        .collect())
+}
+
 #[async_trait]
 impl GateStore for D {
     async fn admit_telling(
@@ -531,13 +591,14 @@ impl GateStore for D {
         rules: &Rules,
         written: Option<Written>,
     ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
-        // An attempt that tells `written` goes on to its COMMIT; one that starts over has
-        // not told it yet.
-        let written = &std::sync::Mutex::new(written);
-        retry_group("sessions kept appearing during admission", || {
-            admit_once(self, plans, requests, now, rules, written)
-        })
-        .await
+        if self.commits_by_shard() {
+            let orgs = sorted_unique(requests.iter().map(|r| r.org_id.as_str()));
+            let shard_of = self.shards_now(&orgs).await?;
+            if sorted_unique(shard_of.values()).len() > 1 {
+                return admit_by_shard(self, plans, requests, &shard_of, (now, rules)).await;
+            }
+        }
+        admit_retried(self, plans, requests, (now, rules), written).await
     }
 
     async fn list_decisions(

@@ -74,6 +74,65 @@ async fn ingest_once(
     Ok(Some(answers))
 }
 
+/// A heartbeat group in one transaction, tried again as `retry_group` says.
+async fn ingest_retried(
+    store: &D,
+    requests: &[Vec<Heartbeat>],
+    rules: &Rules,
+    plans: &Plans,
+    now: Secs,
+    shard: i64,
+) -> StoreResult<Vec<RequestOutcome>> {
+    retry_group("sessions kept changing owner during ingest", || {
+        ingest_once(store, requests, rules, plans, now, shard)
+    })
+    .await
+}
+
+/// A group whose orgs lie on several shards, where the store commits a shard at a time
+/// (`Dialect::commits_by_shard`): each request is judged whole first (`shards::check`),
+/// then each shard's part is applied in a transaction of its own (`shards::split`). A part
+/// that fails fails the group after others may have committed; the request is answered
+/// 503, and its retry applies what was not applied, once (its heartbeats' seqs).
+async fn ingest_by_shard(
+    store: &D,
+    requests: &[Vec<Heartbeat>],
+    orgs: &[&str],
+    shard_of: &HashMap<&str, i64>,
+    (rules, plans, now, writer): (&Rules, &Plans, Secs, i64),
+) -> StoreResult<Vec<RequestOutcome>> {
+    use heartbeats::shards;
+    let mut reads: Vec<BoxFuture<'_, StoreResult<Vec<String>>>> = Vec::new();
+    for part in store.parts_by_shard(orgs).await? {
+        reads.push(Box::pin(async move {
+            let mut found = Vec::with_capacity(part.len());
+            for chunk in part.chunks(CHUNK) {
+                let rows = D::select_orgs_in(store.read(), chunk).await?;
+                found.extend(rows.into_iter().map(|Rec(o)| o.org_id));
+            }
+            Ok(found)
+        }));
+    }
+    let found: Vec<String> = shards_at_once(reads).await?.concat();
+    let verdicts = shards::check(requests, &found);
+    let parts = shards::split(requests, &verdicts, |o| shard_of[o]);
+    let work: Vec<BoxFuture<'_, _>> = parts
+        .iter()
+        .map(|p| {
+            Box::pin(ingest_retried(
+                store,
+                &p.requests,
+                rules,
+                plans,
+                now,
+                writer,
+            )) as BoxFuture<'_, _>
+        })
+        .collect();
+    let answers = shards_at_once(work).await?;
+    Ok(shards::merge(requests, verdicts, &parts, answers))
+}
+
 /// Phase two of a heartbeat group: each request screened whole (`heartbeats::screen`),
 /// the orgs of sessions first seen looked up, and those sessions created (`sessions` gains
 /// them). `None` when another writer created one of them first.
@@ -185,10 +244,15 @@ impl LedgerStore for D {
         now: Secs,
         shard: i64,
     ) -> StoreResult<Vec<RequestOutcome>> {
-        retry_group("sessions kept changing owner during ingest", || {
-            ingest_once(self, requests, rules, plans, now, shard)
-        })
-        .await
+        if self.commits_by_shard() {
+            let orgs = sorted_unique(requests.iter().flatten().map(|h| h.org_id.as_str()));
+            let shard_of = self.shards_now(&orgs).await?;
+            if sorted_unique(shard_of.values()).len() > 1 {
+                let ask = (rules, plans, now, shard);
+                return ingest_by_shard(self, requests, &orgs, &shard_of, ask).await;
+            }
+        }
+        ingest_retried(self, requests, rules, plans, now, shard).await
     }
 
     async fn end_session(
@@ -356,8 +420,14 @@ impl LedgerStore for D {
         now: Secs,
         rules: &Rules,
     ) -> StoreResult<HashMap<String, WindowTotals>> {
-        let mut conn = self.keyed().acquire().await?;
-        window_usage_on(&mut conn, org_ids, windows, now, rules).await
+        let mut reads: Vec<BoxFuture<'_, _>> = Vec::new();
+        for orgs in self.parts_by_shard(org_ids).await? {
+            reads.push(Box::pin(async move {
+                let mut conn = self.keyed().acquire().await?;
+                window_usage_on(&mut conn, &orgs, windows, now, rules).await
+            }));
+        }
+        Ok(shards_at_once(reads).await?.into_iter().flatten().collect())
     }
 
     async fn running_spans(&self, org_id: &str) -> StoreResult<Vec<(String, Secs, Secs)>> {

@@ -10,6 +10,7 @@
 pub(crate) use std::collections::{BTreeMap, HashMap, HashSet};
 
 pub(crate) use async_trait::async_trait;
+pub(crate) use futures_util::future::BoxFuture;
 pub(crate) use rush_meter_core::audit::{Action, Actor, ActorKind, Entry};
 pub(crate) use rush_meter_core::booking::Booking;
 pub(crate) use rush_meter_core::breakdown::{GroupBy, Piece};
@@ -115,6 +116,24 @@ pub(crate) async fn begin_in_writer(pool: &Pool<DB>, statement: &'static str) ->
     Ok(pool.begin_with(statement).await?)
 }
 
+/// Shards a group or a read of many orgs works on at once where the store works a shard at
+/// a time (`Dialect::commits_by_shard`): enough to overlap their round trips, few enough
+/// to leave the pool to the other writers.
+pub(crate) const SHARDS_AT_ONCE: usize = 4;
+
+/// Run `parts` (a shard's work each), `SHARDS_AT_ONCE` at once; their results in order, or
+/// the first error. (Boxed: the compiler cannot prove a stream of unboxed futures
+/// borrowing the caller's data `Send` inside the store's `async_trait`s.)
+pub(crate) async fn shards_at_once<T>(
+    parts: Vec<futures_util::future::BoxFuture<'_, StoreResult<T>>>,
+) -> StoreResult<Vec<T>> {
+    use futures_util::{StreamExt as _, TryStreamExt as _};
+    futures_util::stream::iter(parts)
+        .buffered(SHARDS_AT_ONCE)
+        .try_collect()
+        .await
+}
+
 /// The distinct items, in byte order: the order every writer takes its locks in.
 pub(crate) fn sorted_unique<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
     let mut v: Vec<T> = items.collect();
@@ -135,7 +154,7 @@ impl D {
         orgs: impl Iterator<Item = &'a str>,
     ) -> StoreResult<BTreeMap<i64, Vec<&'a str>>> {
         let orgs = sorted_unique(orgs);
-        let ids = self.shard_ids(tx, &orgs).await?;
+        let ids = self.shard_ids(&mut **tx, &orgs).await?;
         let mut out: BTreeMap<i64, Vec<&'a str>> = BTreeMap::new();
         for (org, shard) in orgs.into_iter().zip(ids) {
             out.entry(shard).or_default().push(org);
@@ -167,6 +186,38 @@ impl D {
             }
         }
         Ok(found)
+    }
+
+    /// The shard of each of `orgs`, outside any transaction.
+    pub(crate) async fn shards_now<'a>(
+        &self,
+        orgs: &[&'a str],
+    ) -> StoreResult<HashMap<&'a str, i64>> {
+        let ids = match self.known_shard_ids(orgs) {
+            Some(ids) => ids,
+            None => {
+                let mut conn = self.write().acquire().await?;
+                self.shard_ids(&mut conn, orgs).await?
+            }
+        };
+        Ok(orgs.iter().copied().zip(ids).collect())
+    }
+
+    /// `orgs` cut by shard where the store works a shard at a time and they lie on
+    /// several (Citus plans a statement of many shards' orgs through the coordinator);
+    /// else all of them as one part.
+    pub(crate) async fn parts_by_shard<'a>(
+        &self,
+        orgs: &[&'a str],
+    ) -> StoreResult<Vec<Vec<&'a str>>> {
+        if !self.commits_by_shard() || orgs.len() < 2 {
+            return Ok(vec![orgs.to_vec()]);
+        }
+        let mut by_shard: BTreeMap<i64, Vec<&'a str>> = BTreeMap::new();
+        for (org, shard) in self.shards_now(orgs).await? {
+            by_shard.entry(shard).or_default().push(org);
+        }
+        Ok(by_shard.into_values().collect())
     }
 
     /// The shard of each of `orgs`.

@@ -97,8 +97,16 @@ impl Dialect for Lite {
     }
 
     /// One instance, one file: every org on shard 0.
-    async fn shard_ids(&self, _tx: &mut Tx, orgs: &[&str]) -> StoreResult<Vec<i64>> {
+    async fn shard_ids(
+        &self,
+        _conn: &mut sqlx::SqliteConnection,
+        orgs: &[&str],
+    ) -> StoreResult<Vec<i64>> {
         Ok(vec![0; orgs.len()])
+    }
+
+    fn known_shard_ids(&self, orgs: &[&str]) -> Option<Vec<i64>> {
+        Some(vec![0; orgs.len()])
     }
 
     /// A grouping's `(k, s)` rows (`sql` binds the org, `from` and `to`), read as one row
