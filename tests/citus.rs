@@ -903,6 +903,32 @@ async fn on_a_real_cluster_a_group_of_many_orgs_commits_a_shard_at_a_time() {
         "sent again, each is a duplicate"
     );
     let mark = on_one_shard(&on.counters, "the group sent again", mark).await;
+    // Orgs the store has seen are not read again; one it has not is, and refuses its request.
+    let mixed: Vec<_> = on
+        .orgs
+        .iter()
+        .map(|o| beat(o, "h3", 1, T0 + 3, Running))
+        .chain([beat("org_unknown", "h3", 1, T0 + 3, Running)])
+        .collect();
+    let refused = db.ingest(&[mixed], rules, plans, T0 + 3, 1).await.unwrap();
+    assert_eq!(
+        refused[0],
+        Err(IngestReject::UnknownOrg {
+            index: on.orgs.len(),
+            org_id: "org_unknown".into()
+        }),
+        "an unknown org beside seen ones refuses its request"
+    );
+    assert!(
+        db.get_session(&on.orgs[0], "h3").await.unwrap().is_none(),
+        "nothing of it written"
+    );
+    let mark = on_one_shard(
+        &on.counters,
+        "a group of seen orgs and an unknown one",
+        mark,
+    )
+    .await;
 
     let prepared = on.two_phase_commits().await;
     let asks: Vec<_> = on.orgs.iter().map(|o| admission(o, "a1")).collect();
@@ -963,7 +989,9 @@ async fn on_a_real_cluster_a_group_retried_after_a_shard_failed_applies_each_bea
         .iter()
         .map(|o| beat(o, "h1", 2, T0 + 17, Running))
         .collect();
-    let failed = db.ingest(std::slice::from_ref(&second), rules, plans, T0 + 17, 1).await;
+    let failed = db
+        .ingest(std::slice::from_ref(&second), rules, plans, T0 + 17, 1)
+        .await;
     assert!(failed.is_err(), "a shard's part failed: {failed:?}");
     holder.rollback().await.unwrap();
     let mut applied = BTreeSet::new();

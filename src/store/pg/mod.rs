@@ -70,7 +70,13 @@ pub struct Pg {
     /// The shard of each org seen, when the tables are spread (an org never moves between
     /// shards: a rebalance moves whole shards, keeping their ids).
     shards: std::sync::Mutex<HashMap<String, i64>>,
+    /// Orgs seen to exist, where a group commits a shard at a time (`Dialect::seen_orgs`).
+    seen: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// Orgs `Pg::seen` holds at most; past it, it starts again (a forgotten org costs one
+/// read of its row the next time).
+const SEEN_ORGS: usize = 1_000_000;
 
 /// How an org's rows are spread over the database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +147,7 @@ impl Pg {
             keyed,
             sharding: std::sync::RwLock::new(Sharding::One),
             shards: std::sync::Mutex::default(),
+            seen: std::sync::Mutex::default(),
         };
         pg.detect_sharding().await?;
         Ok(pg)
@@ -339,6 +346,22 @@ impl Dialect for Pg {
         }
         let known = self.shards.lock().expect("shard cache lock");
         orgs.iter().map(|o| known.get(*o).copied()).collect()
+    }
+
+    fn seen_orgs<'a>(&self, orgs: &[&'a str]) -> Vec<&'a str> {
+        let seen = self.seen.lock().expect("seen orgs lock");
+        orgs.iter().copied().filter(|o| seen.contains(*o)).collect()
+    }
+
+    fn remember_orgs(&self, orgs: &[String]) {
+        if !self.commits_by_shard() {
+            return;
+        }
+        let mut seen = self.seen.lock().expect("seen orgs lock");
+        if seen.len() + orgs.len() > SEEN_ORGS {
+            seen.clear();
+        }
+        seen.extend(orgs.iter().cloned());
     }
 
     fn spread(&self) -> bool {

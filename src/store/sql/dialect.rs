@@ -103,6 +103,15 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// The shard of each of `orgs` if every one is known without asking the database.
     fn known_shard_ids(&self, orgs: &[&str]) -> Option<Vec<i64>>;
 
+    /// Those of `orgs` this store has seen exist: orgs are never deleted, so a group split
+    /// by shard need not read them again (`remember_orgs` fills it; none by default).
+    fn seen_orgs<'a>(&self, _orgs: &[&'a str]) -> Vec<&'a str> {
+        Vec::new()
+    }
+
+    /// Remember that `orgs` exist (see `seen_orgs`).
+    fn remember_orgs(&self, _orgs: &[String]) {}
+
     // Reads the backends make differently.
     /// A grouping's `(k, seconds)` rows: `sql` binds the org, `from` and `to`;
     /// `plan_per_call` asks for a plan made for the range (large groupings).

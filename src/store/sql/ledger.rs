@@ -102,8 +102,10 @@ async fn ingest_by_shard(
     (rules, plans, now, writer): (&Rules, &Plans, Secs, i64),
 ) -> StoreResult<Vec<RequestOutcome>> {
     use heartbeats::shards;
+    let seen = store.seen_orgs(orgs);
+    let unseen: Vec<&str> = orgs.iter().copied().filter(|o| !seen.contains(o)).collect();
     let mut reads: Vec<BoxFuture<'_, StoreResult<Vec<String>>>> = Vec::new();
-    for part in store.parts_by_shard(orgs).await? {
+    for part in store.parts_by_shard(&unseen).await? {
         reads.push(Box::pin(async move {
             let mut found = Vec::with_capacity(part.len());
             for chunk in part.chunks(CHUNK) {
@@ -113,7 +115,9 @@ async fn ingest_by_shard(
             Ok(found)
         }));
     }
-    let found: Vec<String> = shards_at_once(reads).await?.concat();
+    let read: Vec<String> = shards_at_once(reads).await?.concat();
+    store.remember_orgs(&read);
+    let found: Vec<String> = seen.into_iter().map(str::to_owned).chain(read).collect();
     let verdicts = shards::check(requests, &found);
     let parts = shards::split(requests, &verdicts, |o| shard_of[o]);
     let work: Vec<BoxFuture<'_, _>> = parts
