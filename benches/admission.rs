@@ -10,7 +10,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{wrk, Backend, RawResult, Setup, ADMIN};
-use rush_meter_core::time::{calendar_month, iso_week};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -146,29 +145,8 @@ async fn run(backend: Backend, setup: Setup) -> Vec<Row> {
     rows
 }
 
-/// The windows the raw transaction sums, as the service's for an org without a Stripe
-/// period: the calendar month and the ISO week of now.
-fn raw_windows() -> (i64, i64, i64) {
-    let now = chrono::Utc::now().timestamp();
-    (now, calendar_month(now).start, iso_week(now).start)
-}
-
 async fn pgbench_raw(url: &str, callers: usize) -> RawResult {
-    let (now, month, week) = raw_windows();
-    common::pgbench(
-        url,
-        "admission.sql",
-        callers,
-        MEASURE.as_secs(),
-        &[
-            ("orgs", ORGS.to_string()),
-            ("keys", KEYS.to_string()),
-            ("now", now.to_string()),
-            ("month_start", month.to_string()),
-            ("week_start", week.to_string()),
-        ],
-    )
-    .await
+    common::raw_admissions(url, callers, MEASURE.as_secs(), (ORGS, KEYS), "simple").await
 }
 
 /// benches/raw/admission.sql by hand on SQLite: `callers` tasks share one writer
@@ -176,7 +154,7 @@ async fn pgbench_raw(url: &str, callers: usize) -> RawResult {
 /// in WAL with `synchronous = FULL`, as the service runs.
 async fn sqlite_raw(url: &str, callers: usize) -> RawResult {
     let pool = common::sqlite_writer(url).await;
-    let (now, month, week) = raw_windows();
+    let (now, month, week) = common::raw_windows();
     let started = Instant::now();
     let tasks: Vec<_> = (0..callers)
         .map(|c| {
@@ -201,9 +179,15 @@ async fn sqlite_raw(url: &str, callers: usize) -> RawResult {
     }
     let elapsed = started.elapsed();
     pool.close().await;
-    let rate = samples.len() as f64 / elapsed.as_secs_f64();
+    let transactions = samples.len();
+    let rate = transactions as f64 / elapsed.as_secs_f64();
     let (p50, p99) = common::percentiles(samples);
-    RawResult { rate, p50, p99 }
+    RawResult {
+        rate,
+        p50,
+        p99,
+        transactions,
+    }
 }
 
 /// One decision of benches/raw/admission.sql, on SQLite.

@@ -366,6 +366,8 @@ pub struct RawResult {
     pub rate: f64,
     pub p50: Duration,
     pub p99: Duration,
+    /// Transactions run.
+    pub transactions: usize,
 }
 
 /// The p50 and p99 of `samples` (any order).
@@ -389,10 +391,22 @@ pub async fn pgbench(
     secs: u64,
     defines: &[(&str, String)],
 ) -> RawResult {
+    pgbench_as(database_url, script, clients, secs, defines, "simple").await
+}
+
+/// `pgbench` with the query protocol `mode` (`simple`, `extended` or `prepared`).
+pub async fn pgbench_as(
+    database_url: &str,
+    script: &str,
+    clients: usize,
+    secs: u64,
+    defines: &[(&str, String)],
+    mode: &str,
+) -> RawResult {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("tx");
     let mut cmd = std::process::Command::new("pgbench");
-    cmd.args(["-n", "-f"])
+    cmd.args(["-n", "-M", mode, "-f"])
         .arg(format!(
             "{}/benches/raw/{script}",
             env!("CARGO_MANIFEST_DIR")
@@ -433,8 +447,43 @@ pub async fn pgbench(
             Some(Duration::from_micros(us))
         }));
     }
+    let transactions = samples.len();
     let (p50, p99) = percentiles(samples);
-    RawResult { rate, p50, p99 }
+    RawResult {
+        rate,
+        p50,
+        p99,
+        transactions,
+    }
+}
+
+/// The windows benches/raw/admission.sql sums, as the service's for an org without a
+/// Stripe period: now, the start of the calendar month and of the ISO week.
+pub fn raw_windows() -> (i64, i64, i64) {
+    use rush_meter_core::time::{calendar_month, iso_week};
+    let now = chrono::Utc::now().timestamp();
+    (now, calendar_month(now).start, iso_week(now).start)
+}
+
+/// benches/raw/admission.sql, the admission written by hand, with pgbench at `callers`
+/// for `secs` on the PostgreSQL (or Citus coordinator) at `url`, over `orgs` orgs and
+/// `keys` keys named as `create_orgs` and the benches name them, in protocol `mode`.
+pub async fn raw_admissions(
+    url: &str,
+    callers: usize,
+    secs: u64,
+    (orgs, keys): (usize, usize),
+    mode: &str,
+) -> RawResult {
+    let (now, month, week) = raw_windows();
+    let defines = [
+        ("orgs", orgs.to_string()),
+        ("keys", keys.to_string()),
+        ("now", now.to_string()),
+        ("month_start", month.to_string()),
+        ("week_start", week.to_string()),
+    ];
+    pgbench_as(url, "admission.sql", callers, secs, &defines, mode).await
 }
 
 /// One writer connection to the SQLite database at `url`, set up as the service's (WAL,

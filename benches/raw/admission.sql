@@ -15,7 +15,7 @@ BEGIN;
 SELECT concurrency_limit FROM api_keys WHERE org_id = 'org_' || :o AND key_id = 'k' || :k FOR UPDATE;
 SELECT plan_id, suspended, period_start, period_end FROM orgs WHERE org_id = 'org_' || :o;
 SELECT count(*) FROM sessions WHERE org_id = 'org_' || :o AND key_id = 'k' || :k AND phase IN ('admitted', 'running', 'parked', 'silent') AND (COALESCE(heard_at, last_at) >= :now - 45 OR slot_at >= :now - 45);
-SELECT COALESCE(SUM(CASE WHEN hour >= :month_start THEN seconds ELSE 0 END), 0), COALESCE(SUM(CASE WHEN hour >= :week_start THEN seconds ELSE 0 END), 0) FROM org_hourly WHERE org_id = 'org_' || :o AND hour >= LEAST(:month_start, :week_start) AND hour <= :now;
+SELECT COALESCE(SUM(CASE WHEN hour >= :month_start THEN seconds ELSE 0 END), 0), COALESCE(SUM(CASE WHEN hour >= :week_start THEN seconds ELSE 0 END), 0) FROM org_hourly WHERE org_id = 'org_' || :o AND hour >= LEAST(CAST(:month_start AS BIGINT), CAST(:week_start AS BIGINT)) AND hour <= :now;
 INSERT INTO sessions (org_id, session_id, key_id, agent, phase, last_at, span_start, created_at, slot_at) VALUES ('org_' || :o, 'raw_' || :client_id || '_' || :s, 'k' || :k, 'codex', 'admitted', :now, :now, :now, :now);
 INSERT INTO decisions (org_id, decision_id, decided_at, session_id, key_id, decision, rule, plan_id, suspended, month_start, month_end, month_used, month_limit, week_start, week_end, week_used, week_limit, running, concurrency_limit) VALUES ('org_' || :o, 'raw_' || :client_id || '_' || :s, :now, 'raw_' || :client_id || '_' || :s, 'k' || :k, 'allow', 'allowed', 'team', false, :month_start, :month_start + 2678400, 0, 720000, :week_start, :week_start + 604800, 0, 180000, 0, 100);
 END;

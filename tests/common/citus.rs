@@ -239,6 +239,15 @@ pub async fn drop_database(coordinator: &str, name: &str) {
     }
 }
 
+/// The URLs of the cluster's nodes (its `postgres` database), the coordinator first.
+pub fn node_urls(coordinator: &str) -> Vec<String> {
+    let (host, port) = host_port(coordinator);
+    nodes(port)
+        .iter()
+        .map(|p| format!("postgres://postgres@{host}:{p}/postgres"))
+        .collect()
+}
+
 /// Transactions committed and rolled back on the workers in database `name`, summed: what
 /// the coordinator sent them (`pg_stat_database`, which a worker's backend updates within
 /// about 10 s of going idle: `PGSTAT_IDLE_INTERVAL`).
