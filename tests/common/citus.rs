@@ -252,11 +252,9 @@ pub fn node_urls(coordinator: &str) -> Vec<String> {
 /// the coordinator sent them (`pg_stat_database`, which a worker's backend updates within
 /// about 10 s of going idle: `PGSTAT_IDLE_INTERVAL`).
 pub async fn worker_transactions(coordinator: &str, name: &str) -> i64 {
-    let (host, port) = host_port(coordinator);
     let mut sum = 0;
-    for p in &nodes(port)[1..] {
-        let url = format!("postgres://postgres@{host}:{p}/postgres");
-        let pool = sqlx::PgPool::connect(&url)
+    for url in &node_urls(coordinator)[1..] {
+        let pool = sqlx::PgPool::connect(url)
             .await
             .unwrap_or_else(|e| panic!("Citus worker {url}: {e}"));
         let n: i64 = sqlx::query_scalar(

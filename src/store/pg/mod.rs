@@ -70,7 +70,7 @@ pub struct Pg {
     /// The shard of each org seen, when the tables are spread (an org never moves between
     /// shards: a rebalance moves whole shards, keeping their ids).
     shards: std::sync::Mutex<HashMap<String, i64>>,
-    /// Orgs seen to exist, where a group commits a shard at a time (`Dialect::seen_orgs`).
+    /// Orgs seen to exist, where a group commits a shard at a time (`Dialect::split_seen`).
     seen: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
@@ -348,15 +348,12 @@ impl Dialect for Pg {
         orgs.iter().map(|o| known.get(*o).copied()).collect()
     }
 
-    fn seen_orgs<'a>(&self, orgs: &[&'a str]) -> Vec<&'a str> {
+    fn split_seen<'a>(&self, orgs: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str>) {
         let seen = self.seen.lock().expect("seen orgs lock");
-        orgs.iter().copied().filter(|o| seen.contains(*o)).collect()
+        orgs.iter().partition(|o| seen.contains(**o))
     }
 
     fn remember_orgs(&self, orgs: &[String]) {
-        if !self.commits_by_shard() {
-            return;
-        }
         let mut seen = self.seen.lock().expect("seen orgs lock");
         if seen.len() + orgs.len() > SEEN_ORGS {
             seen.clear();

@@ -103,13 +103,14 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// The shard of each of `orgs` if every one is known without asking the database.
     fn known_shard_ids(&self, orgs: &[&str]) -> Option<Vec<i64>>;
 
-    /// Those of `orgs` this store has seen exist: orgs are never deleted, so a group split
-    /// by shard need not read them again (`remember_orgs` fills it; none by default).
-    fn seen_orgs<'a>(&self, _orgs: &[&'a str]) -> Vec<&'a str> {
-        Vec::new()
+    /// `orgs` split into those this store has seen exist and the others: orgs are never
+    /// deleted, so a group split by shard need not read the first again (`remember_orgs`
+    /// fills it; none seen by default).
+    fn split_seen<'a>(&self, orgs: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str>) {
+        (Vec::new(), orgs.to_vec())
     }
 
-    /// Remember that `orgs` exist (see `seen_orgs`).
+    /// Remember that `orgs` exist (see `split_seen`).
     fn remember_orgs(&self, _orgs: &[String]) {}
 
     // Reads the backends make differently.

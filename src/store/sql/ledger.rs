@@ -102,8 +102,7 @@ async fn ingest_by_shard(
     (rules, plans, now, writer): (&Rules, &Plans, Secs, i64),
 ) -> StoreResult<Vec<RequestOutcome>> {
     use heartbeats::shards;
-    let seen = store.seen_orgs(orgs);
-    let unseen: Vec<&str> = orgs.iter().copied().filter(|o| !seen.contains(o)).collect();
+    let (seen, unseen) = store.split_seen(orgs);
     let mut reads: Vec<BoxFuture<'_, StoreResult<Vec<String>>>> = Vec::new();
     for part in store.parts_by_shard(&unseen).await? {
         reads.push(Box::pin(async move {
