@@ -24,15 +24,18 @@ pub enum Scope {
     Finance,
     /// Everything.
     Admin,
+    /// A Team member's own use in its org: the one user and org the token is bound to.
+    Member,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 5] = [
+    pub const ALL: [Scope; 6] = [
         Scope::Ingest,
         Scope::Admission,
         Scope::Console,
         Scope::Finance,
         Scope::Admin,
+        Scope::Member,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,6 +45,7 @@ impl Scope {
             Scope::Console => "console",
             Scope::Finance => "finance",
             Scope::Admin => "admin",
+            Scope::Member => "member",
         }
     }
 
@@ -61,7 +65,9 @@ pub fn parse_scopes(list: &str) -> Result<Vec<Scope>, String> {
     let mut scopes = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let scope = Scope::parse(part).ok_or_else(|| {
-            format!("unknown scope `{part}`: use ingest, admission, console, finance or admin")
+            format!(
+                "unknown scope `{part}`: use ingest, admission, console, finance, admin or member"
+            )
         })?;
         if !scopes.contains(&scope) {
             scopes.push(scope);
@@ -102,12 +108,41 @@ pub fn new_token(
 }
 
 /// What a token to be made must hold to: a console token reads one org, so it must be
-/// bound to one. The error says what to fix.
-pub fn check_binding(scopes: &[Scope], org_id: Option<&str>) -> Result<(), String> {
+/// bound to one; a member token reads one user's use in one org, so it is bound to both
+/// and has no other scope. The error says what to fix: `(field, message)`.
+pub fn check_binding(
+    scopes: &[Scope],
+    org_id: Option<&str>,
+    user_id: Option<&str>,
+) -> Result<(), (&'static str, String)> {
     if scopes.contains(&Scope::Console) && org_id.is_none() {
-        return Err("a console token reads one org; bind it to one".into());
+        return Err((
+            "org_id",
+            "a console token reads one org; bind it to one".into(),
+        ));
     }
-    Ok(())
+    let member = scopes.contains(&Scope::Member);
+    if member && scopes.len() > 1 {
+        return Err((
+            "scopes",
+            "a member token reads its user's own page and nothing else: `member` alone".into(),
+        ));
+    }
+    match (member, org_id, user_id) {
+        (true, None, _) => Err((
+            "org_id",
+            "a member token reads one org; bind it to one".into(),
+        )),
+        (true, _, None) => Err((
+            "user_id",
+            "a member token reads one user's use; name the user (an admission's started_by)".into(),
+        )),
+        (false, _, Some(_)) => Err((
+            "user_id",
+            "only a member token is bound to a user; add the scope `member`".into(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The longest a token may be made to last by `expires_in` (ten years).
@@ -201,6 +236,7 @@ pub fn token_row(
         secret_hash: hash,
         scopes: join_scopes(scopes),
         org_id: org_id.map(str::to_owned),
+        user_id: None,
         label: label.to_owned(),
         created_at: now,
         expires_at: None,
@@ -249,9 +285,33 @@ mod tests {
 
     #[test]
     fn console_tokens_are_bound() {
-        assert!(check_binding(&[Scope::Console], None).is_err());
-        assert!(check_binding(&[Scope::Console], Some("acme")).is_ok());
-        assert!(check_binding(&[Scope::Admin], None).is_ok());
+        assert!(check_binding(&[Scope::Console], None, None).is_err());
+        assert!(check_binding(&[Scope::Console], Some("acme"), None).is_ok());
+        assert!(check_binding(&[Scope::Admin], None, None).is_ok());
+        let member = [Scope::Member];
+        assert!(check_binding(&member, Some("acme"), Some("ann")).is_ok());
+        assert_eq!(
+            check_binding(&member, None, Some("ann")).unwrap_err().0,
+            "org_id"
+        );
+        assert_eq!(
+            check_binding(&member, Some("acme"), None).unwrap_err().0,
+            "user_id"
+        );
+        let two = [Scope::Console, Scope::Member];
+        assert_eq!(
+            check_binding(&two, Some("acme"), Some("ann"))
+                .unwrap_err()
+                .0,
+            "scopes"
+        );
+        let console = [Scope::Console];
+        assert_eq!(
+            check_binding(&console, Some("acme"), Some("ann"))
+                .unwrap_err()
+                .0,
+            "user_id"
+        );
     }
 
     #[test]

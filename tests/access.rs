@@ -33,6 +33,12 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/v1/me/usage",
+        body: none,
+        grants: &[Scope::Member],
+    },
+    Route {
+        method: "GET",
         path: "/v1/tokens?org_id={org}",
         body: none,
         grants: &[],
@@ -265,6 +271,18 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/v1/plans",
+        body: none,
+        grants: &[],
+    },
+    Route {
+        method: "POST",
+        path: "/v1/plans/pro/migrations",
+        body: |_, _| Some(json!({"from": 1, "to": 1, "at": "now", "dry_run": true})),
+        grants: &[],
+    },
+    Route {
+        method: "GET",
         path: "/v1/admin/stripe/events",
         body: none,
         grants: &[],
@@ -377,6 +395,11 @@ async fn no_token_without_the_right_reaches_another_orgs_data(backend: Backend) 
             Some(console_a),
             Some(Scope::Console),
         ),
+        (
+            "a member token of org_a".into(),
+            Some(srv.token(&[Scope::Member], Some("org_a")).await),
+            Some(Scope::Member),
+        ),
     ];
     for scope in [Scope::Ingest, Scope::Admission, Scope::Finance] {
         tokens.push((
@@ -438,6 +461,8 @@ async fn no_token_without_the_right_reaches_another_orgs_data(backend: Backend) 
 /// Routes over every org at once: refused (403) to a token bound to one, whatever its scopes.
 const SERVICE_WIDE: &[&str] = &[
     "/v1/audit",
+    "/v1/plans",
+    "/v1/plans/pro/migrations",
     "/v1/periods",
     "/v1/periods/2026-10/close",
     "/v1/admin/stripe/events",
@@ -619,27 +644,28 @@ async fn each_operation_takes_exactly_the_scopes_it_documents(backend: Backend) 
     };
     let mut tokens = Vec::new();
     for scope in Scope::ALL {
-        let bound = (scope == Scope::Console).then_some("org_a");
+        let bound = matches!(scope, Scope::Console | Scope::Member).then_some("org_a");
         tokens.push((scope, srv.token(&[scope], bound).await));
     }
     let mut checked = 0;
     for r in ROUTES {
         let listed = documented_scopes(&doc, r);
+        // Admin reaches everything but a member's own page, which names a user it has not.
         assert!(
-            listed.iter().any(|s| s == "admin"),
+            listed.iter().any(|s| s == "admin") || listed == ["member"],
             "{}: {listed:?}",
             r.path
         );
         let mut unbound: Vec<&str> = listed
             .iter()
             .map(String::as_str)
-            .filter(|s| !matches!(*s, "admin" | "console"))
+            .filter(|s| !matches!(*s, "admin" | "console" | "member"))
             .collect();
         let mut grants: Vec<&str> = r
             .grants
             .iter()
             .map(|g| g.as_str())
-            .filter(|g| !matches!(*g, "admin" | "console"))
+            .filter(|g| !matches!(*g, "admin" | "console" | "member"))
             .collect();
         unbound.sort_unstable();
         grants.sort_unstable();

@@ -712,6 +712,7 @@ impl OnCluster {
             let upsert = OrgUpsert {
                 org_id: org.clone(),
                 plan_id: Some("team".into()),
+                plan_version: None,
                 ..Default::default()
             };
             on.db.upsert_org(&upsert, T0, &actor).await.unwrap();

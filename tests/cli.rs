@@ -323,6 +323,7 @@ async fn export_and_period_commands(backend: Backend) {
             org_id: "acme".into(),
             name: Some("Acme".into()),
             plan_id: Some("pro".into()),
+            plan_version: None,
             ..Default::default()
         },
         nov.start + 60,
@@ -561,3 +562,102 @@ async fn json_logs_name_the_request_route_org_status_and_latency(backend: Backen
 }
 
 every_backend!(json_logs_name_the_request_route_org_status_and_latency);
+
+/// `rush-meter plans list` and `plans migrate`: a dry run says what would move and moves
+/// nothing; a move is in the audit log; bad flags exit 2 naming the flag. And `token create
+/// --scope member` needs `--user`.
+async fn plans_and_member_token_commands(backend: Backend) {
+    let Some((url, _db_dir)) = fresh_database(backend).await else {
+        return;
+    };
+    let plans = common::repo_plans_copy();
+    let db = Db::connect(&url, Default::default()).await.unwrap();
+    db.migrate().await.unwrap();
+    let upsert = rush_meter::store::OrgUpsert {
+        org_id: "acme".into(),
+        plan_id: Some("pro".into()),
+        ..Default::default()
+    };
+    let actor = rush_meter_core::audit::Actor::system("test");
+    db.upsert_org(&upsert, 1, &actor).await.unwrap();
+    db.close().await;
+    std::fs::write(plans.path().join("pro-2.toml"), common::pro_2()).unwrap();
+    let cmd = |args: &[&str]| {
+        let mut c = rush_meter();
+        c.env("RUSH_METER_DATABASE_URL", &url)
+            .env("RUSH_METER_PLANS_DIR", plans.path());
+        run(c.args(args))
+    };
+    let on_version = |list: &str, v: &str| -> String {
+        let line = list
+            .lines()
+            .find(|l| l.starts_with(&format!("pro,{v},")))
+            .unwrap_or_else(|| panic!("{list}"));
+        line.rsplit(',').next().unwrap().to_owned()
+    };
+    let (code, list, err) = cmd(&["plans", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(list.starts_with("plan,version,newest,file,orgs"), "{list}");
+    assert_eq!(
+        (on_version(&list, "1"), on_version(&list, "2")),
+        ("1".into(), "0".into())
+    );
+
+    let migrate = [
+        "plans", "migrate", "--plan", "pro", "--from", "1", "--to", "2",
+    ];
+    let (code, out, err) = cmd(&[&migrate[..], &["--at", "now", "--dry-run"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("acme: `pro` version 1 -> 2 at ")
+            && out.contains("month room 40.0000 h -> 30.0000 h"),
+        "{out}"
+    );
+    assert!(err.contains("would move 1 org(s)"), "{err}");
+    assert_eq!(
+        on_version(&cmd(&["plans", "list"]).1, "1"),
+        "1",
+        "a dry run moved"
+    );
+    let (code, _, err) = cmd(&[&migrate[..], &["--at", "tomorrow"]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--at: `tomorrow` is not `renewal`"), "{err}");
+    let (code, _, err) = cmd(&[
+        "plans", "migrate", "--plan", "pro", "--from", "1", "--to", "9", "--at", "now",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--to: `pro` has no version 9; its versions are 1, 2"),
+        "{err}"
+    );
+    let (code, out, err) = cmd(&[&migrate[..], &["--at", "now", "--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let moved: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (moved["org_id"].as_str(), moved["to_version"].as_i64()),
+        (Some("acme"), Some(2))
+    );
+    assert_eq!(on_version(&cmd(&["plans", "list"]).1, "2"), "1");
+    let (_, log, _) = cmd(&["audit", "--org", "acme"]);
+    assert!(
+        log.contains("plan_version.moved") && log.contains("rush-meter plans migrate"),
+        "{log}"
+    );
+
+    let (code, _, err) = cmd(&["token", "create", "--scope", "member", "--org", "acme"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--user"), "{err}");
+    let (code, secret, err) = cmd(&[
+        "token", "create", "--scope", "member", "--org", "acme", "--user", "ann",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(secret.trim().starts_with("rm_"), "{secret}");
+    let (_, list, _) = cmd(&["token", "list", "--org", "acme"]);
+    assert!(
+        list.lines()
+            .any(|l| l.contains(",member,acme,") && l.ends_with(",ann")),
+        "{list}"
+    );
+}
+
+every_backend!(plans_and_member_token_commands);

@@ -124,6 +124,7 @@ every_backend! {
             Some(rush_meter::store::SubscriptionState {
                 org_id: "beta".into(),
                 plan_id: "team".into(),
+                plan_version: 1,
                 customer_id: "cus_beta".into(),
                 subscription_id: Some("sub_beta".into()),
                 status: Some("active".into()),

@@ -46,6 +46,7 @@ async fn a_write_cut_off_while_it_begins_leaves_the_next_write_committed(backend
         let org = OrgUpsert {
             org_id: format!("org{polls}"),
             plan_id: Some("pro".into()),
+            plan_version: None,
             ..OrgUpsert::default()
         };
         cut_off_after(db.upsert_org(&org, 1_000, &actor), polls).await;

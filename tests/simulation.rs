@@ -240,6 +240,7 @@ async fn replay_into(db: &Db, fleet: &Fleet) -> Vec<Made> {
             &OrgUpsert {
                 org_id: sim::org_name(o),
                 plan_id: Some(plan.into()),
+                plan_version: None,
                 ..Default::default()
             },
             start,

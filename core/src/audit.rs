@@ -83,6 +83,8 @@ named! {
         OverageChargeFailed = "overage_charge.failed",
         OverageChargeRequeued = "overage_charge.requeued",
         PeriodClosed = "period.closed",
+        /// A move of the org to another version of its plan, scheduled or called off.
+        PlanVersionMoved = "plan_version.moved",
     }
 }
 
@@ -132,13 +134,15 @@ impl Entry {
 
 /// What an admin sets of an org.
 pub fn org_state(o: &Org) -> Value {
-    json!({ "name": o.name, "plan_id": o.plan_id, "suspended": o.suspended })
+    json!({ "name": o.name, "plan_id": o.plan_id, "plan_version": o.plan_version,
+        "suspended": o.suspended })
 }
 
 /// What Stripe decides of an org: its plan and subscription.
 pub fn subscription_state(o: &Org) -> Value {
     json!({
         "plan_id": o.plan_id,
+        "plan_version": o.plan_version,
         "subscription_status": o.subscription_status,
         "stripe_subscription_id": o.stripe_subscription_id,
         "stripe_customer_id": o.stripe_customer_id,
@@ -152,6 +156,13 @@ pub fn subscription_state(o: &Org) -> Value {
 pub fn downgrade_state(o: &Org) -> Value {
     json!({ "scheduled_plan_id": o.scheduled_plan_id, "scheduled_at": o.scheduled_at,
         "made_in_stripe": o.scheduled_in_stripe })
+}
+
+/// The version an org is on and the move it has scheduled.
+pub fn version_state(o: &Org) -> Value {
+    json!({ "plan_id": o.plan_id, "plan_version": o.plan_version,
+        "moving_to_version": o.moving_to_version,
+        "moving_at": o.moving_at.map(format_rfc3339) })
 }
 
 pub fn key_state(k: &Key) -> Value {

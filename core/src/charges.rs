@@ -50,6 +50,7 @@ pub fn money_units(m: Decimal) -> i64 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Terms {
     pub plan_id: String,
+    pub plan_version: i64,
     pub included_hours: Decimal,
     pub unit_price: Decimal,
     pub price: Decimal,
@@ -60,6 +61,7 @@ impl Terms {
     pub fn of(plan: &Plan) -> Terms {
         Terms {
             plan_id: plan.id.clone(),
+            plan_version: plan.version,
             included_hours: plan.monthly_agent_hours,
             unit_price: plan.overage_unit_price,
             price: plan.price,
@@ -144,6 +146,7 @@ pub(crate) mod tests {
     pub(crate) fn terms(price: &str, included: &str, unit: &str) -> Terms {
         Terms {
             plan_id: "pro".into(),
+            plan_version: 1,
             included_hours: included.parse().unwrap(),
             unit_price: unit.parse().unwrap(),
             price: price.parse().unwrap(),

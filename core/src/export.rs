@@ -11,7 +11,7 @@ use crate::funding::{amount, GrantKind, Source};
 pub use crate::periods::{due_month, month_name, months_between, parse_month};
 use crate::time::{format_rfc3339, hours, write_rfc3339, Interval, Secs};
 
-pub const ORG_COLUMNS: [&str; 25] = [
+pub const ORG_COLUMNS: [&str; 26] = [
     "period_start",
     "period_end",
     "org_id",
@@ -37,6 +37,7 @@ pub const ORG_COLUMNS: [&str; 25] = [
     "grace_seconds",
     "adjustment_overage_seconds",
     "adjustment_overage_amount",
+    "plan_version",
 ];
 
 /// An org's period by who paid, from the hourly funding rollup: what its grants (by kind),
@@ -167,6 +168,7 @@ struct OrgJson<'a> {
     grace_seconds: i64,
     adjustment_overage_seconds: i64,
     adjustment_overage_amount: String,
+    plan_version: i64,
 }
 
 fn org_json<'a>(period: Interval, o: &'a OrgTotals) -> OrgJson<'a> {
@@ -198,6 +200,7 @@ fn org_json<'a>(period: Interval, o: &'a OrgTotals) -> OrgJson<'a> {
         grace_seconds: f.grace,
         adjustment_overage_seconds: o.adjustment_funding.overage,
         adjustment_overage_amount: format!("{:.2}", amount(o.adjustment_funding.charge_units)),
+        plan_version: o.terms.plan_version,
     }
 }
 
@@ -345,6 +348,7 @@ impl Lines {
                     &j.grace_seconds.to_string(),
                     &j.adjustment_overage_seconds.to_string(),
                     &j.adjustment_overage_amount,
+                    &j.plan_version.to_string(),
                 ])
                 .expect("writing to memory"),
         }
@@ -451,9 +455,9 @@ mod tests {
             csv,
             "period_start,period_end,org_id,plan,stripe_customer_id,stripe_subscription_id,agent_seconds,agent_hours,included_hours,overage_hours,unit_price,amount,currency,adjustment_seconds,\
              plan_seconds,grant_seconds,grant_promo_seconds,grant_make_good_seconds,grant_trial_seconds,grant_purchased_seconds,\
-             overage_seconds,overage_amount,grace_seconds,adjustment_overage_seconds,adjustment_overage_amount\r\n\
+             overage_seconds,overage_amount,grace_seconds,adjustment_overage_seconds,adjustment_overage_amount,plan_version\r\n\
              2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,acme,pro,cus_1,,144018,40.0050,40.0000,0.0050,0.50,20.00,usd,7,\
-             144000,0,0,0,0,0,18,0.00,0,0,0.00\r\n"
+             144000,0,0,0,0,0,18,0.00,0,0,0.00,1\r\n"
         );
         let mut lines = Lines::new(Format::Jsonl);
         lines.org(period, &o);

@@ -30,6 +30,7 @@ pub mod ids;
 pub mod ledger;
 pub mod members;
 pub mod org;
+pub mod own_use;
 pub mod periods;
 pub mod plans;
 pub mod prompt;
@@ -41,6 +42,7 @@ pub mod text;
 pub mod thresholds;
 pub mod time;
 pub mod timeline;
+pub mod versions;
 pub mod wire;
 
 /// The plans of `plans/`, built into the crate's tests.

@@ -11,6 +11,12 @@ pub struct Org {
     pub org_id: String,
     pub name: String,
     pub plan_id: String,
+    /// The version of `plan_id` the org is on (`Plans::version`).
+    pub plan_version: i64,
+    /// A move to another version of its plan, in force from `moving_at` (an operator's,
+    /// audited: `rush-meter plans migrate`).
+    pub moving_to_version: Option<i64>,
+    pub moving_at: Option<Secs>,
     pub suspended: bool,
     pub period_start: Option<Secs>,
     pub period_end: Option<Secs>,
@@ -41,12 +47,15 @@ pub struct Org {
 }
 
 impl Org {
-    /// A new org on `plan_id`, with no subscription.
+    /// A new org on version 1 of `plan_id`, with no subscription.
     pub fn new(org_id: &str, plan_id: &str, at: Secs) -> Org {
         Org {
             org_id: org_id.to_owned(),
             name: org_id.to_owned(),
             plan_id: plan_id.to_owned(),
+            plan_version: 1,
+            moving_to_version: None,
+            moving_at: None,
             suspended: false,
             period_start: None,
             period_end: None,
@@ -72,10 +81,20 @@ impl Org {
         Interval::new(self.period_start?, self.period_end?)
     }
 
-    /// The plan the org pays for (or an admin set), and whether the id is one no plan file
-    /// defines (then Free stands in: the shells say so loudly).
-    pub fn subscribed_plan<'p>(&self, plans: &'p Plans) -> (&'p Plan, bool) {
-        match plans.get(&self.plan_id) {
+    /// The version of its plan the org is on at `now`: the one recorded, or the one it is
+    /// moving to once the move's time has come.
+    pub fn plan_version_at(&self, now: Secs) -> i64 {
+        match (self.moving_to_version, self.moving_at) {
+            (Some(v), Some(at)) if now >= at => v,
+            _ => self.plan_version,
+        }
+    }
+
+    /// The plan the org pays for (or an admin set), at the version it is on at `now`, and
+    /// whether that is one no plan file defines (then Free stands in: the shells say so
+    /// loudly; the service refuses to start with orgs on a version whose file is gone).
+    pub fn subscribed_plan<'p>(&self, plans: &'p Plans, now: Secs) -> (&'p Plan, bool) {
+        match plans.version(&self.plan_id, self.plan_version_at(now)) {
             Some(p) => (p, false),
             None => (plans.free(), true),
         }
@@ -94,9 +113,13 @@ impl Org {
     /// The plan in force at `now` (`plan_id_at`), and what its subscription's status grants
     /// then.
     pub fn plan_access<'p>(&self, plans: &'p Plans, now: Secs) -> (&'p Plan, Access) {
-        let plan = plans
-            .get(self.plan_id_at(now))
-            .unwrap_or_else(|| self.subscribed_plan(plans).0);
+        // A downgrade made in Stripe lands on the newest version of its plan, the one its
+        // price was chosen from.
+        let plan = match self.plan_id_at(now) {
+            id if id != self.plan_id => plans.get(id),
+            _ => None,
+        }
+        .unwrap_or_else(|| self.subscribed_plan(plans, now).0);
         let access = access(
             self.subscription_status.as_deref(),
             self.past_due_since,
@@ -194,6 +217,11 @@ pub fn describe_changes(a: &Org, b: &Org) -> String {
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
     let num = |v: Option<i64>| v.map_or_else(|| "none".into(), |n| n.to_string());
     diff("plan", a.plan_id.clone(), b.plan_id.clone());
+    diff(
+        "plan_version",
+        a.plan_version.to_string(),
+        b.plan_version.to_string(),
+    );
     diff(
         "status",
         opt(&a.subscription_status),
@@ -293,13 +321,43 @@ mod tests {
     fn a_plan_no_file_defines_is_free_and_says_so() {
         let p = crate::shipped_plans();
         let mut org = Org::new("o", "gold", 0);
-        assert_eq!(org.subscribed_plan(&p), (p.free(), true));
+        assert_eq!(org.subscribed_plan(&p, 0), (p.free(), true));
         org.plan_id = "team".into();
-        assert_eq!(org.subscribed_plan(&p).0.id, "team");
+        assert_eq!(org.subscribed_plan(&p, 0).0.id, "team");
         org.subscription_status = Some("unpaid".into());
         assert_eq!(org.effective_plan(&p, 0).id, "free");
         let (plan, access) = org.plan_access(&p, 0);
         assert_eq!((plan.id.as_str(), access), ("team", Access::Withheld));
+    }
+
+    /// An org keeps the version it is on until its move's time, to the second, then has
+    /// the new one's terms; a version no file defines is Free, said loudly.
+    #[test]
+    fn an_org_keeps_its_version_until_it_is_moved() {
+        let two = crate::plans::parse_plan(
+            &include_str!("../../plans/pro.toml")
+                .replace("id = \"pro\"", "id = \"pro\"\nversion = 2")
+                .replace("monthly_agent_hours = 40", "monthly_agent_hours = 30")
+                .replace("[\"pro_monthly\"]", "[\"pro_monthly_2\"]"),
+        )
+        .unwrap();
+        let shipped = crate::shipped_plans();
+        let mut files: Vec<(std::path::PathBuf, Plan)> = shipped
+            .all_versions()
+            .map(|p| (format!("{}.toml", p.id).into(), p.clone()))
+            .collect();
+        files.push(("pro-2.toml".into(), two));
+        let p = Plans::from_files(std::path::Path::new("plans"), files).unwrap();
+        assert_eq!((p.get("pro").unwrap().version, p.iter().count()), (2, 3));
+        let mut org = Org::new("o", "pro", 0);
+        assert_eq!(org.effective_plan(&p, 0).monthly_limit_seconds, 40 * 3600);
+        org.moving_to_version = Some(2);
+        org.moving_at = Some(100);
+        assert_eq!(org.effective_plan(&p, 99).version, 1);
+        assert_eq!(org.effective_plan(&p, 100).monthly_limit_seconds, 30 * 3600);
+        org.plan_version = 3;
+        org.moving_to_version = None;
+        assert_eq!(org.subscribed_plan(&p, 0), (p.free(), true));
     }
 
     #[test]

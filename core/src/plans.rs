@@ -14,6 +14,9 @@ use crate::ids::Id;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Plan {
     pub id: String,
+    /// The version of the plan's terms (a file with no `version` is version 1): once an
+    /// org has been on a version it never changes; new terms are a new version.
+    pub version: i64,
     pub name: String,
     pub price: Decimal,
     pub currency: String,
@@ -55,6 +58,8 @@ impl Plan {
 #[serde(deny_unknown_fields)]
 struct PlanFile {
     id: String,
+    #[serde(default = "default_version")]
+    version: i64,
     name: String,
     #[serde(deserialize_with = "decimal")]
     price: Decimal,
@@ -86,6 +91,10 @@ struct PlanFile {
     topup_hour_price: Decimal,
     #[serde(default = "default_topup_expiry_days")]
     topup_expiry_days: i64,
+}
+
+fn default_version() -> i64 {
+    1
 }
 
 fn default_topup_expiry_days() -> i64 {
@@ -132,16 +141,19 @@ pub struct PlanError {
     pub message: String,
 }
 
-/// Every plan, by id.
+/// Every version of every plan, and the file each came from.
 #[derive(Clone, Debug)]
 pub struct Plans {
-    by_id: BTreeMap<String, Plan>,
+    /// By id, then version: looked up by `&str` on every decision, without an allocation.
+    by_id: BTreeMap<String, BTreeMap<i64, Plan>>,
+    files: BTreeMap<(String, i64), PathBuf>,
 }
 
 impl Plans {
     /// Parse the text of every plan file (`(path, text)`, in path order) and check that the
-    /// plans fit together: unique ids, no dangling `upgrade_to`, a `free` plan. `dir` names
-    /// the directory in the error for a missing `free` plan.
+    /// plans fit together: unique ids and versions, each Stripe price named once, no
+    /// dangling `upgrade_to`, a `free` plan. `dir` names the directory in the error for a
+    /// missing `free` plan.
     pub fn from_texts(dir: &Path, files: Vec<(PathBuf, String)>) -> Result<Plans, PlanError> {
         let mut parsed = Vec::with_capacity(files.len());
         for (file, text) in files {
@@ -154,19 +166,41 @@ impl Plans {
         Plans::from_files(dir, parsed)
     }
 
-    fn from_files(dir: &Path, parsed: Vec<(PathBuf, Plan)>) -> Result<Plans, PlanError> {
-        let mut by_id = BTreeMap::new();
+    pub(crate) fn from_files(dir: &Path, parsed: Vec<(PathBuf, Plan)>) -> Result<Plans, PlanError> {
+        let mut plans = Plans {
+            by_id: BTreeMap::new(),
+            files: BTreeMap::new(),
+        };
+        let mut prices: BTreeMap<&str, &Plan> = BTreeMap::new();
         for (file, plan) in &parsed {
-            if by_id.insert(plan.id.clone(), plan.clone()).is_some() {
-                return Err(PlanError {
-                    file: file.clone(),
-                    message: format!("id: `{}` is defined by another file too", plan.id),
-                });
+            let at = |message: String| PlanError {
+                file: file.clone(),
+                message,
+            };
+            let versions = plans.by_id.entry(plan.id.clone()).or_default();
+            if versions.insert(plan.version, plan.clone()).is_some() {
+                return Err(at(format!(
+                    "version: `{}` version {} is defined by another file too",
+                    plan.id, plan.version
+                )));
+            }
+            plans
+                .files
+                .insert((plan.id.clone(), plan.version), file.clone());
+            for price in &plan.stripe_prices {
+                // A subscription's price says which version it pays for: one price, one.
+                if let Some(other) = prices.insert(price, plan) {
+                    return Err(at(format!(
+                        "stripe_prices: `{price}` is named by `{}` version {} too; each \
+                         version sells at prices of its own",
+                        other.id, other.version
+                    )));
+                }
             }
         }
         for (file, plan) in &parsed {
             if let Some(up) = &plan.upgrade_to {
-                if !by_id.contains_key(up) {
+                if plans.get(up).is_none() {
                     return Err(PlanError {
                         file: file.clone(),
                         message: format!("upgrade_to: no plan has id `{up}`"),
@@ -174,7 +208,7 @@ impl Plans {
                 }
             }
         }
-        if !by_id.contains_key(FREE) {
+        if plans.get(FREE).is_none() {
             return Err(PlanError {
                 file: dir.to_path_buf(),
                 message: format!(
@@ -182,28 +216,127 @@ impl Plans {
                 ),
             });
         }
-        Ok(Plans { by_id })
+        Ok(plans)
     }
 
+    /// The newest version of plan `id`: what a new org, a new subscription, an upgrade and
+    /// the upgrade prompt get.
     pub fn get(&self, id: &str) -> Option<&Plan> {
-        self.by_id.get(id)
+        self.by_id.get(id)?.values().next_back()
     }
 
-    /// The plan every org falls back to.
+    /// Version `version` of plan `id`.
+    pub fn version(&self, id: &str, version: i64) -> Option<&Plan> {
+        self.by_id.get(id)?.get(&version)
+    }
+
+    /// The file that defines version `version` of plan `id`.
+    pub fn file_of(&self, id: &str, version: i64) -> Option<&Path> {
+        self.files
+            .get(&(id.to_owned(), version))
+            .map(PathBuf::as_path)
+    }
+
+    /// The plan every org falls back to (its newest version).
     pub fn free(&self) -> &Plan {
-        &self.by_id[FREE]
+        self.get(FREE).expect("a free plan is checked at load")
     }
 
+    /// The newest version of each plan, by id.
     pub fn iter(&self) -> impl Iterator<Item = &Plan> {
-        self.by_id.values()
+        self.by_id.values().filter_map(|v| v.values().next_back())
     }
 
-    /// The plan whose `stripe_prices` names this price id, lookup key or legacy plan id.
+    /// Every version of every plan, by id then version.
+    pub fn all_versions(&self) -> impl Iterator<Item = &Plan> {
+        self.by_id.values().flat_map(BTreeMap::values)
+    }
+
+    /// The plan version whose `stripe_prices` names this price id, lookup key or legacy
+    /// plan id (each names one at most: checked at load).
     pub fn by_stripe_price(&self, price: &str) -> Option<&Plan> {
-        self.iter()
+        self.all_versions()
             .find(|p| p.stripe_prices.iter().any(|s| s == price))
     }
 }
+
+/// The terms of a plan version as recorded when the service first starts with it, to
+/// find later edits of it: every field, in a fixed order, decimals normalized (`20.00` and
+/// `20` are one price), so that comments and layout may change and nothing else.
+pub fn terms(plan: &Plan) -> BTreeMap<&'static str, String> {
+    let dec = |d: Decimal| d.normalize().to_string();
+    let list = |v: &[String]| v.join(",");
+    let nums = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    BTreeMap::from([
+        ("name", plan.name.clone()),
+        ("price", dec(plan.price)),
+        ("currency", plan.currency.clone()),
+        ("monthly_agent_hours", dec(plan.monthly_agent_hours)),
+        ("weekly_agent_hours", dec(plan.weekly_agent_hours)),
+        ("concurrency_default", plan.concurrency_default.to_string()),
+        ("concurrency_max", plan.concurrency_max.to_string()),
+        (
+            "ceiling_grace_seconds",
+            plan.ceiling_grace_seconds.to_string(),
+        ),
+        ("past_due_grace_days", plan.past_due_grace_days.to_string()),
+        ("stripe_prices", list(&plan.stripe_prices)),
+        ("upgrade_to", plan.upgrade_to.clone().unwrap_or_default()),
+        (
+            "prompt_thresholds",
+            nums(
+                &plan
+                    .prompt_thresholds
+                    .iter()
+                    .map(|&t| i64::from(t))
+                    .collect::<Vec<_>>(),
+            ),
+        ),
+        (
+            "prompt_concurrency_denials",
+            plan.prompt_concurrency_denials.to_string(),
+        ),
+        ("overage_unit_price", dec(plan.overage_unit_price)),
+        ("overage_cap_max", dec(plan.overage_cap_max)),
+        ("topup_hours", nums(&plan.topup_hours)),
+        ("topup_hour_price", dec(plan.topup_hour_price)),
+        ("topup_expiry_days", plan.topup_expiry_days.to_string()),
+    ])
+}
+
+/// The terms recorded for a version, as text (`terms`, one `field=value` a line).
+pub fn terms_text(plan: &Plan) -> String {
+    terms(plan)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect()
+}
+
+/// The fields whose values differ between two recorded terms (`terms_text`), named with
+/// both values: what a start-up refused for an edited version says.
+pub fn changed_terms(recorded: &str, now: &str) -> Vec<String> {
+    let read = |t: &str| -> BTreeMap<String, String> {
+        t.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let (a, b) = (read(recorded), read(now));
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            let show = |m: &BTreeMap<String, String>| {
+                m.get(k)
+                    .map_or_else(|| "(none)".to_owned(), |v| format!("`{v}`"))
+            };
+            format!("{k}: {} recorded, {} now", show(&a), show(&b))
+        })
+        .collect()
+}
+
+/// The highest version number a plan file may carry.
+pub const MAX_VERSION: i64 = 1_000_000;
 
 /// The id of the plan that new orgs get and inactive subscriptions fall back to.
 pub const FREE: &str = "free";
@@ -212,6 +345,9 @@ pub const FREE: &str = "free";
 pub fn parse_plan(text: &str) -> Result<Plan, String> {
     let f: PlanFile = toml::from_str(text).map_err(toml_error)?;
     Id::parse(&f.id).map_err(|m| format!("id: {m}"))?;
+    if !(1..=MAX_VERSION).contains(&f.version) {
+        return Err(format!("version: a whole number 1 to {MAX_VERSION}"));
+    }
     if f.name.trim().is_empty() {
         return Err("name: must not be empty".into());
     }
@@ -284,6 +420,7 @@ pub fn parse_plan(text: &str) -> Result<Plan, String> {
     }
     Ok(Plan {
         id: f.id,
+        version: f.version,
         name: f.name,
         price: f.price,
         currency: f.currency,
@@ -422,7 +559,8 @@ upgrade_to = "team"
         let pro = parse_plan(PRO).unwrap();
         let free = parse_plan(
             &PRO.replace("\"pro\"", "\"free\"")
-                .replace("upgrade_to = \"team\"", ""),
+                .replace("upgrade_to = \"team\"", "")
+                .replace("[\"pro_monthly\"]", "[]"),
         )
         .unwrap();
         let e = Plans::from_files(
@@ -437,10 +575,74 @@ upgrade_to = "team"
         assert!(e.message.starts_with("upgrade_to"), "{}", e.message);
         let e = Plans::from_files(
             dir,
-            vec![("a.toml".into(), free.clone()), ("c.toml".into(), free)],
+            vec![
+                ("a.toml".into(), free.clone()),
+                ("c.toml".into(), free.clone()),
+            ],
         )
         .unwrap_err();
-        assert!(e.message.starts_with("id"), "{}", e.message);
+        assert!(e.message.starts_with("version"), "{}", e.message);
+        // Versions of one id are one plan; each names prices of its own.
+        let mut two = pro.clone();
+        two.version = 2;
+        let files = |b: Plan| {
+            vec![
+                ("a.toml".into(), free.clone()),
+                ("b.toml".into(), pro.clone()),
+                ("b2.toml".into(), b),
+            ]
+        };
+        let e = Plans::from_files(dir, files(two.clone())).unwrap_err();
+        assert_eq!(e.file, PathBuf::from("b2.toml"));
+        assert!(
+            e.message
+                .starts_with("stripe_prices: `pro_monthly` is named by `pro` version 1"),
+            "{}",
+            e.message
+        );
+        two.stripe_prices = vec!["pro_monthly_2".into()];
+        let mut one = pro.clone();
+        // No `team` here to upgrade to.
+        one.upgrade_to = None;
+        two.upgrade_to = None;
+        let versions = vec![
+            ("a.toml".into(), free.clone()),
+            ("b.toml".into(), one),
+            ("b2.toml".into(), two),
+        ];
+        let plans = Plans::from_files(dir, versions).unwrap();
+        assert_eq!(plans.get("pro").map(|p| p.version), Some(2));
+        assert_eq!(
+            plans.version("pro", 2).unwrap().stripe_prices,
+            ["pro_monthly_2"]
+        );
+        assert_eq!(
+            plans.by_stripe_price("pro_monthly_2").map(|p| p.version),
+            Some(2)
+        );
+        assert_eq!(plans.iter().count(), 2, "one plan a id, its newest version");
+    }
+
+    #[test]
+    fn a_version_is_read_and_its_terms_compare_field_by_field() {
+        let p = parse_plan(&format!("version = 3\n{PRO}")).unwrap();
+        assert_eq!(p.version, 3);
+        assert_eq!(
+            parse_plan(PRO).unwrap().version,
+            1,
+            "no version is version 1"
+        );
+        let e = parse_plan(&format!("version = 0\n{PRO}")).unwrap_err();
+        assert!(e.starts_with("version"), "{e}");
+        let a = terms_text(&p);
+        let mut q = p.clone();
+        q.price = Decimal::from_str("20").unwrap();
+        assert_eq!(terms_text(&q), a, "20 and 20.00 are one price");
+        q.monthly_agent_hours = Decimal::from(30);
+        assert_eq!(
+            changed_terms(&a, &terms_text(&q)),
+            ["monthly_agent_hours: `40` recorded, `30` now"]
+        );
     }
 
     #[test]

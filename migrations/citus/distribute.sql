@@ -29,6 +29,8 @@ SELECT create_reference_table('stripe_events')
   WHERE pg_temp.undistributed('stripe_events');
 SELECT create_reference_table('periods')
   WHERE pg_temp.undistributed('periods');
+SELECT create_reference_table('plan_versions')
+  WHERE pg_temp.undistributed('plan_versions');
 
 -- An org's rows, in the order their foreign keys need (parents first).
 SELECT create_distributed_table('orgs', 'org_id')

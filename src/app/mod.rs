@@ -10,10 +10,12 @@ pub mod history;
 pub mod ingest;
 pub mod jobs;
 pub mod limits;
+pub mod member_page;
 pub mod notifier;
 pub mod orgs;
 pub mod pace;
 pub mod periods;
+pub mod plan_versions;
 pub mod sessions;
 pub mod standing;
 pub mod stripe_events;
@@ -157,6 +159,7 @@ impl App {
     pub async fn start(config: &Config, clock: Clock) -> Result<App, StartError> {
         let plans = Arc::new(crate::config::load_plans(&config.plans_dir)?);
         let db = open_db(config).await?;
+        plan_versions::seal(&db, &plans, clock.now()).await?;
         if let Some(secret) = &config.bootstrap_admin_token {
             use secrecy::ExposeSecret;
             let row = token_row(

@@ -14,7 +14,7 @@ pub const NAME_MAX: usize = 200;
 impl Services {
     /// Create or update an org: its name a line of 1 to 200 characters, its plan one the
     /// plan files define.
-    pub async fn upsert_org(&self, org: OrgUpsert, actor: &Actor) -> Outcome<Org> {
+    pub async fn upsert_org(&self, mut org: OrgUpsert, actor: &Actor) -> Outcome<Org> {
         if let Some(name) = &org.name {
             if name.trim().is_empty() {
                 return Err(Refusal::invalid("name", "name must be 1 to 200 characters"));
@@ -32,6 +32,12 @@ impl Services {
                 ));
             }
         }
+        // A plan set, or Free for a new org, starts at its newest version.
+        let plan = org
+            .plan_id
+            .as_deref()
+            .unwrap_or(rush_meter_core::plans::FREE);
+        org.plan_version = self.plans.get(plan).map(|p| p.version);
         Ok(self.db.upsert_org(&org, self.clock.now(), actor).await?)
     }
 
@@ -45,7 +51,7 @@ impl Services {
         actor: &Actor,
     ) -> Outcome<(Key, Org)> {
         let org = self.org(org_id).await?;
-        let (plan, _) = org.subscribed_plan(&self.plans);
+        let (plan, _) = org.subscribed_plan(&self.plans, self.clock.now());
         if let Some(limit) = limit {
             if !(1..=plan.concurrency_max).contains(&limit) {
                 return Err(Refusal::invalid(

@@ -199,6 +199,7 @@ fn frozen_totals(r: FrozenOrgRow) -> Result<OrgTotals, ExportError> {
         adjustment_funding: r.adjustment_funding(),
         terms: Terms {
             plan_id: r.plan_id.clone(),
+            plan_version: r.plan_version,
             included_hours: dec("included_hours", &r.included_hours)?,
             unit_price: dec("unit_price", &r.unit_price)?,
             price: dec("price", &r.price)?,

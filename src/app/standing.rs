@@ -120,14 +120,14 @@ fn standing_of(
     used: &HashMap<String, WindowTotals>,
     recorded: funding::Recorded,
 ) -> Standing {
-    warn_if_unknown_plan(&org, plans);
+    warn_if_unknown_plan(&org, plans, now);
     let u = used.get(&org.org_id).copied().unwrap_or_default();
     Standing::of(org, plans, now, u, recorded)
 }
 
 /// An org on a plan id no plan file defines is treated as Free: say so loudly.
-pub fn warn_if_unknown_plan(org: &Org, plans: &Plans) {
-    if org.subscribed_plan(plans).1 {
+pub fn warn_if_unknown_plan(org: &Org, plans: &Plans, now: Secs) {
+    if org.subscribed_plan(plans, now).1 {
         tracing::error!(org_id = %org.org_id, plan_id = %org.plan_id, "org is on a plan no plan file defines; treating it as free");
     }
 }

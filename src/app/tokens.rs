@@ -14,6 +14,8 @@ use crate::tokens::{check_binding, new_token, Scope, MAX_LIFETIME};
 pub struct Ask {
     pub scopes: Vec<Scope>,
     pub org_id: Option<String>,
+    /// The user a member token reads the use of.
+    pub user_id: Option<String>,
     pub label: String,
     /// Seconds it lasts from its making; `None`: until revoked.
     pub expires_in: Option<Secs>,
@@ -60,7 +62,12 @@ pub async fn create(
     if let Some(org) = &ask.org_id {
         Id::parse(org).map_err(|m| invalid("org_id", format!("org_id {m}")))?;
     }
-    check_binding(&ask.scopes, ask.org_id.as_deref()).map_err(|m| invalid("org_id", m))?;
+    if let Some(user) = &ask.user_id {
+        // An admission's `started_by`, which names the user, is an id.
+        Id::parse(user).map_err(|m| invalid("user_id", format!("user_id {m}")))?;
+    }
+    check_binding(&ask.scopes, ask.org_id.as_deref(), ask.user_id.as_deref())
+        .map_err(|(field, m)| invalid(field, m))?;
     Text::Line
         .check(&ask.label, LABEL_MAX)
         .map_err(|m| invalid("label", format!("label {m}")))?;
@@ -79,6 +86,7 @@ pub async fn create(
     }
     let (mut row, secret) = new_token(&ask.scopes, ask.org_id.as_deref(), &ask.label, now);
     row.expires_at = ask.expires_in.map(|s| now + s);
+    row.user_id.clone_from(&ask.user_id);
     db.insert_token(&row, actor).await?;
     Ok((row, secret))
 }

@@ -30,13 +30,21 @@ pub struct BreakdownAsk {
 impl BreakdownAsk {
     /// The range for an org whose month window is `month`, checked.
     fn range(&self, month: Interval) -> Outcome<Interval> {
+        let whole = breakdown_range(month);
         check_range(
-            self.from.unwrap_or(month.start.div_euclid(HOUR) * HOUR),
-            self.to
-                .unwrap_or((month.end + HOUR - 1).div_euclid(HOUR) * HOUR),
+            self.from.unwrap_or(whole.start),
+            self.to.unwrap_or(whole.end),
             MAX_BREAKDOWN_DAYS,
         )
         .map_err(|m| Refusal::invalid("from", m))
+    }
+}
+
+/// A breakdown's default range: the month window `month`, widened to whole hours.
+pub fn breakdown_range(month: Interval) -> Interval {
+    Interval {
+        start: month.start.div_euclid(HOUR) * HOUR,
+        end: (month.end + HOUR - 1).div_euclid(HOUR) * HOUR,
     }
 }
 

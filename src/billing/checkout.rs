@@ -7,7 +7,7 @@
 
 use rush_meter_core::audit::Actor;
 use rush_meter_core::org::Org;
-use rush_meter_core::plans::Plan;
+use rush_meter_core::plans::{Plan, Plans};
 
 use super::api::{StripeApi, StripeFailure};
 use super::subscription::Subscription;
@@ -197,7 +197,7 @@ pub async fn change_plan(
 ) -> BillingResult<Change> {
     let api = b.api()?;
     let org = &end_incomplete(b, api, org).await?;
-    let org = &in_force(org, b.clock.now());
+    let org = &in_force(org, &b.plans, b.clock.now());
     let subscribed = org.stripe_subscription_id.as_deref().filter(|_| {
         !matches!(
             org.subscription_status.as_deref(),
@@ -236,9 +236,10 @@ pub async fn change_plan(
                 .unwrap_or_else(|| org.clone());
         return Ok(Change::Changed(Box::new(now)));
     }
+    let now = b.clock.now();
     let current_price = b
         .plans
-        .get(&org.plan_id)
+        .version(&org.plan_id, org.plan_version_at(now))
         .map(|p| p.price)
         .unwrap_or_default();
     if target.stripe_prices.is_empty() {
@@ -268,7 +269,7 @@ pub async fn change_plan(
     // Up from a downgrade made in Stripe: back to the plan paid for first, without
     // proration, so that the upgrade is prorated from what was paid.
     if org.scheduled_in_stripe {
-        if let Some(paid) = b.plans.get(&org.plan_id) {
+        if let Some(paid) = b.plans.version(&org.plan_id, org.plan_version_at(now)) {
             move_item(b, api, org, sub_id, paid, false, actor).await?;
         }
     }
@@ -328,10 +329,14 @@ async fn downgrade(
 /// The org as its plan in force at `now` says: a downgrade made in Stripe whose time has
 /// come is the plan (before Stripe's renewal, when it reaches the service, records it), so
 /// that a change from it starts from what the period was invoiced at.
-fn in_force(org: &Org, now: i64) -> Org {
+fn in_force(org: &Org, plans: &Plans, now: i64) -> Org {
     let mut o = org.clone();
     if o.scheduled_in_stripe && o.plan_id_at(now) != o.plan_id {
         o.plan_id = o.plan_id_at(now).to_owned();
+        // On the newest version of it, as its price was chosen (`Org::plan_access`).
+        o.plan_version = plans.get(&o.plan_id).map_or(1, |p| p.version);
+        o.moving_to_version = None;
+        o.moving_at = None;
         o.scheduled_plan_id = None;
         o.scheduled_at = None;
         o.scheduled_in_stripe = false;
@@ -551,6 +556,7 @@ pub async fn portal(b: &Billing, org: &Org) -> BillingResult<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::shipped_plans as plans;
 
     /// From its time on, a downgrade made in Stripe is the plan a change starts from (an
     /// upgrade back is prorated from it); before, the plan paid for is.
@@ -560,8 +566,8 @@ mod tests {
         org.scheduled_plan_id = Some("pro".into());
         org.scheduled_at = Some(100);
         org.scheduled_in_stripe = true;
-        assert_eq!(in_force(&org, 99), org);
-        let after = in_force(&org, 100);
+        assert_eq!(in_force(&org, &plans(), 99), org);
+        let after = in_force(&org, &plans(), 100);
         assert_eq!(after.plan_id, "pro");
         assert_eq!(
             (after.scheduled_plan_id, after.scheduled_in_stripe),
@@ -569,6 +575,6 @@ mod tests {
         );
         // Only recorded (an older release's): nothing in force yet.
         org.scheduled_in_stripe = false;
-        assert_eq!(in_force(&org, 100).plan_id, "team");
+        assert_eq!(in_force(&org, &plans(), 100).plan_id, "team");
     }
 }

@@ -34,7 +34,7 @@ pub struct Topup {
 /// price are checked by the caller against the plan.
 pub async fn open_topup(b: &Billing, org: &Org, hours: i64) -> BillingResult<Topup> {
     let api = b.api()?;
-    let (plan, _) = org.subscribed_plan(&b.plans);
+    let (plan, _) = org.subscribed_plan(&b.plans, b.clock.now());
     let unit_cents = cents(plan.topup_hour_price);
     let customer = ensure_customer(b, org).await?;
     let begun = begin(b, &org.org_id, "topup", &hours.to_string()).await?;
@@ -115,7 +115,7 @@ pub async fn topup_paid(b: &Billing, object: &serde_json::Value) -> BillingResul
             s.id
         )));
     };
-    let (plan, _) = org.subscribed_plan(&b.plans);
+    let (plan, _) = org.subscribed_plan(&b.plans, b.clock.now());
     let now = b.clock.now();
     let grant = Grant {
         org_id: org.org_id.clone(),
@@ -164,7 +164,7 @@ pub async fn charge_due(
 ) -> BillingResult<usize> {
     for (org_id, window) in b.db.due_overage_windows(before, 100).await? {
         if let Some(org) = b.db.get_org(&org_id).await? {
-            let (plan, _) = org.subscribed_plan(&b.plans);
+            let (plan, _) = org.subscribed_plan(&b.plans, b.clock.now());
             b.db.close_overage_window(&org_id, window.start, &plan.currency, b.clock.now())
                 .await?;
         }

@@ -142,7 +142,7 @@ pub async fn invoice_report(
                 }
             }
         }
-        let (plan, _) = org.subscribed_plan(&b.plans);
+        let (plan, _) = org.subscribed_plan(&b.plans, b.clock.now());
         let paid_through_stripe =
             org.stripe_subscription_id.is_some() && !plan.stripe_prices.is_empty();
         let overage_owed: Decimal =

@@ -3,7 +3,7 @@
 //! checkouts, so that all three apply Stripe's state the same way.
 
 use rush_meter_core::org::Org;
-use rush_meter_core::plans::Plans;
+use rush_meter_core::plans::{Plan, Plans};
 use rush_meter_core::time::Secs;
 
 use crate::store::SubscriptionState;
@@ -50,12 +50,12 @@ pub fn state_for(
     }
     // A subscription of a shape the service does not know is refused before it gets here
     // (`Subscription::recognized`): the org keeps its plan.
-    let plan_id = if sub.is_over() {
-        plans.free().id.clone()
+    let priced = if sub.is_over() {
+        Some(plans.free())
     } else {
         sub.plan(plans)
-            .map_or_else(|| org.plan_id.clone(), |p| p.id.clone())
     };
+    let plan_id = priced.map_or_else(|| org.plan_id.clone(), |p| p.id.clone());
     // A downgrade made in Stripe ahead of the period's end: Stripe bills the next period at
     // the new price, and the org keeps the plan it paid for until then.
     let held = org.scheduled_in_stripe
@@ -63,6 +63,7 @@ pub fn state_for(
         && org.scheduled_plan_id.as_deref() == Some(plan_id.as_str())
         && org.scheduled_at.is_some_and(|at| synced_at < at);
     let plan_id = if held { org.plan_id.clone() } else { plan_id };
+    let plan_version = plan_version(org, &plan_id, priced.or(plans.get(&plan_id)), synced_at);
     let past_due_since = (status == "past_due").then(|| {
         let was_past_due = org.subscription_status.as_deref() == Some("past_due")
             && current == Some(sub.id.as_str());
@@ -74,6 +75,7 @@ pub fn state_for(
     Some(SubscriptionState {
         org_id: org.org_id.clone(),
         plan_id,
+        plan_version,
         customer_id: sub.customer.id().to_owned(),
         subscription_id: Some(sub.id.clone()),
         status: Some(status.to_owned()),
@@ -86,10 +88,23 @@ pub fn state_for(
     })
 }
 
+/// The version of `plan_id` an org is on after a state of its subscription: on the same
+/// plan, the one it is on (a version changes only by an operator's move, whatever price
+/// Stripe renews at); on another, the version whose price the subscription pays (each
+/// version's prices are its own), or that plan's newest (Free, or a price no file names).
+fn plan_version(org: &Org, plan_id: &str, priced: Option<&Plan>, at: Secs) -> i64 {
+    match priced {
+        _ if plan_id == org.plan_id => org.plan_version_at(at),
+        Some(p) if p.id == plan_id => p.version,
+        _ => 1,
+    }
+}
+
 /// Whether `s` would change what `org` records of its subscription (a read worth making
 /// again under a ticket before it is applied).
 pub fn changes(org: &Org, s: &SubscriptionState) -> bool {
     org.plan_id != s.plan_id
+        || org.plan_version != s.plan_version
         || org.stripe_customer_id.as_deref() != Some(s.customer_id.as_str())
         || org.stripe_subscription_id != s.subscription_id
         || org.subscription_status != s.status
@@ -218,5 +233,42 @@ mod tests {
         );
         let s = state_for(&o, &sub("sub_newer", "active", "team_monthly"), &p, at(30)).unwrap();
         assert_eq!(s.subscription_id.as_deref(), Some("sub_newer"));
+    }
+
+    /// Each version's prices are its own: a subscription that puts an org on a plan puts it
+    /// on the version its price belongs to; on the plan it is on, only an operator's move
+    /// changes the version, whatever price Stripe renews at.
+    #[test]
+    fn a_price_names_its_version_and_a_renewal_keeps_the_one_moved_to() {
+        let pro = include_str!("../../plans/pro.toml");
+        let two = pro
+            .replace("id = \"pro\"", "id = \"pro\"\nversion = 2")
+            .replace("[\"pro_monthly\"]", "[\"pro_monthly_v2\"]");
+        let mut files: Vec<(std::path::PathBuf, String)> = ["free", "team"]
+            .iter()
+            .map(|f| {
+                let path = format!("{}/plans/{f}.toml", env!("CARGO_MANIFEST_DIR"));
+                (path.clone().into(), std::fs::read_to_string(path).unwrap())
+            })
+            .collect();
+        files.push(("pro.toml".into(), pro.to_owned()));
+        files.push(("pro-2.toml".into(), two));
+        let p = Plans::from_texts(std::path::Path::new("plans"), files).unwrap();
+        let on = |o: &Org, price: &str| {
+            let s = state_for(o, &sub("sub_1", "active", price), &p, at(50)).unwrap();
+            (s.plan_id, s.plan_version)
+        };
+        assert_eq!(on(&org(), "pro_monthly"), ("pro".into(), 1));
+        assert_eq!(on(&org(), "pro_monthly_v2"), ("pro".into(), 2));
+        let mut moved = org();
+        moved.plan_id = "pro".into();
+        moved.plan_version = 2;
+        assert_eq!(on(&moved, "pro_monthly"), ("pro".into(), 2));
+        // A move waiting is the version once its time has come.
+        moved.plan_version = 1;
+        moved.moving_to_version = Some(2);
+        moved.moving_at = Some(40);
+        assert_eq!(on(&moved, "pro_monthly"), ("pro".into(), 2));
+        assert_eq!(on(&moved, "team_monthly"), ("team".into(), 1));
     }
 }

@@ -3,6 +3,7 @@
 mod audit;
 mod export;
 mod period;
+mod plans;
 mod serve;
 mod simulate;
 mod stripe;
@@ -121,6 +122,9 @@ impl Cli {
         match &self.command {
             Some(Command::Serve(serve)) => s = Settings::of(&self.database, serve),
             Some(Command::Export { plans, .. })
+            | Some(Command::Plans(
+                PlansCommand::List { plans } | PlansCommand::Migrate { plans, .. },
+            ))
             | Some(Command::Period(PeriodCommand::Close { plans, .. })) => {
                 s.plans = plans.clone();
             }
@@ -170,6 +174,9 @@ pub enum Command {
     /// Billing periods (calendar months in UTC).
     #[command(subcommand)]
     Period(PeriodCommand),
+    /// Plan versions: which there are, and moving orgs between them.
+    #[command(subcommand)]
+    Plans(PlansCommand),
     /// Drive a synthetic fleet against a running server in real time, then print per org
     /// what truly ran against what the meter billed, with the difference explained.
     /// Fails if the meter's bill departs from the ledger's rules. Give it the server's
@@ -252,6 +259,44 @@ pub enum PeriodCommand {
 }
 
 #[derive(Subcommand)]
+pub enum PlansCommand {
+    /// Every version of every plan, with the orgs on it or moving to it (CSV).
+    List {
+        #[command(flatten)]
+        plans: PlansArgs,
+    },
+    /// Move orgs from one version of a plan to another, each move in the audit log; a
+    /// move to the version an org is on calls off one it has waiting. Prints each org's
+    /// move and its room on both versions.
+    Migrate {
+        /// The plan's id.
+        #[arg(long)]
+        plan: String,
+        /// The version the orgs are on.
+        #[arg(long)]
+        from: i64,
+        /// The version they go to.
+        #[arg(long)]
+        to: i64,
+        /// Only this org (default: every org on --from).
+        #[arg(long)]
+        org: Option<String>,
+        /// `renewal` (with each org's next billing period), `now` (at its next decision,
+        /// the window's use carried over) or an RFC 3339 time.
+        #[arg(long)]
+        at: String,
+        /// List what would move, and move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// One JSON object a line instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        plans: PlansArgs,
+    },
+}
+
+#[derive(Subcommand)]
 pub enum StripeCommand {
     /// Read every subscription from Stripe, repair each org that is out of step, and
     /// print what changed (recorded in the change log too).
@@ -278,12 +323,17 @@ pub enum StripeCommand {
 pub enum TokenCommand {
     /// Create a token and print its secret (shown this once; only its hash is stored).
     Create {
-        /// Comma-separated scopes: ingest, admission, console, finance, admin.
+        /// Comma-separated scopes: ingest, admission, console, finance, admin; or member
+        /// alone (a Team member's own page).
         #[arg(long)]
         scope: String,
-        /// The one org the token acts on, whatever its scopes (required for `console`).
+        /// The one org the token acts on, whatever its scopes (required for `console` and
+        /// `member`).
         #[arg(long)]
         org: Option<String>,
+        /// The user a `member` token reads the own use of (an admission's `started_by`).
+        #[arg(long)]
+        user: Option<String>,
         /// A note to recognise the token by.
         #[arg(long, default_value = "")]
         label: String,
@@ -330,13 +380,14 @@ pub async fn run(command: Option<Command>, config: &Config) -> CliResult {
         Command::Token(TokenCommand::Create {
             scope,
             org,
+            user,
             label,
             expires_in,
         }) => {
             token::create(
                 config,
                 &scope,
-                org.as_deref(),
+                (org.as_deref(), user.as_deref()),
                 &label,
                 expires_in.as_deref(),
             )
@@ -359,6 +410,28 @@ pub async fn run(command: Option<Command>, config: &Config) -> CliResult {
             period::close(config, &period).await
         }
         Command::Period(PeriodCommand::List) => period::list(config).await,
+        Command::Plans(PlansCommand::List { .. }) => plans::list(config).await,
+        Command::Plans(PlansCommand::Migrate {
+            plan,
+            from,
+            to,
+            org,
+            at,
+            dry_run,
+            json,
+            ..
+        }) => {
+            let args = plans::MigrateArgs {
+                plan: &plan,
+                from,
+                to,
+                org: org.as_deref(),
+                at: &at,
+                dry_run,
+                json,
+            };
+            plans::migrate(config, args).await
+        }
         Command::Simulate(args) => simulate::simulate(config, args).await,
         Command::Audit {
             org,

@@ -22,13 +22,14 @@ fn parse_lifetime(text: &str) -> Result<i64, String> {
 pub async fn create(
     config: &Config,
     scope: &str,
-    org: Option<&str>,
+    (org, user): (Option<&str>, Option<&str>),
     label: &str,
     expires_in: Option<&str>,
 ) -> CliResult {
     let ask = Ask {
         scopes: parse_scopes(scope).map_err(|e| format!("--scope: {e}"))?,
         org_id: org.map(str::to_owned),
+        user_id: user.map(str::to_owned),
         label: label.to_owned(),
         expires_in: expires_in.map(parse_lifetime).transpose()?,
     };
@@ -60,6 +61,7 @@ pub async fn create(
 fn flag(field: &str) -> &'static str {
     match field {
         "org_id" => "--org",
+        "user_id" => "--user",
         "label" => "--label",
         "expires_in_seconds" => "--expires-in",
         _ => "--scope",
@@ -88,6 +90,7 @@ pub async fn list(config: &Config, org: Option<&str>) -> CliResult {
         "last_used_at",
         "expires_at",
         "revoked_at",
+        "user_id",
     ])
     .map_err(fail)?;
     for t in rows? {
@@ -101,6 +104,7 @@ pub async fn list(config: &Config, org: Option<&str>) -> CliResult {
             time(t.last_used_at).as_str(),
             time(t.expires_at).as_str(),
             time(t.revoked_at).as_str(),
+            t.user_id.as_deref().unwrap_or(""),
         ])
         .map_err(fail)?;
     }

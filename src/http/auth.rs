@@ -25,6 +25,8 @@ pub struct Principal {
     pub scopes: Vec<Scope>,
     /// The one org the token acts on; `None`: every org its scopes reach.
     bound: Option<String>,
+    /// The user a member token reads the use of (`Scope::Member`).
+    user: Option<String>,
     /// What the token was made for (`rush-meter token create --label`): shown in the
     /// audit log beside its id.
     pub label: String,
@@ -34,16 +36,20 @@ pub struct Principal {
 impl Principal {
     pub(crate) fn from_row(row: &TokenRow) -> Principal {
         let bound = row.org_id.clone();
+        let user = row.user_id.clone();
         Principal {
             token_id: row.token_id.clone(),
-            // A console token reads one org: unbound, the scope grants nothing.
+            // A console token reads one org, a member token one user of one: unbound, the
+            // scope grants nothing.
             scopes: row
                 .scopes
                 .split(',')
                 .filter_map(Scope::parse)
                 .filter(|s| *s != Scope::Console || bound.is_some())
+                .filter(|s| *s != Scope::Member || (bound.is_some() && user.is_some()))
                 .collect(),
             bound,
+            user,
             label: row.label.clone(),
             expires_at: row.expires_at,
         }
@@ -56,6 +62,20 @@ impl Principal {
     /// The org this token is confined to, whatever its scopes.
     pub fn bound_org(&self) -> Option<&str> {
         self.bound.as_deref()
+    }
+
+    /// The org and user of a member token (`Scope::Member`, which an admin token does not
+    /// stand in for: it names no user); 403 for any other token.
+    pub fn member(&self) -> Result<(&str, &str), ApiError> {
+        match (&self.bound, &self.user) {
+            (Some(org), Some(user)) if self.scopes.contains(&Scope::Member) => Ok((org, user)),
+            _ => Err(ApiError::forbidden("member")),
+        }
+    }
+
+    /// The user a member token reads the use of.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
     }
 
     /// Who the audit log says made a change with this token.

@@ -32,6 +32,7 @@ use super::error::ErrorBody;
     modifiers(&BearerAuth),
     tags(
         (name = "orgs", description = "Orgs and their API keys"),
+        (name = "plans", description = "Plan versions, and moving orgs between them"),
         (name = "gate", description = "Admission decisions"),
         (name = "ledger", description = "Heartbeats and sessions"),
         (name = "usage", description = "The console's usage pages"),

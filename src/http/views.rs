@@ -169,3 +169,33 @@ impl FundingView {
         }
     }
 }
+
+/// A plan version as sold: what the upgrade prompt suggests and the list of plans shows.
+#[derive(Serialize, ToSchema)]
+pub struct PlanView {
+    id: String,
+    /// The version of the plan's terms (the newest, where a plan is offered).
+    version: i64,
+    name: String,
+    /// Decimal, per month.
+    price: String,
+    currency: String,
+    monthly_agent_hours: String,
+    weekly_agent_hours: String,
+    concurrency_max: i64,
+}
+
+impl PlanView {
+    pub fn of(p: &Plan) -> PlanView {
+        PlanView {
+            id: p.id.clone(),
+            version: p.version,
+            name: p.name.clone(),
+            price: p.price.to_string(),
+            currency: p.currency.clone(),
+            monthly_agent_hours: p.monthly_agent_hours.to_string(),
+            weekly_agent_hours: p.weekly_agent_hours.to_string(),
+            concurrency_max: p.concurrency_max,
+        }
+    }
+}

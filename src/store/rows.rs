@@ -17,6 +17,8 @@ pub struct OrgUpsert {
     pub org_id: String,
     pub name: Option<String>,
     pub plan_id: Option<String>,
+    /// The version of the plan set (or of Free, for a new org without one): the newest.
+    pub plan_version: Option<i64>,
     pub suspended: Option<bool>,
 }
 
@@ -27,6 +29,8 @@ pub struct TokenRow {
     /// Comma-separated scopes.
     pub scopes: String,
     pub org_id: Option<String>,
+    /// The user a member token reads the use of (`Scope::Member`).
+    pub user_id: Option<String>,
     pub label: String,
     pub created_at: i64,
     /// Refused from this time on; `None`: never expires.
@@ -60,6 +64,8 @@ pub struct StripeEventRow {
 pub struct SubscriptionState {
     pub org_id: String,
     pub plan_id: String,
+    /// The version of `plan_id` the org is on after it (`sync::state_for`).
+    pub plan_version: i64,
     pub customer_id: String,
     pub subscription_id: Option<String>,
     pub status: Option<String>,
@@ -128,6 +134,7 @@ pub struct FrozenOrgRow {
     pub period_start: i64,
     pub org_id: String,
     pub plan_id: String,
+    pub plan_version: i64,
     pub stripe_customer_id: Option<String>,
     pub stripe_subscription_id: Option<String>,
     pub agent_seconds: i64,

@@ -51,3 +51,22 @@ pub fn mini_plans() -> tempfile::TempDir {
     std::fs::write(dir.path().join("mini.toml"), MINI).unwrap();
     dir
 }
+
+/// Pro's second version: 30 hours a month and 12 a week, at a Stripe price of its own.
+pub fn pro_2() -> String {
+    std::fs::read_to_string(repo_plans().join("pro.toml"))
+        .unwrap()
+        .replace("id = \"pro\"", "id = \"pro\"\nversion = 2")
+        .replace("monthly_agent_hours = 40", "monthly_agent_hours = 30")
+        .replace("weekly_agent_hours = 15", "weekly_agent_hours = 12")
+        .replace("[\"pro_monthly\"]", "[\"pro_monthly_v2\"]")
+}
+
+/// A plans directory with the repository's plans, to add versions to.
+pub fn repo_plans_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["free.toml", "pro.toml", "team.toml"] {
+        std::fs::copy(repo_plans().join(f), dir.path().join(f)).unwrap();
+    }
+    dir
+}

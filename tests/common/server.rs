@@ -97,22 +97,7 @@ impl TestServer {
         dir: Option<tempfile::TempDir>,
         opts: Options,
     ) -> TestServer {
-        let config = Config {
-            database_url: database_url.clone(),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            plans_dir: opts.plans_dir,
-            rules: opts.rules,
-            bootstrap_admin_token: Some(SecretString::from(ADMIN)),
-            max_body_bytes: opts.max_body_bytes,
-            stripe: opts.stripe.clone(),
-            rate_limit: opts.rate_limit,
-            period_settle: opts.period_settle,
-            notify: opts.notify.clone(),
-            export_stall: opts.export_stall,
-            jobs_idle_wait: opts.jobs_idle_wait,
-            max_connections: opts.max_connections,
-            idle_connection: opts.idle_connection,
-        };
+        let config = config_of(&database_url, &opts);
         let clock = if opts.system_clock {
             Clock::System
         } else {
@@ -250,9 +235,14 @@ impl TestServer {
         .await;
     }
 
-    /// A token with `scopes`, optionally bound to `org`, created through the store.
+    /// A token with `scopes`, optionally bound to `org`, created through the store; a
+    /// member token is bound to the user `member_of_<org>` too.
     pub async fn token(&self, scopes: &[rush_meter::tokens::Scope], org: Option<&str>) -> String {
-        let (row, secret) = rush_meter::tokens::new_token(scopes, org, "test", self.clock.now());
+        let (mut row, secret) =
+            rush_meter::tokens::new_token(scopes, org, "test", self.clock.now());
+        if scopes.contains(&rush_meter::tokens::Scope::Member) {
+            row.user_id = org.map(|o| format!("member_of_{o}"));
+        }
         self.db
             .insert_token(&row, &rush_meter_core::audit::Actor::system("test"))
             .await
@@ -306,6 +296,26 @@ impl TestServer {
                 .map(drop),
         }
         .expect("set the billing period");
+    }
+}
+
+/// The config a test server starts with on `database_url`.
+pub fn config_of(database_url: &str, opts: &Options) -> Config {
+    Config {
+        database_url: database_url.to_owned(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        plans_dir: opts.plans_dir.clone(),
+        rules: opts.rules,
+        bootstrap_admin_token: Some(SecretString::from(ADMIN)),
+        max_body_bytes: opts.max_body_bytes,
+        stripe: opts.stripe.clone(),
+        rate_limit: opts.rate_limit,
+        period_settle: opts.period_settle,
+        notify: opts.notify.clone(),
+        export_stall: opts.export_stall,
+        jobs_idle_wait: opts.jobs_idle_wait,
+        max_connections: opts.max_connections,
+        idle_connection: opts.idle_connection,
     }
 }
 

@@ -29,7 +29,13 @@ pub const ORG_TABLES: [&str; 19] = [
 ];
 
 /// Tables shared by every org (reference tables on Citus) or keyed by an id of their own.
-pub const SHARED_TABLES: [&str; 4] = ["tokens", "stripe_events", "periods", "stripe_customers"];
+pub const SHARED_TABLES: [&str; 5] = [
+    "tokens",
+    "stripe_events",
+    "periods",
+    "plan_versions",
+    "stripe_customers",
+];
 
 /// Partitions each PostgreSQL test database gets, from `RUSH_METER_TEST_PG_PARTITIONS`.
 pub fn partitions() -> Option<u32> {

@@ -3,14 +3,14 @@
 // page shows is the API's answer to the second. Prints one JSON line of what it checked;
 // exits non-zero on the first difference.
 //
-// Environment: BASE (the server), ADMIN, FINANCE, CONSOLE_A (bound to org_a), INGEST
-// (tokens), SHOTS (a directory for screenshots), CHROMIUM (default /usr/bin/chromium).
+// Environment: BASE (the server), ADMIN, FINANCE, CONSOLE_A (bound to org_a), MEMBER_A
+// (org_a's user u1), INGEST (tokens), SHOTS (a directory for screenshots), CHROMIUM (default /usr/bin/chromium).
 
 import { chromium } from "playwright-core";
 import { mkdirSync, readFileSync } from "node:fs";
 import assert from "node:assert/strict";
 
-const { BASE, ADMIN, FINANCE, CONSOLE_A, INGEST, SHOTS } = process.env;
+const { BASE, ADMIN, FINANCE, CONSOLE_A, MEMBER_A, INGEST, SHOTS } = process.env;
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 mkdirSync(SHOTS, { recursive: true });
 
@@ -134,7 +134,7 @@ try {
     await figure(row.locator(".month .dur").nth(0), o.month.used_seconds, `${o.org_id} month used`);
     await figure(row.locator(".month .dur").nth(1), o.month.limit_seconds, `${o.org_id} month limit`);
     await figure(row.locator(".week .dur").nth(0), o.week.used_seconds, `${o.org_id} week used`);
-    assert.equal(await row.locator("td").nth(1).innerText(), o.plan);
+    assert.equal(await row.locator("td").nth(1).innerText(), `${o.plan} v${o.plan_version}`);
   }
   await labelled(page, "orgs");
   await shot(page, "orgs");
@@ -320,6 +320,27 @@ try {
   }
   await shot(cpage, "console-other-org");
   await cctx.close();
+
+  // ---- A member token: the user's own page, and nothing of the org's. ---------------------
+  const mctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const mpage = watch(await mctx.newPage());
+  const mine = await get("/v1/me/usage", MEMBER_A);
+  await signIn(mpage, MEMBER_A);
+  await mpage.waitForURL(/#\/me$/);
+  await settled(mpage, "u1 in org_a");
+  await figure(mpage.locator("#time-left .remaining .dur"), mine.time_left_seconds, "member: time left");
+  await figure(mpage.locator("#month .used .dur"), mine.month.used_seconds, "member: month used");
+  await figure(mpage.locator("#week .used .dur"), mine.week.used_seconds, "member: week used");
+  assert.ok(mine.days.length > 0, "u1 has days");
+  for (const d of mine.days) await figure(mpage.locator(`tr[data-day="${d.day}"] .dur`), d.seconds, `member: ${d.day}`);
+  assert.equal(await mpage.locator("tr[data-session]").count(), mine.sessions.length);
+  assert.equal(await mpage.getByRole("link", { name: "Orgs" }).count(), 0);
+  await labelled(mpage, "member");
+  await shot(mpage, "member");
+  // Another page asked for is still the user's own: the org's page is not a member's.
+  await open(mpage, "#/orgs/org_a");
+  await settled(mpage, "u1 in org_a");
+  await mctx.close();
 
   assert.deepEqual(problems, [], "errors in the page");
   console.log(JSON.stringify(checked));

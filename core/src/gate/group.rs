@@ -355,6 +355,7 @@ fn record(
         reason,
         rule,
         plan_id: f.plan.id.clone(),
+        plan_version: f.plan.version,
         suspended: f.suspended,
         month_start: month.start,
         month_end: month.end,

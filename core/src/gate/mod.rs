@@ -60,6 +60,8 @@ pub struct Decision {
     pub reason: Option<Reason>,
     pub rule: Rule,
     pub plan_id: String,
+    /// The version of the plan it was decided on.
+    pub plan_version: i64,
     pub suspended: bool,
     pub month_start: Secs,
     pub month_end: Secs,

@@ -154,8 +154,8 @@ const can = (scope) => !!state.me && (state.me.scopes.includes("admin") || state
 
 async function signIn(token) {
   const me = await api("/v1/me", { token });
-  if (!["admin", "finance", "console"].some((s) => me.scopes.includes(s))) {
-    throw new Error(`This token's scopes (${me.scopes.join(", ")}) cannot open the console: use an admin, finance or console token.`);
+  if (!["admin", "finance", "console", "member"].some((s) => me.scopes.includes(s))) {
+    throw new Error(`This token's scopes (${me.scopes.join(", ")}) cannot open the console: use an admin, finance, console or member token.`);
   }
   state.token = token;
   state.me = me;
@@ -187,7 +187,8 @@ function showChrome() {
   $("who").textContent = `${me.label || me.token_id} · ${me.scopes.join(", ")}${me.org_id ? ` · ${me.org_id}` : ""} · times in ${zone}, UTC on hover`;
   const links = [];
   if (can("finance")) links.push(["#/orgs", "Orgs"]);
-  if (me.org_id && !can("finance")) links.push([`#/orgs/${encodeURIComponent(me.org_id)}`, "Usage"]);
+  if (isMember()) links.push(["#/me", "My usage"]);
+  else if (me.org_id && !can("finance")) links.push([`#/orgs/${encodeURIComponent(me.org_id)}`, "Usage"]);
   if (can("finance")) links.push(["#/billing", "Billing"]);
   const here = location.hash.split("?")[0];
   $("nav").replaceChildren(
@@ -215,7 +216,8 @@ async function route() {
   say("Loading…");
   try {
     const { parts, params } = parseHash();
-    if (parts[0] === "orgs" && parts[1]) await orgPage(view, parts[1], params);
+    if (isMember()) await memberPage(view);
+    else if (parts[0] === "orgs" && parts[1]) await orgPage(view, parts[1], params);
     else if (parts[0] === "billing") await billingPage(view);
     else if (can("finance")) await orgsPage(view, params);
     else if (state.me.org_id) await orgPage(view, state.me.org_id, params);
@@ -340,7 +342,7 @@ async function orgsPage(view, params) {
           cells: [
             el("a", { href: `#/orgs/${encodeURIComponent(o.org_id)}` }, o.org_id),
             o.name,
-            o.plan,
+            planName(o.plan, o.plan_version),
             status(o.suspended, o.subscription_status),
             el("span", { class: "month" }, usedOf(o.month.used_seconds, o.month.limit_seconds)),
             el("span", { class: "week" }, usedOf(o.week.used_seconds, o.week.limit_seconds)),
@@ -392,6 +394,55 @@ function windowOf(usage, which) {
   return { from: iso(from), to: iso(to), name: which === "week" ? "week" : "month" };
 }
 
+/** A member token reads its user's own page and nothing else. */
+const isMember = () => !!state.me && state.me.scopes.includes("member");
+
+/** A Team member's own page (`GET /v1/me/usage`): their use, their limits, the time left to
+ * them; never the org's totals. */
+async function memberPage(view) {
+  const u = await api("/v1/me/usage");
+  const win = (w, title, id) =>
+    el(
+      "div",
+      { class: "card", id },
+      el("h3", {}, title),
+      dl([
+        ["Used", el("span", { class: "used" }, dur(w.used_seconds))],
+        ["Your limit", el("span", { class: "limit" }, dur(w.limit_seconds))],
+        ["Resets", time(w.end)],
+      ]),
+    );
+  const left = el(
+    "div",
+    { class: "card", id: "time-left" },
+    el("h3", {}, "Time left to you"),
+    el("p", { class: "big" }, el("span", { class: "remaining" }, dur(u.time_left_seconds))),
+    el("p", { class: "muted" }, "The least of your own limits and what your org has left."),
+  );
+  const days = table(
+    `${u.days.length} day${u.days.length === 1 ? "" : "s"} with agent time`,
+    ["Day", "Agent time"],
+    u.days.map((d) => ({ attrs: { "data-day": d.day }, cells: [el("time", { datetime: d.day, title: d.day }, localDay.format(new Date(d.day))), dur(d.seconds)] })),
+    { numeric: [1] },
+  );
+  const sessions = table(
+    `${u.sessions.length} running or parked session${u.sessions.length === 1 ? "" : "s"}`,
+    ["Session", "Agent", "Project", "State", "Running (billed)", "Last heard"],
+    u.sessions.map((s) => ({
+      attrs: { "data-session": s.session_id },
+      cells: [s.session_id, s.agent ?? "—", s.project_id ?? "—", s.state, el("span", { class: "running" }, dur(s.billed_seconds)), time(s.last_seen_at)],
+    })),
+    { numeric: [4] },
+  );
+  view.append(
+    el("h1", {}, `${u.user_id} in ${u.org_id}`),
+    el("p", { class: "muted" }, `On ${planName(u.plan, u.plan_version)}. `, time(u.from), " to ", time(u.to)),
+    el("div", { class: "cards" }, left, win(u.month, "Your month", "month"), win(u.week, "Your week", "week")),
+    el("section", { id: "my-days", "aria-labelledby": "my-days-h" }, el("h2", { id: "my-days-h" }, "Your agent time by day"), days),
+    el("section", { id: "my-sessions", "aria-labelledby": "my-sessions-h" }, el("h2", { id: "my-sessions-h" }, "Your sessions"), sessions),
+  );
+}
+
 async function orgPage(view, orgId, params) {
   const base = `/v1/orgs/${encodeURIComponent(orgId)}`;
   const [org, usage] = await Promise.all([api(base), api(`${base}/usage`)]);
@@ -433,10 +484,11 @@ async function orgPage(view, orgId, params) {
 function planCard(org, usage) {
   const sub = org.subscription;
   const rows = [
-    ["Plan", org.plan],
+    ["Plan", planName(org.plan, org.plan_version)],
     ["Status", status(org.suspended, sub && sub.status)],
     ["Running", `${usage.running_sessions} running, ${usage.parked_sessions} parked`],
   ];
+  if (org.moving) rows.push(["Moves to", el("span", {}, `version ${org.moving.to_version} on `, time(org.moving.at))]);
   if (sub) {
     rows.push(["Period", el("span", {}, time(sub.current_period_start), " to ", time(sub.current_period_end))]);
     if (sub.cancel_at_period_end) rows.push(["Cancels", "at the period's end"]);
@@ -445,6 +497,11 @@ function planCard(org, usage) {
     rows.push(["Customer", sub.stripe_customer_id || "—"], ["Subscription", sub.stripe_subscription_id || "—"]);
   } else rows.push(["Stripe", "no subscription"]);
   return el("div", { class: "card", id: "plan" }, el("h3", {}, "Plan"), dl(rows));
+}
+
+/** A plan and the version of its terms the org is on: "pro v2". */
+function planName(plan, version) {
+  return `${plan} v${version}`;
 }
 
 function dl(rows) {
@@ -959,7 +1016,7 @@ async function start() {
     try {
       await signIn(token);
       $("token").value = "";
-      if (!location.hash) location.hash = can("finance") ? "#/orgs" : `#/orgs/${encodeURIComponent(state.me.org_id || "")}`;
+      if (!location.hash) location.hash = isMember() ? "#/me" : can("finance") ? "#/orgs" : `#/orgs/${encodeURIComponent(state.me.org_id || "")}`;
       else await route();
     } catch (err) {
       $("signin-error").textContent = err instanceof ApiError && err.status === 401 ? "This service does not know that token." : String(err.message || err);

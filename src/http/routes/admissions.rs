@@ -69,6 +69,8 @@ pub struct DecisionView {
     session_id: String,
     key_id: String,
     plan: String,
+    /// The version of the plan it was decided on.
+    plan_version: i64,
     suspended: bool,
     usage: Windows,
     concurrency: Concurrency,
@@ -158,6 +160,7 @@ impl From<Decision> for DecisionView {
             session_id: d.session_id,
             key_id: d.key_id,
             plan: d.plan_id,
+            plan_version: d.plan_version,
             suspended: d.suspended,
             as_of: d.decided_at,
         }

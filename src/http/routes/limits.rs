@@ -36,7 +36,7 @@ pub struct LimitWindow {
 }
 
 impl LimitWindow {
-    fn of(w: Interval, used: i64, limit: Option<i64>) -> LimitWindow {
+    pub(crate) fn of(w: Interval, used: i64, limit: Option<i64>) -> LimitWindow {
         LimitWindow {
             start: w.start,
             end: w.end,

@@ -13,6 +13,7 @@ pub mod notifications;
 pub mod ops;
 pub mod orgs;
 pub mod overage;
+pub mod plans;
 pub mod sessions;
 pub mod stripe;
 pub mod tokens;

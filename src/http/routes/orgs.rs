@@ -3,6 +3,7 @@
 use axum::extract::{Path, State};
 use axum::Json;
 use rush_meter_core::org::{Key, Org};
+use rush_meter_core::plans::Plans;
 use rush_meter_core::standing::WindowUsage;
 use rush_meter_core::text::Text;
 use rush_meter_core::time::{rfc3339, Secs};
@@ -33,6 +34,10 @@ pub struct OrgView {
     name: String,
     /// The plan in force: the one paid for, or a downgrade once its `scheduled_at` has come.
     plan: String,
+    /// The version of that plan the org is on (its terms: `plans/`).
+    plan_version: i64,
+    /// A move to another version of the plan, scheduled by an operator; `null`: none.
+    moving: Option<MovingView>,
     suspended: bool,
     subscription: Option<SubscriptionView>,
     #[serde(with = "rfc3339")]
@@ -41,6 +46,14 @@ pub struct OrgView {
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     updated_at: Secs,
+}
+
+#[derive(Serialize, ToSchema)]
+struct MovingView {
+    to_version: i64,
+    #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    at: Secs,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -68,8 +81,13 @@ struct SubscriptionView {
 
 impl OrgView {
     /// `o` as it stands at `now`.
-    fn of(o: Org, now: Secs) -> Self {
+    fn of(o: Org, plans: &Plans, now: Secs) -> Self {
         let plan = o.plan_id_at(now).to_owned();
+        let plan_version = o.plan_access(plans, now).0.version;
+        let moving = match (o.moving_to_version, o.moving_at) {
+            (Some(to_version), Some(at)) if at > now => Some(MovingView { to_version, at }),
+            _ => None,
+        };
         let subscription = (o.stripe_customer_id.is_some() || o.stripe_subscription_id.is_some())
             .then(|| SubscriptionView {
                 status: o.subscription_status.clone(),
@@ -86,6 +104,8 @@ impl OrgView {
             org_id: o.org_id,
             name: o.name,
             plan,
+            plan_version,
+            moving,
             suspended: o.suspended,
             subscription,
             created_at: o.created_at,
@@ -113,12 +133,13 @@ pub async fn put_org(
                 org_id: org_id.into_string(),
                 name: body.name,
                 plan_id: body.plan,
+                plan_version: None,
                 suspended: body.suspended,
             },
             &principal.actor(),
         )
         .await?;
-    Ok(Json(OrgView::of(row, state.clock.now())))
+    Ok(Json(OrgView::of(row, &state.plans, state.clock.now())))
 }
 
 /// An org with its plan and subscription (console for its own org, finance, admin).
@@ -129,7 +150,7 @@ pub async fn get_org(
     OrgReader { org_id, .. }: OrgReader,
 ) -> ApiResult<Json<OrgView>> {
     let row = state.org(org_id.as_str()).await?;
-    Ok(Json(OrgView::of(row, state.clock.now())))
+    Ok(Json(OrgView::of(row, &state.plans, state.clock.now())))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -231,6 +252,7 @@ pub struct OrgSummary {
     org_id: String,
     name: String,
     plan: String,
+    plan_version: i64,
     suspended: bool,
     /// Stripe's subscription status (`active`, `past_due`, …); `null` without one.
     subscription_status: Option<String>,
@@ -286,6 +308,7 @@ pub async fn list_orgs(
             org_id: s.org.org_id,
             name: s.org.name,
             plan: s.plan.id,
+            plan_version: s.plan.version,
             suspended: s.org.suspended,
             month: s.month,
             week: s.week,

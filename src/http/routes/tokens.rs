@@ -22,10 +22,12 @@ use crate::tokens::{Scope, TokenState};
 pub struct TokenView {
     token_id: String,
     label: String,
-    /// `ingest`, `admission`, `console`, `finance`, `admin`.
+    /// `ingest`, `admission`, `console`, `finance`, `admin`, `member`.
     scopes: Vec<String>,
     /// The one org the token acts on; `null`: every org its scopes reach.
     org_id: Option<String>,
+    /// The user whose own use a member token reads; `null` on other tokens.
+    user_id: Option<String>,
     state: TokenState,
     #[serde(with = "rfc3339")]
     #[schema(value_type = String, format = DateTime)]
@@ -51,6 +53,7 @@ impl TokenView {
             token_id: row.token_id,
             label: row.label,
             org_id: row.org_id,
+            user_id: row.user_id,
             created_at: row.created_at,
             last_used_at: row.last_used_at,
             expires_at: row.expires_at,
@@ -101,13 +104,18 @@ pub async fn list_tokens(
 
 #[derive(Deserialize, ToSchema)]
 pub struct NewToken {
-    /// At least one of `ingest`, `admission`, `console`, `finance`, `admin`.
+    /// At least one of `ingest`, `admission`, `console`, `finance`, `admin`; or `member`
+    /// alone.
     #[schema(min_items = 1)]
     scopes: Vec<String>,
-    /// The one org it acts on, whatever its scopes; required for `console`. A token bound
-    /// to an org makes tokens bound to that org only.
+    /// The one org it acts on, whatever its scopes; required for `console` and `member`.
+    /// A token bound to an org makes tokens bound to that org only.
     #[schema(pattern = r"^[A-Za-z0-9_.-]{1,64}$")]
     org_id: Option<String>,
+    /// The user a `member` token reads the own use of (an admission's `started_by`);
+    /// required for `member`, refused on any other token.
+    #[schema(pattern = r"^[A-Za-z0-9_.-]{1,64}$")]
+    user_id: Option<String>,
     /// What it is for, shown in the audit log; at most 200 characters, no control
     /// characters.
     #[schema(max_length = 200)]
@@ -143,7 +151,10 @@ pub async fn create_token(
         let scope = Scope::parse(s).ok_or_else(|| {
             ApiError::invalid(
                 format!("scopes[{i}]"),
-                format!("unknown scope `{s}`: use ingest, admission, console, finance or admin"),
+                format!(
+                    "unknown scope `{s}`: use ingest, admission, console, finance, admin or \
+                     member"
+                ),
             )
         })?;
         if !scopes.contains(&scope) {
@@ -178,6 +189,7 @@ pub async fn create_token(
     let ask = Ask {
         scopes,
         org_id: body.org_id,
+        user_id: body.user_id,
         label: body.label.unwrap_or_default(),
         expires_in: body.expires_in_seconds,
     };

@@ -52,7 +52,7 @@ pub async fn post_topup(
     let org_id = parse_id("org_id", &org_id)?;
     principal.check_org(org_id.as_str())?;
     let org = state.org(org_id.as_str()).await?;
-    let (plan, _) = org.subscribed_plan(&state.plans);
+    let (plan, _) = org.subscribed_plan(&state.plans, state.clock.now());
     if !plan.topup_hours.contains(&body.hours) {
         let sold = if plan.topup_hours.is_empty() {
             format!("the {} plan sells no top-ups", plan.name)

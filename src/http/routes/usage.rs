@@ -13,13 +13,15 @@ use utoipa::{IntoParams, ToSchema};
 use crate::app::usage::{self, BreakdownAsk};
 use crate::http::extract::{named_param, time_param, OrgPath, OrgReader, Query};
 use crate::http::openapi::{BadId, BadQuery, Guarded};
-use crate::http::views::FundingView;
+use crate::http::views::{FundingView, PlanView};
 use crate::http::{ApiResult, AppState};
 
 #[derive(Serialize, ToSchema)]
 pub struct UsageView {
     org_id: String,
     plan: String,
+    /// The version of the plan the org is on (its terms: `plans/`).
+    plan_version: i64,
     month: WindowUsage,
     week: WindowUsage,
     running_sessions: i64,
@@ -46,6 +48,7 @@ pub async fn get_usage(
         funding,
         org_id: s.org.org_id,
         plan: s.plan.id,
+        plan_version: s.plan.version,
         month: s.month,
         week: s.week,
         running_sessions: s.running,
@@ -78,6 +81,8 @@ pub struct Total {
 pub struct Breakdown {
     org_id: String,
     plan: String,
+    /// The version of the plan whose ceilings these are.
+    plan_version: i64,
     #[schema(format = DateTime)]
     from: String,
     #[schema(format = DateTime)]
@@ -95,18 +100,6 @@ pub struct Breakdown {
 pub struct Projections {
     month: rush_meter_core::prompt::Projection,
     week: rush_meter_core::prompt::Projection,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct SuggestedPlan {
-    id: String,
-    name: String,
-    /// Decimal, per month.
-    price: String,
-    currency: String,
-    monthly_agent_hours: String,
-    weekly_agent_hours: String,
-    concurrency_max: i64,
 }
 
 /// The call that moves the org to the suggested plan.
@@ -127,12 +120,14 @@ pub struct CheckoutCallBody {
 pub struct UpgradePrompt {
     org_id: String,
     plan: String,
+    /// The version of the plan the org is on.
+    plan_version: i64,
     /// Show the prompt: some reason holds.
     show: bool,
     reasons: Vec<rush_meter_core::prompt::PromptReason>,
     projection: Projections,
     /// The cheapest plan that holds the projection; `null` when none is needed or none does.
-    suggested_plan: Option<SuggestedPlan>,
+    suggested_plan: Option<PlanView>,
     checkout: Option<CheckoutCall>,
     /// Past the plan by the period's end at this pace: the next plan, top-up packs and
     /// pay-as-you-go priced for the shortfall, and the cheapest that covers it.
@@ -194,6 +189,7 @@ pub async fn get_breakdown(
     Ok(Json(Breakdown {
         org_id: org.org_id,
         plan: plan.id.clone(),
+        plan_version: plan.version,
         from: format_rfc3339(range.start),
         to: format_rfc3339(range.end),
         group_by: by,
@@ -282,15 +278,7 @@ pub async fn get_upgrade_prompt(
         show: !why.is_empty(),
         reasons: why,
         projection: Projections { month, week },
-        suggested_plan: suggested.map(|p| SuggestedPlan {
-            id: p.id.clone(),
-            name: p.name.clone(),
-            price: p.price.to_string(),
-            currency: p.currency.clone(),
-            monthly_agent_hours: p.monthly_agent_hours.to_string(),
-            weekly_agent_hours: p.weekly_agent_hours.to_string(),
-            concurrency_max: p.concurrency_max,
-        }),
+        suggested_plan: suggested.map(PlanView::of),
         checkout: suggested.map(|p| CheckoutCall {
             method: "POST",
             path: format!("/v1/orgs/{}/checkout", s.org.org_id),
@@ -298,6 +286,7 @@ pub async fn get_upgrade_prompt(
         }),
         org_id: s.org.org_id,
         plan: s.plan.id,
+        plan_version: s.plan.version,
         as_of: format_rfc3339(now),
     }))
 }

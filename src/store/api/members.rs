@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use rush_meter_core::audit::Actor;
 use rush_meter_core::ledger::Rules;
-use rush_meter_core::members::{Limit, LimitKind, MemberUsage};
+use rush_meter_core::members::{Dimension, Limit, LimitKind, MemberUsage};
 use rush_meter_core::org::Org;
+use rush_meter_core::session::Session;
 use rush_meter_core::time::Secs;
 
 use super::super::StoreResult;
@@ -34,4 +35,15 @@ pub trait MemberStore: Send + Sync {
         now: Secs,
         rules: &Rules,
     ) -> StoreResult<HashMap<String, (Vec<Limit>, MemberUsage)>>;
+    /// A member's booked seconds by hour in `[from, to)` (the member rollup), oldest first.
+    async fn member_hours(
+        &self,
+        org_id: &str,
+        dimension: Dimension,
+        member_id: &str,
+        from: Secs,
+        to: Secs,
+    ) -> StoreResult<Vec<(Secs, i64)>>;
+    /// The running and parked sessions a user started in an org, oldest first.
+    async fn open_sessions_of_user(&self, org_id: &str, user: &str) -> StoreResult<Vec<Session>>;
 }

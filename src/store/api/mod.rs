@@ -11,6 +11,7 @@ mod notifications;
 mod orgs;
 mod overage;
 mod periods;
+mod plans;
 mod stripe;
 
 pub use audit::AuditStore;
@@ -22,6 +23,7 @@ pub use notifications::NotificationStore;
 pub use orgs::OrgStore;
 pub use overage::OverageStore;
 pub use periods::{PeriodStore, TermsOf};
+pub use plans::{PlanStore, RecordedVersion, VersionMove};
 pub use stripe::{DecideState, StripeStore};
 
 use async_trait::async_trait;
@@ -39,6 +41,7 @@ pub trait Store:
     + GateStore
     + StripeStore
     + PeriodStore
+    + PlanStore
     + NotificationStore
     + AuditStore
 {
@@ -54,6 +57,7 @@ impl<T> Store for T where
         + GateStore
         + StripeStore
         + PeriodStore
+        + PlanStore
         + NotificationStore
         + AuditStore
 {

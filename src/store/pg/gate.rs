@@ -132,6 +132,7 @@ fn decision_arrays(p: &mut Params, rows: &[&Decision]) -> String {
         p.column("int8[]", rows, |d| limit(d).and_then(|l| l.month_limit)),
         p.column("int8[]", rows, |d| limit(d).map(|l| l.week_used)),
         p.column("int8[]", rows, |d| limit(d).and_then(|l| l.week_limit)),
+        p.column("int8[]", rows, |d| d.plan_version),
     ]
     .join(", ")
 }

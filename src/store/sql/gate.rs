@@ -162,7 +162,7 @@ pub(crate) const DECISION_COLUMNS: &str =
      reason, rule, plan_id, suspended, month_start, month_end, month_used, month_limit, \
      week_start, week_end, week_used, week_limit, running, concurrency_limit, upgrade_plan, \
      funded_by, plan_room, grant_room, overage_room, limit_kind, limit_member, limit_month_used, \
-     limit_month, limit_week_used, limit_week";
+     limit_month, limit_week_used, limit_week, plan_version";
 
 /// The reads of a group's orgs, grouped by their windows (`standing::by_windows`), a chunk
 /// at a time, for the limits of `members`.

@@ -325,4 +325,38 @@ impl MemberStore for D {
         let mut conn = self.keyed().acquire().await?;
         limits_with_usage_on(&mut conn, orgs, None, now, rules).await
     }
+
+    async fn member_hours(
+        &self,
+        org_id: &str,
+        dimension: Dimension,
+        member_id: &str,
+        from: Secs,
+        to: Secs,
+    ) -> StoreResult<Vec<(Secs, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT bucket, seconds FROM member_hourly WHERE org_id = $1 AND dimension = $2 \
+               AND member_id = $3 AND bucket >= $4 AND bucket < $5 ORDER BY bucket",
+        )
+        .bind(org_id)
+        .bind(dimension.as_str())
+        .bind(member_id)
+        .bind(from)
+        .bind(to)
+        .fetch_all(self.keyed())
+        .await?)
+    }
+
+    async fn open_sessions_of_user(&self, org_id: &str, user: &str) -> StoreResult<Vec<Session>> {
+        Ok(unwrap_all(
+            sqlx::query_as::<_, Rec<Session>>(
+                "SELECT * FROM sessions WHERE org_id = $1 AND started_by = $2 \
+                   AND phase IN ('running', 'parked') ORDER BY created_at, session_id",
+            )
+            .bind(org_id)
+            .bind(user)
+            .fetch_all(self.read())
+            .await?,
+        ))
+    }
 }

@@ -38,7 +38,8 @@ pub(crate) use tokio::sync::mpsc;
 use super::Engine as D;
 pub(crate) use crate::store::api::{
     AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore, NotificationStore,
-    OrgStore, OverageStore, PeriodStore, StripeStore, TermsOf, Written,
+    OrgStore, OverageStore, PeriodStore, PlanStore, RecordedVersion, StripeStore, TermsOf,
+    VersionMove, Written,
 };
 pub(crate) use crate::store::{
     FrozenOrgRow, LineQuery, NotificationRow, OrgUpsert, OverageChargeRow, PeriodRow, Rec,
@@ -55,6 +56,7 @@ mod notifications;
 mod orgs;
 mod overage;
 mod periods;
+mod plans;
 mod rows;
 mod stripe;
 mod values;

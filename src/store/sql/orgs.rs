@@ -4,14 +4,19 @@ use super::*;
 
 /// A token as the audit log records it (never its secret).
 fn token_state(t: &TokenRow) -> serde_json::Value {
-    rush_meter_core::audit::token_state(
+    let mut state = rush_meter_core::audit::token_state(
         &t.token_id,
         &t.scopes,
         t.org_id.as_deref(),
         &t.label,
         t.expires_at,
         t.revoked_at,
-    )
+    );
+    // Only on member tokens, so that other tokens read as before.
+    if let Some(user) = &t.user_id {
+        state["user_id"] = serde_json::json!(user);
+    }
+    state
 }
 
 /// An org's row, locked for the change the transaction makes (its state before, for the
@@ -54,8 +59,10 @@ impl OrgStore for D {
     async fn upsert_org(&self, org: &OrgUpsert, now: Secs, actor: &Actor) -> StoreResult<Org> {
         let mut tx = begin_write(self.write()).await?;
         let created = sqlx::query_as::<_, Rec<Org>>(
-            "INSERT INTO orgs (org_id, name, plan_id, suspended, created_at, updated_at) \
-             VALUES ($1, COALESCE($2, $1), COALESCE($3, 'free'), COALESCE($4, FALSE), $5, $5) \
+            "INSERT INTO orgs (org_id, name, plan_id, suspended, created_at, updated_at, \
+               plan_version) \
+             VALUES ($1, COALESCE($2, $1), COALESCE($3, 'free'), COALESCE($4, FALSE), $5, $5, \
+               COALESCE($6, 1)) \
              ON CONFLICT (org_id) DO NOTHING RETURNING *",
         )
         .bind(&org.org_id)
@@ -63,6 +70,7 @@ impl OrgStore for D {
         .bind(&org.plan_id)
         .bind(org.suspended)
         .bind(now)
+        .bind(org.plan_version)
         .fetch_optional(&mut *tx)
         .await?;
         let (before, Rec(after)) = match created {
@@ -73,8 +81,15 @@ impl OrgStore for D {
                     .await?
                     .ok_or(sqlx::Error::RowNotFound)?;
                 let after = sqlx::query_as::<_, Rec<Org>>(
+                    // Another plan starts at its newest version, and calls off a move
+                    // between versions of the old one; the same plan keeps its version.
                     "UPDATE orgs SET name = COALESCE($2, name), plan_id = COALESCE($3, plan_id), \
-                       suspended = COALESCE($4, suspended), updated_at = $5 \
+                       suspended = COALESCE($4, suspended), updated_at = $5, \
+                       plan_version = CASE WHEN $3 IS NULL OR $3 = plan_id THEN plan_version \
+                         ELSE COALESCE($6, 1) END, \
+                       moving_to_version = CASE WHEN $3 IS NULL OR $3 = plan_id \
+                         THEN moving_to_version END, \
+                       moving_at = CASE WHEN $3 IS NULL OR $3 = plan_id THEN moving_at END \
                      WHERE org_id = $1 RETURNING *",
                 )
                 .bind(&org.org_id)
@@ -82,6 +97,7 @@ impl OrgStore for D {
                 .bind(&org.plan_id)
                 .bind(org.suspended)
                 .bind(now)
+                .bind(org.plan_version)
                 .fetch_one(&mut *tx)
                 .await?;
                 (Some(before), after)
@@ -261,9 +277,11 @@ impl OrgStore for D {
         .await?;
         // A revoked secret stays revoked: the bootstrap token's row is updated in place.
         let after: TokenRow = sqlx::query_as(
-            "INSERT INTO tokens (token_id, secret_hash, scopes, org_id, label, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) \
-             ON CONFLICT (secret_hash) DO UPDATE SET scopes = $3, org_id = $4, label = $5, expires_at = $7 \
+            "INSERT INTO tokens (token_id, secret_hash, scopes, org_id, label, created_at, \
+               expires_at, user_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (secret_hash) DO UPDATE SET scopes = $3, org_id = $4, label = $5, \
+               expires_at = $7, user_id = $8 \
              RETURNING *",
         )
         .bind(&t.token_id)
@@ -273,6 +291,7 @@ impl OrgStore for D {
         .bind(&t.label)
         .bind(t.created_at)
         .bind(t.expires_at)
+        .bind(&t.user_id)
         .fetch_one(&mut *tx)
         .await?;
         let entry = change(

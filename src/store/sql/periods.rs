@@ -371,9 +371,9 @@ async fn freeze_org(
            stripe_subscription_id, agent_seconds, adjustment_seconds, included_hours, \
            unit_price, price, currency, grant_promo_seconds, grant_make_good_seconds, \
            grant_trial_seconds, grant_purchased_seconds, overage_seconds, grace_seconds, \
-           charge_units, adjustment_overage_seconds, adjustment_charge_units) \
+           charge_units, adjustment_overage_seconds, adjustment_charge_units, plan_version) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-           $17, $18, $19, $20)",
+           $17, $18, $19, $20, $21)",
     )
     .bind(q.period.start)
     .bind(&org.org_id)
@@ -395,6 +395,7 @@ async fn freeze_org(
     .bind(f.charge_units)
     .bind(fa.overage)
     .bind(fa.charge_units)
+    .bind(t.plan_version)
     .execute(&mut **tx)
     .await?;
     Ok(())

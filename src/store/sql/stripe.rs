@@ -249,7 +249,10 @@ impl StripeStore for D {
                scheduled_plan_id = CASE WHEN $12 THEN scheduled_plan_id ELSE NULL END, \
                scheduled_at = CASE WHEN $12 THEN scheduled_at ELSE NULL END, \
                scheduled_in_stripe = CASE WHEN $12 THEN scheduled_in_stripe ELSE FALSE END, \
-               stripe_applied_seq = COALESCE($13, stripe_applied_seq) \
+               stripe_applied_seq = COALESCE($13, stripe_applied_seq), \
+               plan_version = $14, \
+               moving_to_version = CASE WHEN plan_id = $2 THEN moving_to_version END, \
+               moving_at = CASE WHEN plan_id = $2 THEN moving_at END \
              WHERE org_id = $1 RETURNING *",
         )
         .bind(&s.org_id)
@@ -265,6 +268,7 @@ impl StripeStore for D {
         .bind(now)
         .bind(keep_schedule)
         .bind(s.ticket)
+        .bind(s.plan_version)
         .fetch_one(&mut *tx)
         .await?;
         if before.stripe_customer_id.as_deref() != Some(s.customer_id.as_str()) {

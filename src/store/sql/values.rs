@@ -306,7 +306,8 @@ async fn insert_decisions(tx: &mut Tx, rows: &[&Decision]) -> StoreResult<()> {
                 .push_bind(limit.map(|l| l.month_used))
                 .push_bind(limit.and_then(|l| l.month_limit))
                 .push_bind(limit.map(|l| l.week_used))
-                .push_bind(limit.and_then(|l| l.week_limit));
+                .push_bind(limit.and_then(|l| l.week_limit))
+                .push_bind(d.plan_version);
         },
         "",
     )
