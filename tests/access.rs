@@ -241,6 +241,12 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/v1/orgs/{org}/invoice-preview",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "GET",
         path: "/v1/orgs/{org}/upgrade-prompt",
         body: none,
         grants: &[Scope::Finance],

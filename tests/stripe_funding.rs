@@ -213,6 +213,27 @@ async fn a_top_up_is_bought_in_checkout_and_granted_once_when_paid(backend: Back
         g["expires_at"],
         rush_meter_core::time::format_rfc3339(srv.clock.now() + 365 * 86_400)
     );
+    // The bill preview lists it as paid, at what the session charged, never again.
+    let p = srv
+        .admin("GET", "/v1/orgs/acme/invoice-preview", None)
+        .await;
+    let topups: Vec<&Value> = p["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["kind"] == "topup")
+        .collect();
+    assert_eq!(topups.len(), 1, "{p}");
+    assert_eq!(
+        (
+            topups[0]["amount"].as_str(),
+            topups[0]["seconds"].as_i64(),
+            topups[0]["invoiced"].as_bool()
+        ),
+        (t["amount"].as_str(), Some(7200), Some(false)),
+        "{p}"
+    );
+    assert_eq!(p["due"], "20.00", "a top-up is not charged again: {p}");
     // It funds past the plan like any grant.
     srv.admin("PUT", "/v1/orgs/acme/keys/k1", Some(json!({})))
         .await;
@@ -274,6 +295,24 @@ async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backe
         "{overage}"
     );
 
+    // The bill preview at the window's last second: its pay-as-you-go line is the item
+    // the job sends.
+    srv.clock.set(window.end - 1);
+    let p = srv
+        .admin("GET", "/v1/orgs/acme/invoice-preview", None)
+        .await;
+    let paygo = p["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["kind"] == "pay_as_you_go")
+        .unwrap_or_else(|| panic!("{p}"))
+        .clone();
+    assert_eq!(
+        (paygo["seconds"].as_i64(), paygo["amount"].as_str()),
+        (Some(100), Some("0.10")),
+        "{p}"
+    );
     // The window ends; two hours on, the billing job charges it: one item of 10 cents.
     srv.clock.set(window.end + 2 * 3600 + 1);
     let items = || ls.invoice_items(&customer);
@@ -307,6 +346,14 @@ async fn pay_as_you_go_is_charged_once_a_window_and_reconciled_to_the_cent(backe
         list[0]["metadata"]["window_start"],
         window.start.to_string()
     );
+    // The item is the preview's line, in Stripe's minor units.
+    let cents: i64 = paygo["amount"]
+        .as_str()
+        .unwrap()
+        .replace('.', "")
+        .parse()
+        .unwrap();
+    assert_eq!(list[0]["amount"].as_i64(), Some(cents), "{paygo}");
     let plans = std::sync::Arc::new(rush_meter::config::load_plans(dir.path()).unwrap());
     let billing = rush_meter::billing::Billing::new(
         srv.db.clone(),

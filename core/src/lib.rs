@@ -19,6 +19,7 @@
 pub mod names;
 
 pub mod audit;
+pub mod bill_preview;
 pub mod booking;
 pub mod breakdown;
 pub mod charges;

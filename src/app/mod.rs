@@ -3,6 +3,7 @@
 //! `Services`.
 
 pub mod admission;
+pub mod bill_preview;
 pub mod breaker;
 pub mod funding;
 pub mod group_commit;

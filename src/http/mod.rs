@@ -156,6 +156,7 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(plans::list_plans))
         .routes(routes!(plans::post_migration))
         .routes(routes!(usage::get_usage))
+        .routes(routes!(usage::get_invoice_preview))
         .routes(routes!(grants::post_grant, grants::list_grants))
         .routes(routes!(grants::void_grant))
         .routes(routes!(overage::get_overage, overage::put_overage))

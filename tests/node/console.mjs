@@ -231,6 +231,15 @@ try {
   }
   const prompt = await get("/v1/orgs/org_a/upgrade-prompt");
   assert.equal(await page.locator("#prompt .prompt").count(), prompt.show ? 1 : 0);
+  const bill = await get("/v1/orgs/org_a/invoice-preview");
+  const money = (m) => `${m} ${bill.currency.toUpperCase()}`;
+  assert.equal(await page.locator("#bill .due").innerText(), money(bill.due));
+  assert.equal(await page.locator("#bill .projected").innerText(), money(bill.projected));
+  assert.equal(await page.locator("#bill tr[data-line]").count(), bill.lines.length);
+  for (const [i, l] of bill.lines.entries()) {
+    assert.equal(await page.locator("#bill tr[data-line] .money").nth(i).innerText(), money(l.amount), `bill line ${l.kind}`);
+    checked.figures += 1;
+  }
   await labelled(page, "org");
   await shot(page, "org");
 

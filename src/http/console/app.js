@@ -467,6 +467,7 @@ async function orgPage(view, orgId, params) {
     decisions: el("section", { id: "decisions", "aria-labelledby": "decisions-h" }, el("h2", { id: "decisions-h" }, "Gate decisions")),
     grants: el("section", { id: "grants", "aria-labelledby": "grants-h" }, el("h2", { id: "grants-h" }, "Grants")),
     limits: el("section", { id: "limits", "aria-labelledby": "limits-h" }, el("h2", { id: "limits-h" }, "Limits inside the org")),
+    bill: el("section", { id: "bill", "aria-labelledby": "bill-h" }, el("h2", { id: "bill-h" }, "Bill preview")),
   };
   view.append(...Object.values(sections));
   const guard = (name, p) => p.catch(showError(sections[name]));
@@ -478,6 +479,7 @@ async function orgPage(view, orgId, params) {
     guard("decisions", decisionsSection(sections.decisions, base, win)),
     guard("grants", grantsSection(sections.grants, base)),
     guard("limits", limitsSection(sections.limits, base)),
+    guard("bill", billSection(sections.bill, base)),
   ]);
 }
 
@@ -834,6 +836,28 @@ async function grantsSection(section, base) {
       })),
       { numeric: [3, 4, 5, 6] },
     ),
+  );
+}
+
+/** The current period's bill as it will be invoiced, and where the pace takes it. */
+async function billSection(section, base) {
+  const p = await api(`${base}/invoice-preview`);
+  const money = (m) => el("span", { class: "money" }, `${m} ${p.currency.toUpperCase()}`);
+  section.append(
+    el("p", { class: "muted" }, "The period ", time(p.period_start), " to ", time(p.period_end), `. Not included (Stripe adds them): ${p.not_included.join(", ")}.`),
+    table(
+      `${p.lines.length} line${p.lines.length === 1 ? "" : "s"}`,
+      ["Line", "From", "To", "Agent time", "Price an hour", "Amount", "On the invoice"],
+      p.lines.map((l) => ({
+        attrs: { "data-line": l.kind },
+        cells: [l.description, time(l.from), time(l.to), l.seconds ? dur(l.seconds) : "—", l.unit_price ?? "—", money(l.amount), l.invoiced ? "yes" : "no"],
+      })),
+      { numeric: [3, 4, 5] },
+    ),
+    dl([
+      ["Due now", el("span", { class: "due" }, `${p.due} ${p.currency.toUpperCase()}`)],
+      ["At the period's end, at this pace", el("span", { class: "projected" }, `${p.projected} ${p.currency.toUpperCase()}`)],
+    ]),
   );
 }
 

@@ -57,6 +57,19 @@ pub async fn get_usage(
     }))
 }
 
+/// `GET /v1/orgs/{org_id}/invoice-preview`: the current billing period's bill as it will be
+/// invoiced, and where the pace so far takes it by the period's end.
+#[utoipa::path(get, path = "/v1/orgs/{org_id}/invoice-preview", tag = "usage", params(OrgPath), security(("bearer" = ["console", "finance", "admin"])),
+    responses((status = 200, description = "The period's lines, what is due, what is projected",
+        body = rush_meter_core::bill_preview::Preview), Guarded, BadId))]
+pub async fn get_invoice_preview(
+    State(state): State<AppState>,
+    OrgReader { org_id, .. }: OrgReader,
+) -> ApiResult<Json<rush_meter_core::bill_preview::Preview>> {
+    let now = state.clock.now();
+    Ok(Json(state.bill_preview(org_id.as_str(), now).await?))
+}
+
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct BreakdownQuery {
