@@ -209,3 +209,114 @@ async fn a_threshold_notifies_once_and_is_retried_until_delivered(backend: Backe
 }
 
 every_backend!(a_threshold_notifies_once_and_is_retried_until_delivered);
+
+/// A session told to park at the week's ceiling learns why and when the week resets; the
+/// usage page counts it as parked for room; a grant brings room back, and one signed
+/// `org.room_restored` names what did, the session parked, and the room by source.
+async fn room_restored_is_notified_once_with_what_brought_it(backend: Backend) {
+    let (url, got) = receiver(0).await;
+    let Some(srv) = TestServer::start_with(backend, options(&url)).await else {
+        return;
+    };
+    srv.create_org("org_1", "free").await;
+    srv.admin("PUT", "/v1/orgs/org_1/keys/k1", Some(json!({})))
+        .await;
+    srv.admin(
+        "POST",
+        "/v1/admissions",
+        Some(json!({"org_id": "org_1", "key_id": "k1", "session_id": "s1", "agent": "codex"})),
+    )
+    .await;
+    let mut seq = 0;
+    // Free's week is 2 h, with no grace: the beat that reaches it is told to park.
+    run(&srv, &mut seq, -15, 7185).await;
+    let at = T0 + 7200;
+    srv.clock.set(at);
+    seq += 1;
+    let (_, v) = srv
+        .heartbeats(vec![hb("org_1", "s1", seq, "running", at)])
+        .await;
+    let r = &v["results"][0];
+    assert_eq!(
+        (
+            r["action"].as_str(),
+            r["park_reason"].as_str(),
+            r["resume_at"].as_str()
+        ),
+        (
+            Some("park"),
+            Some("weekly_ceiling"),
+            Some("2026-12-07T00:00:00Z")
+        ),
+        "{v}"
+    );
+    seq += 1;
+    srv.clock.set(at + 5);
+    let (_, v) = srv
+        .heartbeats(vec![hb("org_1", "s1", seq, "parked", at + 5)])
+        .await;
+    assert_eq!(v["results"][0]["park_reason"], "weekly_ceiling", "{v}");
+    let u = srv.usage("org_1").await;
+    assert_eq!(
+        (u["parked_sessions"].as_i64(), u["parked_for_room"].as_i64()),
+        (Some(1), Some(1)),
+        "{u}"
+    );
+    // No room restored while the org has none (its thresholds are notified meanwhile).
+    let restored_so_far = || {
+        got.lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.body["kind"] == "org.room_restored")
+            .cloned()
+            .collect::<Vec<Received>>()
+    };
+    assert!(restored_so_far().is_empty());
+
+    // A grant: room again, once.
+    srv.admin(
+        "POST",
+        "/v1/orgs/org_1/grants",
+        Some(json!({"seconds": 600, "kind": "make_good"})),
+    )
+    .await;
+    common::eventually(30, "org.room_restored is delivered", || async {
+        !restored_so_far().is_empty()
+    })
+    .await;
+    let u = srv.usage("org_1").await;
+    assert_eq!(u["parked_for_room"].as_i64(), Some(0), "{u}");
+    // Recorded once: the wait it ended is gone, so no later scan finds it.
+    let recorded = srv
+        .admin("GET", "/v1/admin/notifications?org_id=org_1", None)
+        .await;
+    let kinds = recorded["notifications"].as_array().unwrap();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|n| n["window"] == "room_restored")
+            .count(),
+        1,
+        "{recorded}"
+    );
+    let restored = restored_so_far();
+    assert_eq!(restored.len(), 1, "{restored:?}");
+    let b = &restored[0].body;
+    assert_eq!(
+        (b["org_id"].as_str(), b["reason"].as_str()),
+        (Some("org_1"), Some("grant")),
+        "{b}"
+    );
+    assert_eq!(b["sessions"], json!(["s1"]));
+    assert_eq!(
+        (
+            b["remaining_seconds"]["grant"].as_i64(),
+            b["remaining_seconds"]["plan"].as_i64()
+        ),
+        (Some(600), Some(0)),
+        "{b}"
+    );
+    assert_eq!(b["id"], restored[0].id.as_str());
+}
+
+every_backend!(room_restored_is_notified_once_with_what_brought_it);

@@ -36,6 +36,7 @@ pub mod periods;
 pub mod plans;
 pub mod prompt;
 pub mod retry;
+pub mod room;
 pub mod session;
 pub mod signature;
 pub mod standing;

@@ -71,6 +71,8 @@ SELECT create_distributed_table('member_limits', 'org_id', colocate_with => 'org
   WHERE pg_temp.undistributed('member_limits');
 SELECT create_distributed_table('audit_log', 'org_id', colocate_with => 'orgs')
   WHERE pg_temp.undistributed('audit_log');
+SELECT create_distributed_table('room_waits', 'org_id', colocate_with => 'orgs')
+  WHERE pg_temp.undistributed('room_waits');
 
 -- Keyed by an id of its own; written in the transaction that writes the org's rows. After
 -- the org tables: a group made with 'none' first would be the one `orgs` joins by default.

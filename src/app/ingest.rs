@@ -11,6 +11,7 @@ use rush_meter_core::ledger::Rules;
 use rush_meter_core::members::{self, Dimension, MemberRoom};
 use rush_meter_core::org::Org;
 use rush_meter_core::plans::Plans;
+use rush_meter_core::room::{park_reason, ParkReason};
 use rush_meter_core::standing::Standing;
 use rush_meter_core::time::Secs;
 
@@ -20,7 +21,7 @@ use super::pace::Activity;
 use super::standing::standings;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::store::{Db, StoreResult, Written};
+use crate::store::{Db, RoomWait, StoreResult, Written};
 
 /// What a heartbeat answer tells a running session about its org, read after the commit:
 /// the org's room, and the room of each member the org limits (docs/limits.md).
@@ -28,7 +29,20 @@ use crate::store::{Db, StoreResult, Written};
 pub struct OrgAdvice {
     pub remaining_seconds: i64,
     pub park: bool,
+    /// Why the org's sessions park, and when a reset brings its plan room back.
+    pub why: Option<(ParkReason, Secs)>,
     pub members: BTreeMap<(Dimension, String), MemberRoom>,
+}
+
+/// What one session is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionAdvice {
+    pub remaining_seconds: i64,
+    pub park: bool,
+    /// Why it parks for want of room; `None` when it may go on (or its org was not read).
+    pub reason: Option<ParkReason>,
+    /// When a window's reset brings room back, if that is what will.
+    pub resume_at: Option<Secs>,
 }
 
 impl OrgAdvice {
@@ -36,19 +50,31 @@ impl OrgAdvice {
     pub const NONE: OrgAdvice = OrgAdvice {
         remaining_seconds: 0,
         park: true,
+        why: None,
         members: BTreeMap::new(),
     };
 
     /// The advice for a session of these members (its user, project and key): the least
     /// room of the org and of each limited member, and park if any of them must.
-    pub fn for_session(&self, members: &[(Dimension, String)]) -> (i64, bool) {
-        let mut room = (self.remaining_seconds, self.park);
+    pub fn for_session(&self, members: &[(Dimension, String)]) -> SessionAdvice {
+        let mut a = SessionAdvice {
+            remaining_seconds: self.remaining_seconds,
+            park: self.park,
+            reason: self.why.filter(|_| self.park).map(|w| w.0),
+            resume_at: self.why.filter(|_| self.park).map(|w| w.1),
+        };
         for m in members {
             if let Some(r) = self.members.get(m) {
-                room = (room.0.min(r.remaining_seconds), room.1 || r.park);
+                a.remaining_seconds = a.remaining_seconds.min(r.remaining_seconds);
+                if r.park && !a.park {
+                    // A member's limit: its windows are the org's, but which one binds is
+                    // the limit's, so no reset time is told.
+                    a.park = true;
+                    a.reason = Some(ParkReason::MemberLimit);
+                }
             }
         }
-        room
+        a
     }
 
     /// The least room of the org and its limited members.
@@ -209,26 +235,51 @@ impl Ingest {
         }
         let fresh = standings(&self.db, &self.plans, &missing, now, &self.rules).await?;
         let mut rooms = self.member_rooms(&fresh, now).await?;
-        let mut cache = self.advice_cache();
-        if cache.len() > 100_000 {
-            cache.retain(|_, (_, until)| *until > now);
-        }
-        for s in fresh {
-            self.watch.observe(&s);
-            let a = Arc::new(OrgAdvice {
-                remaining_seconds: s.remaining_seconds(),
-                park: s.must_park(),
-                members: rooms.remove(&s.org.org_id).unwrap_or_default(),
-            });
-            // Near a notification threshold, read fresh too, so the commit that crosses it
-            // is the one that sees it.
-            let room = a.least_room().min(self.watch.room(&s));
-            if reusable(room, s.running) {
-                cache.insert(s.org.org_id.clone(), (Arc::clone(&a), now + ADVICE_TTL));
-            } else {
-                cache.remove(&s.org.org_id);
+        let mut waits = Vec::new();
+        {
+            let mut cache = self.advice_cache();
+            if cache.len() > 100_000 {
+                cache.retain(|_, (_, until)| *until > now);
             }
-            advice.insert(s.org.org_id, a);
+            for s in fresh {
+                self.watch.observe(&s);
+                let park = s.must_park();
+                let a = Arc::new(OrgAdvice {
+                    remaining_seconds: s.remaining_seconds(),
+                    park,
+                    why: park.then(|| park_reason(&s)).flatten(),
+                    members: rooms.remove(&s.org.org_id).unwrap_or_default(),
+                });
+                // Near a notification threshold, read fresh too, so the commit that crosses it
+                // is the one that sees it.
+                let room = a.least_room().min(self.watch.room(&s));
+                if reusable(room, s.running) {
+                    cache.insert(s.org.org_id.clone(), (Arc::clone(&a), now + ADVICE_TTL));
+                } else {
+                    cache.remove(&s.org.org_id);
+                }
+                if let Some((reason, resume_at)) =
+                    a.why.filter(|_| self.watch.wait_due(&s.org.org_id, now))
+                {
+                    waits.push(RoomWait {
+                        org_id: s.org.org_id.clone(),
+                        since: now,
+                        reason: reason.as_str().to_owned(),
+                        resume_at,
+                        plan_id: s.plan.id.clone(),
+                        plan_version: s.plan.version,
+                    });
+                }
+                advice.insert(s.org.org_id, a);
+            }
+        }
+        // Orgs whose sessions park for want of room wait for it (`notifier`): a keyed row,
+        // so another instance's record of the same wait changes nothing.
+        for w in waits {
+            if let Err(e) = self.db.note_room_wait(&w).await {
+                tracing::warn!(error = %e, org_id = %w.org_id, "recording a wait for room failed; will retry on a later heartbeat");
+                self.watch.forget_wait(&w.org_id);
+            }
         }
         Ok(advice)
     }

@@ -43,6 +43,7 @@ pub fn start(
             notify.clone(),
             std::sync::Arc::clone(&s.metrics),
             watch,
+            (std::sync::Arc::clone(&s.plans), s.rules),
         );
         jobs.push(tokio::spawn(super::notifier::run(
             notifier,

@@ -14,11 +14,14 @@
 //!   receiver's own dedup. A failure is retried after 10 s, doubling up to 4 h, 16 tries
 //!   (about 22 h), then the notification is marked `failed`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rush_meter_core::ledger::Rules;
+use rush_meter_core::plans::Plans;
 use rush_meter_core::retry::{backoff, MAX_ATTEMPTS};
+use rush_meter_core::room::{restored_body, restored_by, restored_id};
 use rush_meter_core::standing::Standing;
 use rush_meter_core::thresholds::{
     cap_notices, cap_room_to_next, crossings, grant_notices, room_to_next, Notice,
@@ -28,6 +31,7 @@ use secrecy::ExposeSecret;
 use tokio::sync::{mpsc, watch};
 
 use super::pace::{Activity, Pace};
+use super::standing::standings;
 use crate::clock::Clock;
 use crate::config::NotifyConfig;
 use crate::metrics::{Metrics, ResultLabels};
@@ -57,7 +61,13 @@ struct WatchInner {
     tx: mpsc::Sender<Notice>,
     /// Crossings handed on already: an org past 80% is seen on every commit after.
     seen: Mutex<HashSet<String>>,
+    /// When this instance last recorded that an org waits for room.
+    waits: Mutex<HashMap<String, Secs>>,
 }
+
+/// How often an instance records again that an org still waits for room: the record is
+/// keyed by org (again changes nothing), and a wait ended meanwhile is begun anew.
+const WAIT_AGAIN: Secs = 60;
 
 /// Crossings remembered per instance before the memory is cleared (the store's key
 /// still makes each once only).
@@ -69,6 +79,7 @@ impl Watch {
         let inner = WatchInner {
             tx,
             seen: Mutex::default(),
+            waits: Mutex::default(),
         };
         (Watch(Some(Arc::new(inner))), rx)
     }
@@ -120,6 +131,28 @@ impl Watch {
         room_to_next(&s.plan, &s.month, &s.week).min(cap_room_to_next(&s.funding, s.at))
     }
 
+    /// Whether to record now that `org_id`'s sessions park for want of room: when
+    /// notifications are on, at most once a `WAIT_AGAIN` an org on this instance.
+    pub fn wait_due(&self, org_id: &str, now: Secs) -> bool {
+        let Some(inner) = &self.0 else { return false };
+        let mut waits = inner.waits.lock().expect("waits lock");
+        if waits.get(org_id).is_some_and(|at| now - at < WAIT_AGAIN) {
+            return false;
+        }
+        if waits.len() >= SEEN_MAX {
+            waits.clear();
+        }
+        waits.insert(org_id.to_owned(), now);
+        true
+    }
+
+    /// Forget a wait that could not be recorded, so a later commit tries again.
+    pub fn forget_wait(&self, org_id: &str) {
+        if let Some(inner) = &self.0 {
+            inner.waits.lock().expect("waits lock").remove(org_id);
+        }
+    }
+
     /// Forget a crossing that could not be recorded, so a later commit tries again.
     fn forget(&self, id: &str) {
         if let Some(inner) = &self.0 {
@@ -135,6 +168,9 @@ pub struct Notifier {
     pub config: NotifyConfig,
     pub metrics: Arc<Metrics>,
     pub watch: Watch,
+    /// What the standing of an org waiting for room is read on (`scan_room_waits`).
+    pub plans: Arc<Plans>,
+    pub rules: Rules,
     client: reqwest::Client,
 }
 
@@ -145,6 +181,7 @@ impl Notifier {
         config: NotifyConfig,
         metrics: Arc<Metrics>,
         watch: Watch,
+        (plans, rules): (Arc<Plans>, Rules),
     ) -> Self {
         let client = reqwest::Client::builder()
             .timeout(TIMEOUT)
@@ -156,6 +193,8 @@ impl Notifier {
             config,
             metrics,
             watch,
+            plans,
+            rules,
             client,
         }
     }
@@ -260,7 +299,41 @@ const GRANT_SCAN: Duration = Duration::from_secs(5);
 /// Grants used up this long ago or less are still notified (once: the record is keyed).
 const USED_UP_WITHIN: Secs = 86_400;
 
+/// Orgs waiting for room looked at a scan at most.
+const WAITS: i64 = 100;
+
 impl Notifier {
+    /// End the wait of every org waiting for room that has some again: one
+    /// `org.room_restored` each, recorded with the wait's end (whichever instance ends it).
+    async fn scan_room_waits(&self) -> StoreResult<()> {
+        let now = self.clock.now();
+        for w in self.db.room_waits(WAITS).await? {
+            let ids = [w.org_id.as_str()];
+            let Some(s) = standings(&self.db, &self.plans, &ids, now, &self.rules)
+                .await?
+                .pop()
+            else {
+                continue;
+            };
+            let plan = (w.plan_id.as_str(), w.plan_version);
+            let Some(by) = restored_by(&s, w.resume_at, plan) else {
+                continue;
+            };
+            let sessions = self.db.parked_since(&w.org_id, w.since).await?;
+            let body = restored_body(&s, w.since, by, &sessions);
+            let id = restored_id(&w.org_id, w.since);
+            if self
+                .db
+                .end_room_wait(&w.org_id, w.since, &id, &body, now)
+                .await?
+            {
+                tracing::info!(org_id = %w.org_id, reason = by.as_str(), id = %id, "room restored: notification recorded");
+                self.count("recorded");
+            }
+        }
+        Ok(())
+    }
+
     /// Hand on every grant used up lately, or 7 days or less from expiring.
     async fn scan_grants(&self) -> StoreResult<()> {
         let now = self.clock.now();
@@ -297,6 +370,9 @@ pub async fn run(
             _ = scan.wait(Some(&activity)) => {
                 if let Err(e) = n.scan_grants().await {
                     tracing::warn!(error = %e, "looking for grants to notify failed; will retry");
+                }
+                if let Err(e) = n.scan_room_waits().await {
+                    tracing::warn!(error = %e, "looking for orgs with room back failed; will retry");
                 }
                 scan.after(false);
             }

@@ -27,8 +27,8 @@ mod sqlite;
 
 pub use api::{
     Admin, AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore,
-    NotificationStore, OrgStore, OverageStore, PeriodStore, PlanStore, RecordedVersion, Store,
-    StripeStore, TermsOf, VersionMove, Written,
+    NotificationStore, OrgStore, OverageStore, PeriodStore, PlanStore, RecordedVersion, RoomWait,
+    Store, StripeStore, TermsOf, VersionMove, Written,
 };
 pub use error::{StoreError, StoreResult};
 /// The texts of PostgreSQL's reads on generic plans, for tests/generic_plans.rs.

@@ -6,7 +6,7 @@
 //! such a database; `.ci/run` does it once for the suite's PostgreSQL tests.
 
 /// The tables keyed by org: distributed by org_id on Citus, partitioned here.
-pub const ORG_TABLES: [&str; 19] = [
+pub const ORG_TABLES: [&str; 20] = [
     "orgs",
     "api_keys",
     "sessions",
@@ -26,6 +26,7 @@ pub const ORG_TABLES: [&str; 19] = [
     "member_hourly",
     "member_limits",
     "audit_log",
+    "room_waits",
 ];
 
 /// Tables shared by every org (reference tables on Citus) or keyed by an id of their own.

@@ -4,6 +4,7 @@ use axum::extract::State;
 use axum::Json;
 use rush_meter_core::heartbeats::{self, Batch};
 use rush_meter_core::ledger::Phase;
+use rush_meter_core::time::Secs;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -33,6 +34,16 @@ pub struct HeartbeatResult {
     /// Seconds left to the org, or to the session's user, project or key if a limit on
     /// one of them leaves less.
     remaining_seconds: i64,
+    /// Why it parks for want of room (`monthly_ceiling`, `weekly_ceiling`, `grants_spent`,
+    /// `spend_cap`, `member_limit`); `null` when it goes on, or parks for having ended.
+    #[schema(value_type = Option<String>)]
+    park_reason: Option<&'static str>,
+    /// When a window's reset brings the org's plan room back, if that is what will (a
+    /// grant, a top-up, a higher cap or another plan may bring it sooner); `null`
+    /// otherwise.
+    #[serde(with = "rush_meter_core::time::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    resume_at: Option<Secs>,
 }
 
 /// `POST /v1/heartbeats`: answered once every heartbeat of the batch is committed.
@@ -62,20 +73,19 @@ pub async fn post_heartbeats(
     let results = outcomes
         .into_iter()
         .map(|o| {
-            let (remaining_seconds, park) = advice
+            let a = advice
                 .get(&o.org_id)
                 .map_or(&OrgAdvice::NONE, |a| a)
                 .for_session(&o.members);
+            // An ended session's VM has no business running, for want of room or not.
+            let ended = o.phase == Phase::Ended;
             HeartbeatResult {
                 accepted: true,
                 duplicate: o.duplicate,
-                // An ended session's VM has no business running.
-                action: if park || o.phase == Phase::Ended {
-                    "park"
-                } else {
-                    "continue"
-                },
-                remaining_seconds,
+                action: if a.park || ended { "park" } else { "continue" },
+                remaining_seconds: a.remaining_seconds,
+                park_reason: a.reason.filter(|_| !ended).map(|r| r.as_str()),
+                resume_at: a.resume_at.filter(|_| !ended),
                 session_id: o.session_id,
             }
         })

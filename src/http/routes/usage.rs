@@ -26,6 +26,9 @@ pub struct UsageView {
     week: WindowUsage,
     running_sessions: i64,
     parked_sessions: i64,
+    /// Of `parked_sessions`, those waiting for room: all of them while the org has none
+    /// left from any source (they cannot resume until it returns), else 0.
+    parked_for_room: i64,
     /// Past the plan: grants, pay-as-you-go, and the time left from every source.
     funding: FundingView,
     #[serde(with = "rfc3339")]
@@ -44,6 +47,7 @@ pub async fn get_usage(
     let now = state.clock.now();
     let (s, parked) = state.standing_counting_parked(org_id.as_str(), now).await?;
     let funding = FundingView::of(&s);
+    let out_of_room = s.remaining_seconds() == 0;
     Ok(Json(UsageView {
         funding,
         org_id: s.org.org_id,
@@ -52,6 +56,7 @@ pub async fn get_usage(
         month: s.month,
         week: s.week,
         running_sessions: s.running,
+        parked_for_room: if out_of_room { parked } else { 0 },
         parked_sessions: parked,
         as_of: now,
     }))

@@ -19,7 +19,7 @@ pub use funding::FundingStore;
 pub use gate::{GateStore, Written};
 pub use ledger::LedgerStore;
 pub use members::MemberStore;
-pub use notifications::NotificationStore;
+pub use notifications::{NotificationStore, RoomWait};
 pub use orgs::OrgStore;
 pub use overage::OverageStore;
 pub use periods::{PeriodStore, TermsOf};

@@ -6,6 +6,18 @@ use rush_meter_core::time::Secs;
 use super::super::rows::NotificationRow;
 use super::super::StoreResult;
 
+/// An org waiting for room since its sessions were told to park for want of it.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct RoomWait {
+    pub org_id: String,
+    pub since: Secs,
+    /// `core::room::ParkReason`.
+    pub reason: String,
+    pub resume_at: Secs,
+    pub plan_id: String,
+    pub plan_version: i64,
+}
+
 /// Usage-threshold notifications.
 #[async_trait]
 pub trait NotificationStore: Send + Sync {
@@ -41,6 +53,23 @@ pub trait NotificationStore: Send + Sync {
         next_at: Secs,
         now: Secs,
     ) -> StoreResult<()>;
+    /// Record that an org waits for room (nothing if it waits already).
+    async fn note_room_wait(&self, wait: &RoomWait) -> StoreResult<()>;
+    /// The orgs waiting for room, longest first, at most `limit`.
+    async fn room_waits(&self, limit: i64) -> StoreResult<Vec<RoomWait>>;
+    /// The sessions of an org parked at or after `since`, by id.
+    async fn parked_since(&self, org_id: &str, since: Secs) -> StoreResult<Vec<String>>;
+    /// End an org's wait that began at `since` and record its `org.room_restored`
+    /// notification, in one transaction: false if the wait was ended already (by another
+    /// instance), and then nothing is recorded.
+    async fn end_room_wait(
+        &self,
+        org_id: &str,
+        since: Secs,
+        notification_id: &str,
+        body: &str,
+        now: Secs,
+    ) -> StoreResult<bool>;
     /// Notifications, newest first, of one org and/or in one state.
     async fn list_notifications(
         &self,

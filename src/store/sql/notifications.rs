@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// A notification recorded once, by its key (org, kind, window start, threshold).
+const INSERT_NOTIFICATION: &str =
+    "INSERT INTO notifications (org_id, window_kind, window_start, threshold, notification_id, \
+       body, state, attempts, next_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7) \
+     ON CONFLICT DO NOTHING";
+
+/// The notification kind (`window_kind`) of `org.room_restored`, one per wait (its start).
+const ROOM_RESTORED: &str = "room_restored";
+
 #[async_trait]
 impl NotificationStore for D {
     /// The key makes it once per threshold per window, across every instance.
@@ -15,20 +24,16 @@ impl NotificationStore for D {
         body: &str,
         now: Secs,
     ) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "INSERT INTO notifications (org_id, window_kind, window_start, threshold, notification_id, \
-               body, state, attempts, next_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(org_id)
-        .bind(window_kind)
-        .bind(window_start)
-        .bind(threshold)
-        .bind(notification_id)
-        .bind(body)
-        .bind(now)
-        .execute(self.write())
-        .await?;
+        let done = sqlx::query(INSERT_NOTIFICATION)
+            .bind(org_id)
+            .bind(window_kind)
+            .bind(window_start)
+            .bind(threshold)
+            .bind(notification_id)
+            .bind(body)
+            .bind(now)
+            .execute(self.write())
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -102,6 +107,74 @@ impl NotificationStore for D {
         .execute(self.write())
         .await?;
         Ok(())
+    }
+
+    async fn note_room_wait(&self, w: &RoomWait) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO room_waits (org_id, since, reason, resume_at, plan_id, plan_version) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (org_id) DO NOTHING",
+        )
+        .bind(&w.org_id)
+        .bind(w.since)
+        .bind(&w.reason)
+        .bind(w.resume_at)
+        .bind(&w.plan_id)
+        .bind(w.plan_version)
+        .execute(self.write())
+        .await?;
+        Ok(())
+    }
+
+    async fn room_waits(&self, limit: i64) -> StoreResult<Vec<RoomWait>> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT * FROM room_waits ORDER BY since, org_id{BYTE_ORDER} LIMIT $1"
+        ))
+        .bind(limit)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    async fn parked_since(&self, org_id: &str, since: Secs) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT session_id FROM sessions WHERE org_id = $1 AND phase = 'parked' \
+               AND last_at >= $2 ORDER BY session_id{BYTE_ORDER}"
+        ))
+        .bind(org_id)
+        .bind(since)
+        .fetch_all(self.read())
+        .await?)
+    }
+
+    async fn end_room_wait(
+        &self,
+        org_id: &str,
+        since: Secs,
+        notification_id: &str,
+        body: &str,
+        now: Secs,
+    ) -> StoreResult<bool> {
+        let mut tx = begin_write(self.write()).await?;
+        let ended = sqlx::query("DELETE FROM room_waits WHERE org_id = $1 AND since = $2")
+            .bind(org_id)
+            .bind(since)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if ended {
+            sqlx::query(INSERT_NOTIFICATION)
+                .bind(org_id)
+                .bind(ROOM_RESTORED)
+                .bind(since)
+                .bind(0_i64)
+                .bind(notification_id)
+                .bind(body)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(ended)
     }
 
     async fn list_notifications(
