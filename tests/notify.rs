@@ -320,3 +320,50 @@ async fn room_restored_is_notified_once_with_what_brought_it(backend: Backend) {
 }
 
 every_backend!(room_restored_is_notified_once_with_what_brought_it);
+
+/// However many instances find an org's room back at once, its wait ends once and one
+/// notification is recorded: the wait's row is taken in the transaction that records it.
+async fn a_wait_for_room_ends_once_however_many_race_for_it(backend: Backend) {
+    let Some(srv) = TestServer::start(backend).await else {
+        return;
+    };
+    srv.create_org("org_1", "free").await;
+    let wait = rush_meter::store::RoomWait {
+        org_id: "org_1".into(),
+        since: T0,
+        reason: "weekly_ceiling".into(),
+        resume_at: T0 + 86_400,
+        plan_id: "free".into(),
+        plan_version: 1,
+    };
+    srv.db.note_room_wait(&wait).await.unwrap();
+    // Noted again (another instance, a later heartbeat): still the one wait.
+    let later = rush_meter::store::RoomWait {
+        since: T0 + 60,
+        ..wait.clone()
+    };
+    srv.db.note_room_wait(&later).await.unwrap();
+    assert_eq!(srv.db.room_waits(10).await.unwrap(), vec![wait]);
+    let racers = (0..8).map(|_| {
+        let db = srv.db.clone();
+        tokio::spawn(async move {
+            db.end_room_wait("org_1", T0, "room_restored:org_1:1", "{}", T0 + 10)
+                .await
+                .unwrap()
+        })
+    });
+    let mut ended = 0;
+    for r in racers {
+        ended += usize::from(r.await.unwrap());
+    }
+    assert_eq!(ended, 1, "one of the racers ends the wait");
+    assert!(srv.db.room_waits(10).await.unwrap().is_empty());
+    let recorded = srv
+        .db
+        .list_notifications(Some("org_1"), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+}
+
+every_backend!(a_wait_for_room_ends_once_however_many_race_for_it);
