@@ -196,7 +196,13 @@ async fn a_threshold_notifies_once_and_is_retried_until_delivered(backend: Backe
     let first = &received[0];
     assert_eq!(first.body["id"], first.id.as_str());
     assert_eq!(first.body["org_id"], "org_1");
-    assert_eq!(first.body["plan"], "free");
+    assert_eq!(
+        (
+            first.body["plan"].as_str(),
+            first.body["plan_version"].as_i64()
+        ),
+        (Some("free"), Some(1))
+    );
     assert_eq!(first.body["window_start"], "2026-11-30T00:00:00Z");
     assert_eq!(first.body["limit_seconds"], 7200);
     assert_eq!(first.body["used_seconds"], 5760);

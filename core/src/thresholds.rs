@@ -167,6 +167,8 @@ pub fn grant_notices(g: &Grant, now: Secs) -> Vec<Notice> {
 pub struct Crossing {
     pub org_id: String,
     pub plan_id: String,
+    /// The version of the plan whose thresholds and ceilings these are.
+    pub plan_version: i64,
     pub window: &'static str,
     pub start: Secs,
     pub end: Secs,
@@ -214,6 +216,7 @@ pub fn crossings(
                 out.push(Crossing {
                     org_id: org_id.to_owned(),
                     plan_id: plan.id.clone(),
+                    plan_version: plan.version,
                     window,
                     start: w.start,
                     end: w.end,
@@ -268,6 +271,7 @@ struct Body<'a> {
     created_at: String,
     org_id: &'a str,
     plan: &'a str,
+    plan_version: i64,
     window: &'a str,
     window_start: String,
     window_end: String,
@@ -287,6 +291,7 @@ pub fn body(c: &Crossing, now: Secs) -> String {
         created_at: format_rfc3339(now),
         org_id: &c.org_id,
         plan: &c.plan_id,
+        plan_version: c.plan_version,
         window: c.window,
         window_start: format_rfc3339(c.start),
         window_end: format_rfc3339(c.end),
