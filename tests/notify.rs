@@ -349,7 +349,7 @@ async fn a_wait_for_room_ends_once_however_many_race_for_it(backend: Backend) {
         ..wait.clone()
     };
     srv.db.note_room_wait(&later).await.unwrap();
-    assert_eq!(srv.db.room_waits(10).await.unwrap(), vec![wait]);
+    assert_eq!(srv.db.room_waits(None, 10).await.unwrap(), vec![wait]);
     let racers = (0..8).map(|_| {
         let db = srv.db.clone();
         tokio::spawn(async move {
@@ -363,7 +363,7 @@ async fn a_wait_for_room_ends_once_however_many_race_for_it(backend: Backend) {
         ended += usize::from(r.await.unwrap());
     }
     assert_eq!(ended, 1, "one of the racers ends the wait");
-    assert!(srv.db.room_waits(10).await.unwrap().is_empty());
+    assert!(srv.db.room_waits(None, 10).await.unwrap().is_empty());
     let recorded = srv
         .db
         .list_notifications(Some("org_1"), None, 10)

@@ -41,6 +41,18 @@ async fn refused_start(srv: &TestServer, plans: &Path) -> String {
 
 const H: i64 = 3600;
 
+/// Forget every recorded version, as a database of a release before versions has none.
+async fn forget_recorded(srv: &TestServer) {
+    let sql = "DELETE FROM plan_versions";
+    match srv.db.pools() {
+        rush_meter::store::Pools::Postgres(p) => sqlx::query(sql).execute(p).await.map(drop),
+        rush_meter::store::Pools::Sqlite { write, .. } => {
+            sqlx::query(sql).execute(write).await.map(drop)
+        }
+    }
+    .unwrap();
+}
+
 every_backend! {
     async fn an_org_keeps_its_version_and_new_orgs_get_the_newest(backend: Backend) {
         let plans = repo_copy();
@@ -93,8 +105,16 @@ every_backend! {
         assert!(e.contains("pro-2.toml") && e.contains("1 org(s)"), "{e}");
         // Comments and layout are not terms.
         std::fs::write(plans.path().join("pro-2.toml"), format!("# the second Pro\n{}", pro_2().replace("price = \"20.00\"", "price = 20"))).unwrap();
-        let srv = srv.restart(on(plans.path())).await;
+        let mut srv = srv.restart(on(plans.path())).await;
         assert_eq!(terms(&srv, "new").await, ("pro".into(), 2, 30 * H));
+        srv.stop().await;
+
+        // A database of an older release recorded no version: its orgs are on version 1
+        // all the same, and a start whose files have no version 1 of their plan is refused.
+        forget_recorded(&srv).await;
+        std::fs::remove_file(plans.path().join("pro.toml")).unwrap();
+        let e = refused_start(&srv, plans.path()).await;
+        assert!(e.contains("`pro` version 1 is not in the plan files, and 1 org(s)"), "{e}");
     }
 
     async fn orgs_move_between_versions_when_told(backend: Backend) {

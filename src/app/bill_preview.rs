@@ -48,8 +48,11 @@ impl Services {
             })
             .collect();
         owed.sort_by_key(|o| o.window.start);
+        // The plan line is what the subscription is billed at, whatever its status grants
+        // now (past its grace, Free's terms fund the time; Stripe still invoices the plan).
+        let (plan, _) = s.org.subscribed_plan(&self.plans, now);
         Ok(preview(&Reads {
-            plan: &s.plan,
+            plan,
             period,
             funding: &s.funding,
             used: s.month.used_seconds,

@@ -35,7 +35,7 @@ use super::standing::standings;
 use crate::clock::Clock;
 use crate::config::NotifyConfig;
 use crate::metrics::{Metrics, ResultLabels};
-use crate::store::{Db, NotificationRow, StoreResult};
+use crate::store::{Db, NotificationRow, RoomWait, StoreResult};
 
 rush_meter_core::named! {
     /// Where a notification's delivery stands.
@@ -299,7 +299,7 @@ const GRANT_SCAN: Duration = Duration::from_secs(5);
 /// Grants used up this long ago or less are still notified (once: the record is keyed).
 const USED_UP_WITHIN: Secs = 86_400;
 
-/// Orgs waiting for room looked at a scan at most.
+/// Orgs waiting for room read at a time.
 const WAITS: i64 = 100;
 
 impl Notifier {
@@ -307,29 +307,48 @@ impl Notifier {
     /// `org.room_restored` each, recorded with the wait's end (whichever instance ends it).
     async fn scan_room_waits(&self) -> StoreResult<()> {
         let now = self.clock.now();
-        for w in self.db.room_waits(WAITS).await? {
-            let ids = [w.org_id.as_str()];
-            let Some(s) = standings(&self.db, &self.plans, &ids, now, &self.rules)
-                .await?
-                .pop()
-            else {
-                continue;
-            };
-            let plan = (w.plan_id.as_str(), w.plan_version);
-            let Some(by) = restored_by(&s, w.resume_at, plan) else {
-                continue;
-            };
-            let sessions = self.db.parked_since(&w.org_id, w.since).await?;
-            let body = restored_body(&s, w.since, by, &sessions);
-            let id = restored_id(&w.org_id, w.since);
-            if self
-                .db
-                .end_room_wait(&w.org_id, w.since, &id, &body, now)
-                .await?
-            {
-                tracing::info!(org_id = %w.org_id, reason = by.as_str(), id = %id, "room restored: notification recorded");
-                self.count("recorded");
+        let mut after: Option<(Secs, String)> = None;
+        loop {
+            let cursor = after.as_ref().map(|(t, o)| (*t, o.as_str()));
+            let page = self.db.room_waits(cursor, WAITS).await?;
+            for w in &page {
+                // One org that cannot be read holds up no other.
+                if let Err(e) = self.end_wait_if_room(w, now).await {
+                    tracing::warn!(error = %e, org_id = %w.org_id, "looking at an org waiting for room failed; will retry");
+                }
             }
+            match page.last() {
+                Some(w) if page.len() as i64 == WAITS => {
+                    after = Some((w.since, w.org_id.clone()));
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// End `w` with its notification if its org has room again.
+    async fn end_wait_if_room(&self, w: &RoomWait, now: Secs) -> StoreResult<()> {
+        let ids = [w.org_id.as_str()];
+        let Some(s) = standings(&self.db, &self.plans, &ids, now, &self.rules)
+            .await?
+            .pop()
+        else {
+            return Ok(());
+        };
+        let plan = (w.plan_id.as_str(), w.plan_version);
+        let Some(by) = restored_by(&s, w.resume_at, plan) else {
+            return Ok(());
+        };
+        let sessions = self.db.parked_since(&w.org_id, w.since).await?;
+        let body = restored_body(&s, w.since, by, &sessions);
+        let id = restored_id(&w.org_id, w.since);
+        if self
+            .db
+            .end_room_wait(&w.org_id, w.since, &id, &body, now)
+            .await?
+        {
+            tracing::info!(org_id = %w.org_id, reason = by.as_str(), id = %id, "room restored: notification recorded");
+            self.count("recorded");
         }
         Ok(())
     }

@@ -169,7 +169,7 @@ async fn org_totals(
             OrgTotals {
                 funding: f,
                 adjustment_funding: fa,
-                terms: terms_now(&org, plans, now),
+                terms: terms_in(&org, plans, q.period, now),
                 org_id: org.org_id,
                 stripe_customer_id: org.stripe_customer_id,
                 stripe_subscription_id: org.stripe_subscription_id,
@@ -180,9 +180,11 @@ async fn org_totals(
         .collect())
 }
 
-/// The terms an org is billed on now: the plan its subscription grants.
-fn terms_now(org: &Org, plans: &Plans, now: Secs) -> Terms {
-    Terms::of(org.effective_plan(plans, now))
+/// The terms an org is billed on for `period`, read at `now`: the plan its subscription
+/// grants in the period's last second (or now, in a period not over), at the version it
+/// was on then: a move to another version at the period's end is the next period's.
+fn terms_in(org: &Org, plans: &Plans, period: Interval, now: Secs) -> Terms {
+    Terms::of(org.effective_plan(plans, now.min(period.end - 1)))
 }
 
 fn frozen_totals(r: FrozenOrgRow) -> Result<OrgTotals, ExportError> {
@@ -249,9 +251,9 @@ pub async fn close_through(
     let mut adjusts = last
         .filter(|l| l.period_end == from)
         .and_then(|l| Interval::new(l.period_start, l.period_end));
-    let terms = |org: &Org| terms_now(org, plans, now);
     let mut closed = Vec::new();
     for month in months_between(from, through) {
+        let terms = |org: &Org| terms_in(org, plans, month, now);
         let q = LineQuery {
             period: month,
             closed: false,

@@ -36,48 +36,46 @@ pub async fn seal(db: &Db, plans: &Plans, now: Secs) -> Result<(), StartError> {
         })
         .collect();
     let recorded = db.record_plan_versions(&seen).await?;
-    let mut gone = Vec::new();
     for r in &recorded {
-        match plans.version(&r.plan_id, r.version) {
-            Some(p) => {
-                let changed = changed_terms(&r.terms, &terms_text(p));
-                if !changed.is_empty() {
-                    return Err(StartError::Plans(PlanError {
-                        file: file(&r.plan_id, r.version).into(),
-                        message: format!(
-                            "`{}` version {} changed since it was recorded on {} ({}); orgs \
-                             on it keep the terms they were sold: put them back, and write \
-                             the new terms as a new version (a file with the same id and \
-                             `version = {}`)",
-                            r.plan_id,
-                            r.version,
-                            rush_meter_core::time::format_rfc3339(r.recorded_at),
-                            changed.join("; "),
-                            newest(plans, &r.plan_id) + 1
-                        ),
-                    }));
-                }
-            }
-            None => gone.push(r),
-        }
-    }
-    if gone.is_empty() {
-        return Ok(());
-    }
-    for (plan, version, orgs) in db.orgs_by_version().await? {
-        if let Some(r) = gone
-            .iter()
-            .find(|r| r.plan_id == plan && r.version == version)
-        {
+        let Some(p) = plans.version(&r.plan_id, r.version) else {
+            continue;
+        };
+        let changed = changed_terms(&r.terms, &terms_text(p));
+        if !changed.is_empty() {
             return Err(StartError::Plans(PlanError {
-                file: r.file.clone().into(),
+                file: file(&r.plan_id, r.version).into(),
                 message: format!(
-                    "`{plan}` version {version} is gone from the plan files, and {orgs} \
-                     org(s) are on it or moving to it: put the file back (move them first \
-                     with `rush-meter plans migrate`)"
+                    "`{}` version {} changed since it was recorded on {} ({}); orgs on it \
+                     keep the terms they were sold: put them back, and write the new terms \
+                     as a new version (a file with the same id and `version = {}`)",
+                    r.plan_id,
+                    r.version,
+                    rush_meter_core::time::format_rfc3339(r.recorded_at),
+                    changed.join("; "),
+                    newest(plans, &r.plan_id) + 1
                 ),
             }));
         }
+    }
+    // Every org is on a version the files define, if they define its plan at all (a plan
+    // id no file has is Free, said loudly, as before versions): recorded or not, for an
+    // older release's orgs are on version 1 whether or not it ever was recorded.
+    for (plan, version, orgs) in db.orgs_by_version(now).await? {
+        if plans.get(&plan).is_none() || plans.version(&plan, version).is_some() {
+            continue;
+        }
+        let file = recorded
+            .iter()
+            .find(|r| r.plan_id == plan && r.version == version)
+            .map_or_else(|| format!("plans/ (`{plan}`)"), |r| r.file.clone());
+        return Err(StartError::Plans(PlanError {
+            file: file.into(),
+            message: format!(
+                "`{plan}` version {version} is not in the plan files, and {orgs} org(s) are \
+                 on it or moving to it: put its file back (a file without `version` is \
+                 version 1), or move them first with `rush-meter plans migrate`"
+            ),
+        }));
     }
     Ok(())
 }

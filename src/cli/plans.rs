@@ -12,7 +12,7 @@ use crate::config::{load_plans, Config};
 pub async fn list(config: &Config) -> CliResult {
     let plans = load_plans(&config.plans_dir)?;
     let db = app::open_db(config).await?;
-    let counts = db.orgs_by_version().await;
+    let counts = db.orgs_by_version(chrono::Utc::now().timestamp()).await;
     db.close().await;
     let counts = counts?;
     let mut out = csv::Writer::from_writer(std::io::stdout().lock());

@@ -38,7 +38,7 @@ pub async fn list_plans(
 ) -> ApiResult<Json<Vec<PlanVersionView>>> {
     principal.require_any(&[Scope::Admin])?;
     principal.require_unbound("the list of plan versions, with their orgs,")?;
-    let counts = state.db.orgs_by_version().await?;
+    let counts = state.db.orgs_by_version(state.clock.now()).await?;
     let views = state
         .plans
         .all_versions()

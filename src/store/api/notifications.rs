@@ -55,8 +55,13 @@ pub trait NotificationStore: Send + Sync {
     ) -> StoreResult<()>;
     /// Record that an org waits for room (nothing if it waits already).
     async fn note_room_wait(&self, wait: &RoomWait) -> StoreResult<()>;
-    /// The orgs waiting for room, longest first, at most `limit`.
-    async fn room_waits(&self, limit: i64) -> StoreResult<Vec<RoomWait>>;
+    /// The orgs waiting for room, longest first, after the `(since, org_id)` cursor, at
+    /// most `limit`.
+    async fn room_waits(
+        &self,
+        after: Option<(Secs, &str)>,
+        limit: i64,
+    ) -> StoreResult<Vec<RoomWait>>;
     /// The sessions of an org parked at or after `since`, by id.
     async fn parked_since(&self, org_id: &str, since: Secs) -> StoreResult<Vec<String>>;
     /// End an org's wait that began at `since` and record its `org.room_restored`

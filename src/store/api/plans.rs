@@ -37,8 +37,9 @@ pub trait PlanStore: Send + Sync {
         &self,
         seen: &[RecordedVersion],
     ) -> StoreResult<Vec<RecordedVersion>>;
-    /// `(plan, version, orgs)` for every version some org is on or moving to.
-    async fn orgs_by_version(&self) -> StoreResult<Vec<(String, i64, i64)>>;
+    /// `(plan, version, orgs)` for every version some org is on at `now` or is moving to
+    /// later.
+    async fn orgs_by_version(&self, now: Secs) -> StoreResult<Vec<(String, i64, i64)>>;
     /// The orgs on `plan_id` whose version in force at `now` is `version`, by id.
     async fn orgs_on_version(
         &self,

@@ -125,10 +125,18 @@ impl NotificationStore for D {
         Ok(())
     }
 
-    async fn room_waits(&self, limit: i64) -> StoreResult<Vec<RoomWait>> {
+    async fn room_waits(
+        &self,
+        after: Option<(Secs, &str)>,
+        limit: i64,
+    ) -> StoreResult<Vec<RoomWait>> {
+        let (since, org) = after.unwrap_or((Secs::MIN, ""));
         Ok(sqlx::query_as(&format!(
-            "SELECT * FROM room_waits ORDER BY since, org_id{BYTE_ORDER} LIMIT $1"
+            "SELECT * FROM room_waits WHERE since > $1 OR (since = $1 AND org_id{BYTE_ORDER} > $2) \
+             ORDER BY since, org_id{BYTE_ORDER} LIMIT $3"
         ))
+        .bind(since)
+        .bind(org)
         .bind(limit)
         .fetch_all(self.read())
         .await?)

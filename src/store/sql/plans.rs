@@ -40,17 +40,22 @@ impl PlanStore for D {
         .await?)
     }
 
-    async fn orgs_by_version(&self) -> StoreResult<Vec<(String, i64, i64)>> {
-        // Two statements, not a UNION: each is one pass of every shard on Citus.
-        let on: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT plan_id, plan_version, COUNT(*) FROM orgs GROUP BY plan_id, plan_version",
-        )
+    async fn orgs_by_version(&self, now: Secs) -> StoreResult<Vec<(String, i64, i64)>> {
+        // Two statements, not a UNION: each is one pass of every shard on Citus. A move
+        // whose time has come is the version the org is on, written back or not.
+        let on: Vec<(String, i64, i64)> = sqlx::query_as(&format!(
+            "SELECT plan_id, {v} AS v, COUNT(*) FROM orgs GROUP BY plan_id, {v}",
+            v = version_at(1)
+        ))
+        .bind(now)
         .fetch_all(self.read())
         .await?;
         let moving: Vec<(String, i64, i64)> = sqlx::query_as(
             "SELECT plan_id, moving_to_version, COUNT(*) FROM orgs \
-             WHERE moving_to_version IS NOT NULL GROUP BY plan_id, moving_to_version",
+             WHERE moving_to_version IS NOT NULL AND moving_at > $1 \
+             GROUP BY plan_id, moving_to_version",
         )
+        .bind(now)
         .fetch_all(self.read())
         .await?;
         let mut counts: BTreeMap<(String, i64), i64> = BTreeMap::new();
