@@ -41,16 +41,21 @@ async fn refused_start(srv: &TestServer, plans: &Path) -> String {
 
 const H: i64 = 3600;
 
-/// Forget every recorded version, as a database of a release before versions has none.
+/// Forget every recorded version, as a database of a release before versions has none
+/// (on a connection of its own: the server is stopped).
 async fn forget_recorded(srv: &TestServer) {
     let sql = "DELETE FROM plan_versions";
-    match srv.db.pools() {
+    let db = rush_meter::store::Db::connect(&srv.database_url, Default::default())
+        .await
+        .unwrap();
+    match db.pools() {
         rush_meter::store::Pools::Postgres(p) => sqlx::query(sql).execute(p).await.map(drop),
         rush_meter::store::Pools::Sqlite { write, .. } => {
             sqlx::query(sql).execute(write).await.map(drop)
         }
     }
     .unwrap();
+    db.close().await;
 }
 
 every_backend! {
