@@ -194,6 +194,23 @@ every_backend! {
         srv.clock.set(t);
         assert_eq!(terms(&srv, "b").await, ("pro".into(), 2, 30 * H), "moved at renewal");
         assert_eq!(terms(&srv, "c").await.1, 1, "called off");
+        // November ran on version 1 for `b`: closed, it is billed so, though `b` is on 2 now.
+        srv.clock.set(t + 3600);
+        srv.admin("POST", "/v1/periods/2026-11/close", None).await;
+        let (status, _, body) = srv
+            .get_text("/v1/exports/usage?period=2026-11&format=jsonl", "rush-period-state")
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let b_line: Value = body
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|v| v["org_id"] == "b")
+            .unwrap_or_else(|| panic!("{body}"));
+        assert_eq!(
+            (b_line["plan_version"].as_i64(), b_line["included_hours"].as_str()),
+            (Some(1), Some("40.0000")),
+            "{b_line}"
+        );
 
         // Each move is in the audit log, with who made it.
         let log = srv.admin("GET", "/v1/orgs/a/audit", None).await;
