@@ -49,6 +49,7 @@ pub struct Metrics {
     pub stripe_events: Family<ResultLabels, Counter>,
     pub stripe_event_versions_other: Family<VersionLabels, Counter>,
     pub notifications: Family<ResultLabels, Counter>,
+    pub auto_topups: Family<ResultLabels, Counter>,
     /// 1 while the database breaker is open (set when scraped).
     pub breaker_open: Gauge,
     pub connections: ConnectionMetrics,
@@ -169,6 +170,12 @@ impl Default for Metrics {
             "Usage-threshold notifications, by result: recorded, sent, retry, failed (alert on failed)",
             Family::<ResultLabels, Counter>::default(),
         );
+        let auto_topups = registered(
+            &mut registry,
+            "auto_topups",
+            "Auto top-up packs, by result: opened, paid, declined (retried later), given_up (auto top-up turned off: alert on any)",
+            Family::<ResultLabels, Counter>::default(),
+        );
         let breaker_open = registered(
             &mut registry,
             "breaker_open",
@@ -190,6 +197,7 @@ impl Default for Metrics {
             connections,
             breaker_open,
             notifications,
+            auto_topups,
             stripe_webhooks_refused,
             overage_charges_failed,
             stripe_events,

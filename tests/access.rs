@@ -141,6 +141,18 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/v1/orgs/{org}/auto-topup",
+        body: none,
+        grants: &[Scope::Finance],
+    },
+    Route {
+        method: "PUT",
+        path: "/v1/orgs/{org}/auto-topup",
+        body: |_, _| Some(json!({"enabled": false})),
+        grants: &[],
+    },
+    Route {
+        method: "GET",
         path: "/v1/orgs/{org}/limits",
         body: none,
         grants: &[Scope::Finance],

@@ -85,6 +85,9 @@ named! {
         PeriodClosed = "period.closed",
         /// A move of the org to another version of its plan, scheduled or called off.
         PlanVersionMoved = "plan_version.moved",
+        /// Auto top-up turned on, off or changed: by a token, or off by the service after
+        /// its charges were declined.
+        AutoTopupUpdated = "auto_topup.updated",
     }
 }
 
@@ -194,6 +197,15 @@ pub fn grant_state(g: &Grant) -> Value {
 
 pub fn overage_state(o: &Overage) -> Value {
     json!({ "enabled": o.enabled, "monthly_cap": format!("{:.2}", o.monthly_cap) })
+}
+
+pub fn auto_topup_state(a: &crate::auto_topup::AutoTopup) -> Value {
+    json!({
+        "enabled": a.enabled,
+        "below_hours": crate::time::hours(a.below_seconds),
+        "pack_hours": a.pack_hours,
+        "monthly_max_packs": a.monthly_max_packs,
+    })
 }
 
 /// A token as made: never its secret or the secret's hash.

@@ -12,6 +12,8 @@
 //! - `heartbeats`: a supervisor's batch checked, and a group of batches applied.
 //! - `breakdown`, `timeline`, `prompt`, `thresholds`: what the console reads.
 //! - `charges`, `export`, `periods`: money, finance's export lines, billing periods.
+//! - `auto_topup`, `bill_preview`, `room`: packs bought at a crossing, the bill to come,
+//!   and room that returns.
 //! - `members`, `audit`: limits inside an org, and who changed what.
 //! - `signature`, `retry`, `wire`, `ids`, `names`, `text`: small rules several shells share.
 
@@ -19,6 +21,7 @@
 pub mod names;
 
 pub mod audit;
+pub mod auto_topup;
 pub mod bill_preview;
 pub mod booking;
 pub mod breakdown;

@@ -2,6 +2,7 @@
 //! gate keeps): trialing and active grant the plan; past_due keeps it through the plan's
 //! grace; every other status, known or not, falls back to Free.
 
+use crate::auto_topup::AutoTopup;
 use crate::funding::Overage;
 use crate::plans::{Plan, Plans};
 use crate::time::{Interval, Secs};
@@ -44,6 +45,8 @@ pub struct Org {
     /// Whether the org limits any of its users, projects or keys (docs/limits.md): only
     /// then do the gate and heartbeat answers read the limits and their members' use.
     pub sets_limits: bool,
+    /// Packs of hours bought when its plan and grants run low (`auto_topup`).
+    pub auto_topup: AutoTopup,
 }
 
 impl Org {
@@ -73,6 +76,7 @@ impl Org {
             stripe_applied_seq: 0,
             overage: Overage::default(),
             sets_limits: false,
+            auto_topup: AutoTopup::default(),
         }
     }
 

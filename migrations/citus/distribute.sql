@@ -73,6 +73,8 @@ SELECT create_distributed_table('audit_log', 'org_id', colocate_with => 'orgs')
   WHERE pg_temp.undistributed('audit_log');
 SELECT create_distributed_table('room_waits', 'org_id', colocate_with => 'orgs')
   WHERE pg_temp.undistributed('room_waits');
+SELECT create_distributed_table('auto_topups', 'org_id', colocate_with => 'orgs')
+  WHERE pg_temp.undistributed('auto_topups');
 
 -- Keyed by an id of its own; written in the transaction that writes the org's rows. After
 -- the org tables: a group made with 'none' first would be the one `orgs` joins by default.

@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision};
+use rush_meter_core::gate::{AdmissionRequest, AdmitReject, Decision, Reason};
 use rush_meter_core::ledger::Rules;
 use rush_meter_core::plans::Plans;
 
+use super::auto_topup::AutoTopups;
 use super::group_commit::{GroupCommit, Shape, Work};
 use super::pace::Activity;
 use crate::clock::Clock;
@@ -28,6 +29,8 @@ pub struct Gate {
     pub clock: Clock,
     /// Told of each group, so that the expiry job looks at its base period (`pace`).
     pub activity: Arc<Activity>,
+    /// Told of orgs denied for want of room, which may have auto top-up on.
+    pub auto_topups: AutoTopups,
 }
 
 impl Gate {
@@ -68,9 +71,18 @@ impl Work for Gate {
     ) -> StoreResult<Vec<Result<Decision, AdmitReject>>> {
         let now = self.clock.now();
         self.activity.touch();
-        self.db
+        let decided = self
+            .db
             .admit_telling(&self.plans, jobs, now, &self.rules, written)
-            .await
+            .await?;
+        let short: Vec<&str> = decided
+            .iter()
+            .flatten()
+            .filter(|d| d.reason.is_some_and(Reason::for_want_of_room))
+            .map(|d| d.org_id.as_str())
+            .collect();
+        self.auto_topups.after_denials(&short, now);
+        Ok(decided)
     }
 
     fn db(&self) -> &Db {

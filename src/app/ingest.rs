@@ -15,6 +15,7 @@ use rush_meter_core::room::{park_reason, ParkReason};
 use rush_meter_core::standing::Standing;
 use rush_meter_core::time::Secs;
 
+use super::auto_topup::AutoTopups;
 use super::group_commit::{GroupCommit, Reply, Shape, Work};
 use super::notifier::Watch;
 use super::pace::Activity;
@@ -139,6 +140,8 @@ pub struct Ingest {
     pub watch: Watch,
     /// Told of each group, so that the expiry job looks at its base period (`pace`).
     activity: Arc<Activity>,
+    /// Opens a pack where a commit takes an org below its auto top-up threshold.
+    auto_topups: AutoTopups,
     /// Each org's advice, shared (not copied: it holds every limited member) until it expires.
     advice: Mutex<HashMap<String, (Arc<OrgAdvice>, Secs)>>,
 }
@@ -150,7 +153,7 @@ impl Ingest {
         rules: Rules,
         clock: Clock,
         metrics: Arc<Metrics>,
-        watch: Watch,
+        (watch, auto_topups): (Watch, AutoTopups),
         activity: Arc<Activity>,
     ) -> Ingest {
         Ingest {
@@ -161,6 +164,7 @@ impl Ingest {
             metrics,
             watch,
             activity,
+            auto_topups,
             advice: Mutex::default(),
         }
     }
@@ -234,6 +238,7 @@ impl Ingest {
             return Ok(advice);
         }
         let fresh = standings(&self.db, &self.plans, &missing, now, &self.rules).await?;
+        self.auto_topups.consider_all(&fresh).await;
         let mut rooms = self.member_rooms(&fresh, now).await?;
         let mut waits = Vec::new();
         {
@@ -250,9 +255,12 @@ impl Ingest {
                     why: park.then(|| park_reason(&s)).flatten(),
                     members: rooms.remove(&s.org.org_id).unwrap_or_default(),
                 });
-                // Near a notification threshold, read fresh too, so the commit that crosses it
-                // is the one that sees it.
-                let room = a.least_room().min(self.watch.room(&s));
+                // Near a notification or auto top-up threshold, read fresh too, so the commit
+                // that crosses it is the one that sees it.
+                let room = a
+                    .least_room()
+                    .min(self.watch.room(&s))
+                    .min(s.org.auto_topup.room_to_crossing(&s.funding, s.at));
                 if reusable(room, s.running) {
                     cache.insert(s.org.org_id.clone(), (Arc::clone(&a), now + ADVICE_TTL));
                 } else {

@@ -1,5 +1,5 @@
 //! The background jobs, started and stopped in one place: expiry, Stripe events,
-//! reconciliation, period closing, notifications, the database breaker. Each
+//! reconciliation, period closing, notifications, auto top-up charges, the database breaker. Each
 //! is safe on several instances at once. The ones that look at every org back off while
 //! they find nothing (`pace`), so that idle instances cost a sharded store about nothing.
 
@@ -19,8 +19,11 @@ use crate::config::Config;
 pub fn start(
     s: &Services,
     config: &Config,
-    watch: Watch,
-    crossings: Option<mpsc::Receiver<rush_meter_core::thresholds::Notice>>,
+    (watch, crossings): (
+        Watch,
+        Option<mpsc::Receiver<rush_meter_core::thresholds::Notice>>,
+    ),
+    opened_packs: mpsc::Receiver<crate::store::AutoTopupRow>,
     stop: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let idle = config.jobs_idle_wait;
@@ -35,6 +38,13 @@ pub fn start(
         tokio::spawn(statistics(s.clone(), stop.clone())),
         tokio::spawn(overage(s.clone(), idle, stop.clone())),
         tokio::spawn(last_used(s.clone(), stop.clone())),
+        tokio::spawn(super::auto_topup::run(
+            s.billing.clone(),
+            opened_packs,
+            std::sync::Arc::clone(&s.activity),
+            idle,
+            stop.clone(),
+        )),
     ];
     if let (Some(notify), Some(rx)) = (&config.notify, crossings) {
         let notifier = Notifier::new(

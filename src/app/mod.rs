@@ -3,6 +3,7 @@
 //! `Services`.
 
 pub mod admission;
+pub mod auto_topup;
 pub mod bill_preview;
 pub mod breaker;
 pub mod funding;
@@ -124,6 +125,7 @@ pub struct Services {
     pub periods: standing::PeriodGuesses,
     /// Touched by each heartbeat and admission group, so that idle jobs look sooner.
     pub activity: Arc<pace::Activity>,
+    pub auto_topups: auto_topup::AutoTopups,
 }
 
 impl Services {
@@ -194,13 +196,19 @@ impl App {
             None => (notifier::Watch::default(), None),
         };
         let activity = Arc::new(pace::Activity::default());
+        let (auto_topups, opened_packs) = auto_topup::AutoTopups::new(
+            db.clone(),
+            (Arc::clone(&plans), config.rules),
+            clock.clone(),
+            Arc::clone(&metrics),
+        );
         let (ingestor, mut writers) = Ingest::new(
             db.clone(),
             Arc::clone(&plans),
             config.rules,
             clock.clone(),
             Arc::clone(&metrics),
-            watch.clone(),
+            (watch.clone(), auto_topups.clone()),
             Arc::clone(&activity),
         )
         .start();
@@ -210,6 +218,7 @@ impl App {
             rules: config.rules,
             clock: clock.clone(),
             activity: Arc::clone(&activity),
+            auto_topups: auto_topups.clone(),
         }
         .start();
         writers.extend(gate_writers);
@@ -234,9 +243,10 @@ impl App {
             last_used: Arc::default(),
             periods: standing::PeriodGuesses::default(),
             activity,
+            auto_topups,
         };
         let (stop_jobs, stop) = watch::channel(false);
-        let jobs = jobs::start(&services, config, watch, crossings, &stop);
+        let jobs = jobs::start(&services, config, (watch, crossings), opened_packs, &stop);
         Ok(App {
             services,
             writers,

@@ -40,6 +40,14 @@ pub struct Envelope {
     pub kind: String,
     pub created: Secs,
     pub data: Data,
+    /// The API request that caused it: its idempotency key names an auto top-up's pack.
+    #[serde(default)]
+    pub request: Option<EventRequest>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct EventRequest {
+    pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -249,6 +257,13 @@ async fn process(b: &Billing, ev: &StripeEventRow) -> BillingResult<Outcome> {
         )
     {
         return super::funding::topup_paid(b, object).await;
+    }
+    if kind.starts_with("payment_intent.") {
+        let key = env
+            .request
+            .as_ref()
+            .and_then(|r| r.idempotency_key.as_deref());
+        return super::auto_topup::event(b, kind, object, key).await;
     }
     if kind == "invoice.created" {
         attach_overage(b, object).await?;

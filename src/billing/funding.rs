@@ -66,7 +66,7 @@ pub async fn open_topup(b: &Billing, org: &Org, hours: i64) -> BillingResult<Top
 }
 
 /// Whole cents of an amount with at most 2 places.
-fn cents(amount: Decimal) -> i64 {
+pub(super) fn cents(amount: Decimal) -> i64 {
     i64::try_from((amount * Decimal::from(100)).round()).unwrap_or(i64::MAX)
 }
 

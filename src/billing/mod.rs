@@ -3,6 +3,7 @@
 //! state, which these keep in step.
 
 pub mod api;
+pub mod auto_topup;
 pub mod checkout;
 pub mod events;
 pub mod funding;

@@ -79,6 +79,27 @@ pub struct Customer {
     pub id: String,
     #[serde(default)]
     pub metadata: HashMap<String, String>,
+    /// Where its invoices are paid from: `default_payment_method` (an id, or the object).
+    pub invoice_settings: Option<serde_json::Value>,
+    /// The older way to save a card (an id, or the object).
+    pub default_source: Option<serde_json::Value>,
+}
+
+impl Customer {
+    /// The payment method an off-session charge uses: the invoices' default, else the
+    /// default source; `None` when the customer has saved none.
+    pub fn payment_method(&self) -> Option<String> {
+        let id = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+            serde_json::Value::Object(o) => o.get("id")?.as_str().map(str::to_owned),
+            _ => None,
+        };
+        self.invoice_settings
+            .as_ref()
+            .and_then(|s| s.get("default_payment_method"))
+            .and_then(id)
+            .or_else(|| self.default_source.as_ref().and_then(id))
+    }
 }
 
 impl<T> Default for List<T> {

@@ -52,6 +52,7 @@ rush_meter_core::named! {
         StripeConflict = "stripe_conflict",
         StripeUnavailable = "stripe_unavailable",
         StripeRefused = "stripe_refused",
+        NoPaymentMethod = "no_payment_method",
     }
 }
 
@@ -176,6 +177,19 @@ impl ApiError {
     }
 
     /// A grant's idempotency key sent again with other values than grant `grant_id`'s.
+    pub fn no_payment_method(org_id: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            ErrorCode::NoPaymentMethod,
+            format!(
+                "org `{org_id}` has no payment method saved in Stripe to charge packs to: add \
+                 one in the billing portal (POST /v1/orgs/{org_id}/billing-portal), then turn \
+                 auto top-up on"
+            ),
+        )
+        .with_field("enabled")
+    }
+
     pub fn grant_key_reused(grant_id: &str) -> Self {
         Self::new(
             StatusCode::CONFLICT,

@@ -163,6 +163,10 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(overage::list_charges))
         .routes(routes!(overage::retry_charges))
         .routes(routes!(topups::post_topup))
+        .routes(routes!(
+            auto_topup::get_auto_topup,
+            auto_topup::put_auto_topup
+        ))
         .routes(routes!(limits::list_limits))
         .routes(routes!(limits::put_limit, limits::delete_limit))
         .routes(routes!(usage::get_breakdown))

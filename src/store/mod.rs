@@ -26,9 +26,9 @@ mod rows;
 mod sqlite;
 
 pub use api::{
-    Admin, AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore,
-    NotificationStore, OrgStore, OverageStore, PeriodStore, PlanStore, RecordedVersion, RoomWait,
-    Store, StripeStore, TermsOf, VersionMove, Written,
+    Admin, AuditStore, AutoTopupStore, DecideState, DeclineRecord, FundingStore, GateStore,
+    LedgerStore, MemberStore, NewPack, NotificationStore, OrgStore, OverageStore, PeriodStore,
+    PlanStore, RecordedVersion, RoomWait, Store, StripeStore, TermsOf, VersionMove, Written,
 };
 pub use error::{StoreError, StoreResult};
 /// The texts of PostgreSQL's reads on generic plans, for tests/generic_plans.rs.

@@ -128,6 +128,35 @@ pub struct OverageChargeRow {
     pub last_error: Option<String>,
 }
 
+/// A pack of hours an auto top-up bought, or is buying (`core::auto_topup`).
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct AutoTopupRow {
+    pub org_id: String,
+    /// The org's packs in the order opened, from 1.
+    pub seq: i64,
+    pub hours: i64,
+    /// Decimal, in `currency`: hours × the plan's `topup_hour_price` when opened.
+    pub amount: String,
+    pub currency: String,
+    /// The billing month it counts in against `monthly_max_packs` (Unix seconds).
+    pub month_start: i64,
+    /// `charging`, `paid`, `failed` (its tries spent: auto top-up turned off) or
+    /// `needs_customer` (the bank wants the customer present: auto top-up turned off).
+    pub status: String,
+    /// Charges sent so far.
+    pub attempts: i64,
+    /// While `charging`: when the next charge may be sent (Unix seconds).
+    pub next_attempt_at: i64,
+    /// The idempotency key of the charge in flight, recorded before it is sent.
+    pub idempotency_key: String,
+    pub payment_intent_id: Option<String>,
+    pub last_error: Option<String>,
+    /// The `purchased` grant it became, once paid.
+    pub grant_id: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
 /// An org's line of a closed period, with the plan's terms frozen as text.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct FrozenOrgRow {

@@ -154,6 +154,52 @@ impl LocalStripe {
             .to_owned()
     }
 
+    /// A customer whose saved card (its invoices' default) is the test card `number`:
+    /// `4000000000000341` is declined when charged, `4000002760003184` asks for the
+    /// customer to authenticate.
+    pub async fn customer_with_card(&self, org: &str, number: &str) -> String {
+        let customer = self
+            .post("/v1/customers", &[("metadata[org_id]", org)])
+            .await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let pm = self
+            .post(
+                "/v1/payment_methods",
+                &[
+                    ("type", "card"),
+                    ("card[number]", number),
+                    ("card[exp_month]", "12"),
+                    ("card[exp_year]", "2030"),
+                    ("card[cvc]", "123"),
+                ],
+            )
+            .await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        self.post(
+            &format!("/v1/payment_methods/{pm}/attach"),
+            &[("customer", &customer)],
+        )
+        .await;
+        self.post(
+            &format!("/v1/customers/{customer}"),
+            &[("invoice_settings[default_payment_method]", &pm)],
+        )
+        .await;
+        customer
+    }
+
+    /// The payment intents Stripe holds.
+    pub async fn payment_intents(&self) -> Vec<serde_json::Value> {
+        let (_, v) = self
+            .call(reqwest::Method::GET, "/v1/payment_intents", &[])
+            .await;
+        v["data"].as_array().cloned().unwrap_or_default()
+    }
+
     pub async fn subscribe(&self, customer: &str, plan: &str) -> String {
         self.post(
             "/v1/subscriptions",

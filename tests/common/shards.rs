@@ -6,7 +6,7 @@
 //! such a database; `.ci/run` does it once for the suite's PostgreSQL tests.
 
 /// The tables keyed by org: distributed by org_id on Citus, partitioned here.
-pub const ORG_TABLES: [&str; 20] = [
+pub const ORG_TABLES: [&str; 21] = [
     "orgs",
     "api_keys",
     "sessions",
@@ -27,6 +27,7 @@ pub const ORG_TABLES: [&str; 20] = [
     "member_limits",
     "audit_log",
     "room_waits",
+    "auto_topups",
 ];
 
 /// Tables shared by every org (reference tables on Citus) or keyed by an id of their own.

@@ -118,6 +118,19 @@ named! {
     }
 }
 
+impl Reason {
+    /// A denial for want of plan time, grants or money: room an auto top-up can buy.
+    pub fn for_want_of_room(self) -> bool {
+        matches!(
+            self,
+            Reason::MonthlyCeilingReached
+                | Reason::WeeklyCeilingReached
+                | Reason::GrantsExhausted
+                | Reason::SpendCapReached
+        )
+    }
+}
+
 /// The rule that decided, recorded with every decision (and written as its name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {

@@ -43,6 +43,13 @@ struct ErrorBody {
 struct ErrorDetail {
     message: Option<String>,
     code: Option<String>,
+    decline_code: Option<String>,
+    payment_intent: Option<IdOnly>,
+}
+
+#[derive(Deserialize)]
+struct IdOnly {
+    id: String,
 }
 
 /// Talks to Stripe (or whatever `base` points at).
@@ -132,6 +139,11 @@ impl StripeApi {
                 .ok()
                 .map(|b| b.error);
             let code = detail.as_ref().and_then(|d| d.code.clone());
+            let decline_code = detail.as_ref().and_then(|d| d.decline_code.clone());
+            let payment_intent = detail
+                .as_ref()
+                .and_then(|d| d.payment_intent.as_ref())
+                .map(|p| p.id.clone());
             let message = detail
                 .and_then(|d| d.message)
                 .unwrap_or_else(|| truncate(&text));
@@ -147,7 +159,13 @@ impl StripeApi {
                     StripeFailure::Unreachable(format!("{status} after {tries} tries: {message}"))
                 }
                 500.. => StripeFailure::ServerError { status, message },
-                s => StripeFailure::Refused { status: s, message },
+                s => StripeFailure::Refused {
+                    status: s,
+                    message,
+                    code,
+                    decline_code,
+                    payment_intent,
+                },
             });
         }
     }

@@ -18,16 +18,19 @@
 //!
 //! The pieces: `client` sends and retries, `types` reads the answers, and one file per
 //! kind of Stripe object holds its requests (`customers`, `subscriptions`, `sessions` for
-//! Checkout and the billing portal, `invoices` for invoice items and invoices).
+//! Checkout and the billing portal, `invoices` for invoice items and invoices,
+//! `payment_intents` for the off-session charges of auto top-ups).
 
 mod client;
 mod customers;
 mod invoices;
+mod payment_intents;
 mod sessions;
 mod subscriptions;
 mod types;
 
 pub use client::StripeApi;
+pub use payment_intents::{PaymentIntent, PaymentIntentError};
 pub use sessions::PLAN;
 pub use types::{
     CheckoutSession, Invoice, InvoiceItem, InvoiceLine, LinePeriod, Made, PortalSession, Readable,
@@ -48,8 +51,16 @@ pub enum StripeFailure {
     #[error("Stripe has no such object: {0}")]
     NotFound(String),
     /// Stripe refused the request (4xx): retrying the same request will not help.
+    /// A 402 is a card declined: `code` and `decline_code` say why, `payment_intent` which
+    /// intent it left unpaid.
     #[error("Stripe refused the request ({status}): {message}")]
-    Refused { status: u16, message: String },
+    Refused {
+        status: u16,
+        message: String,
+        code: Option<String>,
+        decline_code: Option<String>,
+        payment_intent: Option<String>,
+    },
     #[error("Stripe's answer does not parse: {0}")]
     Unreadable(String),
 }

@@ -468,6 +468,7 @@ async function orgPage(view, orgId, params) {
     grants: el("section", { id: "grants", "aria-labelledby": "grants-h" }, el("h2", { id: "grants-h" }, "Grants")),
     limits: el("section", { id: "limits", "aria-labelledby": "limits-h" }, el("h2", { id: "limits-h" }, "Limits inside the org")),
     bill: el("section", { id: "bill", "aria-labelledby": "bill-h" }, el("h2", { id: "bill-h" }, "Bill preview")),
+    autoTopup: el("section", { id: "auto-topup", "aria-labelledby": "auto-topup-h" }, el("h2", { id: "auto-topup-h" }, "Auto top-up")),
   };
   view.append(...Object.values(sections));
   const guard = (name, p) => p.catch(showError(sections[name]));
@@ -480,6 +481,7 @@ async function orgPage(view, orgId, params) {
     guard("grants", grantsSection(sections.grants, base)),
     guard("limits", limitsSection(sections.limits, base)),
     guard("bill", billSection(sections.bill, base)),
+    guard("autoTopup", autoTopupSection(sections.autoTopup, base)),
   ]);
 }
 
@@ -858,6 +860,32 @@ async function billSection(section, base) {
       ["Due now", el("span", { class: "due" }, `${p.due} ${p.currency.toUpperCase()}`)],
       ["At the period's end, at this pace", el("span", { class: "projected" }, `${p.projected} ${p.currency.toUpperCase()}`)],
     ]),
+  );
+}
+
+/** Auto top-up as set, and the packs it bought: what was charged, declined or is in flight. */
+async function autoTopupSection(section, base) {
+  const a = await api(`${base}/auto-topup`);
+  const cur = a.currency.toUpperCase();
+  const state = a.enabled
+    ? pill(`on: a ${a.pack_hours} h pack (${a.pack_amount} ${cur}) below ${dur(Math.round(Number(a.below_hours) * 3600))}`, "ok")
+    : pill("off", "muted");
+  section.append(
+    dl([
+      ["Auto top-up", el("span", { class: "state" }, state)],
+      ["Plan and grant time now", dur(Math.round(Number(a.usable_hours) * 3600))],
+      ["Packs this month", el("span", { class: "this-month" }, `${a.packs_this_month} of at most ${a.monthly_max_packs}`)],
+      ["A pack in flight", a.pending ? "yes" : "no"],
+    ]),
+    table(
+      `${a.packs.length} pack${a.packs.length === 1 ? "" : "s"}`,
+      ["Pack", "Opened", "Hours", "Amount", "Status", "Declined", "Next charge", "Last error"],
+      a.packs.map((p) => ({
+        attrs: { "data-pack": String(p.seq) },
+        cells: [String(p.seq), time(p.created_at), String(p.hours), el("span", { class: "money" }, `${p.amount} ${p.currency.toUpperCase()}`), p.status, String(p.attempts), time(p.next_attempt_at), p.last_error ?? ""],
+      })),
+      { numeric: [2, 3, 5] },
+    ),
   );
 }
 

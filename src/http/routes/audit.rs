@@ -37,7 +37,7 @@ pub struct EntryView {
     actor: ActorView,
     action: Action,
     /// The org's id, `key:<id>`, `limit:<kind>:<id>`, `grant:<id>`, `overage`,
-    /// `plan_version`, `token:<id>` or `period:<unix start>`.
+    /// `auto_topup`, `plan_version`, `token:<id>` or `period:<unix start>`.
     subject: String,
     #[schema(value_type = Option<Object>)]
     before: Option<serde_json::Value>,

@@ -3,6 +3,7 @@
 
 pub mod admissions;
 pub mod audit;
+pub mod auto_topup;
 pub mod console;
 pub mod exports;
 pub mod grants;

@@ -3,6 +3,7 @@
 //! method is written out again to pick a backend.
 
 mod audit;
+mod auto_topups;
 mod funding;
 mod gate;
 mod ledger;
@@ -15,6 +16,7 @@ mod plans;
 mod stripe;
 
 pub use audit::AuditStore;
+pub use auto_topups::{AutoTopupStore, DeclineRecord, NewPack};
 pub use funding::FundingStore;
 pub use gate::{GateStore, Written};
 pub use ledger::LedgerStore;
@@ -44,6 +46,7 @@ pub trait Store:
     + PlanStore
     + NotificationStore
     + AuditStore
+    + AutoTopupStore
 {
 }
 
@@ -60,6 +63,7 @@ impl<T> Store for T where
         + PlanStore
         + NotificationStore
         + AuditStore
+        + AutoTopupStore
 {
 }
 

@@ -356,6 +356,58 @@ pub(crate) async fn lock_org(tx: &mut Tx, org_id: &str) -> StoreResult<bool> {
     Ok(found.is_some())
 }
 
+/// Make a grant (audited), or answer the one made before with its idempotency key
+/// (`false`: nothing was made), in a transaction holding the org's lock.
+pub(crate) async fn insert_grant(
+    tx: &mut Tx,
+    g: &Grant,
+    actor: &Actor,
+) -> StoreResult<(Grant, bool)> {
+    let created = sqlx::query_as::<_, Rec<Grant>>(
+        "INSERT INTO grants (org_id, grant_id, kind, seconds, used_seconds, priority, \
+           starts_at, expires_at, note, idempotency_key, created_at) \
+         VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10) \
+         ON CONFLICT (org_id, idempotency_key) DO NOTHING RETURNING *",
+    )
+    .bind(&g.org_id)
+    .bind(&g.grant_id)
+    .bind(g.kind.as_str())
+    .bind(g.seconds)
+    .bind(g.priority)
+    .bind(g.starts_at)
+    .bind(g.expires_at)
+    .bind(&g.note)
+    .bind(&g.idempotency_key)
+    .bind(g.created_at)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(match created {
+        Some(Rec(made)) => {
+            let entry = change(
+                &made.org_id,
+                made.created_at,
+                actor,
+                Action::GrantCreated,
+                format!("grant:{}", made.grant_id),
+                None,
+                Some(rush_meter_core::audit::grant_state(&made)),
+            );
+            write_audit(tx, entry).await?;
+            (made, true)
+        }
+        None => {
+            let Rec(first) = sqlx::query_as::<_, Rec<Grant>>(
+                "SELECT * FROM grants WHERE org_id = $1 AND idempotency_key = $2",
+            )
+            .bind(&g.org_id)
+            .bind(&g.idempotency_key)
+            .fetch_one(&mut **tx)
+            .await?;
+            (first, false)
+        }
+    })
+}
+
 #[async_trait]
 impl FundingStore for D {
     async fn funding_records(
@@ -393,49 +445,7 @@ impl FundingStore for D {
         if !lock_org(&mut tx, &g.org_id).await? {
             return Ok(None);
         }
-        let created = sqlx::query_as::<_, Rec<Grant>>(
-            "INSERT INTO grants (org_id, grant_id, kind, seconds, used_seconds, priority, \
-               starts_at, expires_at, note, idempotency_key, created_at) \
-             VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10) \
-             ON CONFLICT (org_id, idempotency_key) DO NOTHING RETURNING *",
-        )
-        .bind(&g.org_id)
-        .bind(&g.grant_id)
-        .bind(g.kind.as_str())
-        .bind(g.seconds)
-        .bind(g.priority)
-        .bind(g.starts_at)
-        .bind(g.expires_at)
-        .bind(&g.note)
-        .bind(&g.idempotency_key)
-        .bind(g.created_at)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let out = match created {
-            Some(Rec(made)) => {
-                let entry = change(
-                    &made.org_id,
-                    made.created_at,
-                    actor,
-                    Action::GrantCreated,
-                    format!("grant:{}", made.grant_id),
-                    None,
-                    Some(rush_meter_core::audit::grant_state(&made)),
-                );
-                write_audit(&mut tx, entry).await?;
-                (made, true)
-            }
-            None => {
-                let Rec(first) = sqlx::query_as::<_, Rec<Grant>>(
-                    "SELECT * FROM grants WHERE org_id = $1 AND idempotency_key = $2",
-                )
-                .bind(&g.org_id)
-                .bind(&g.idempotency_key)
-                .fetch_one(&mut *tx)
-                .await?;
-                (first, false)
-            }
-        };
+        let out = insert_grant(&mut tx, g, actor).await?;
         tx.commit().await?;
         Ok(Some(out))
     }

@@ -37,16 +37,17 @@ pub(crate) use tokio::sync::mpsc;
 
 use super::Engine as D;
 pub(crate) use crate::store::api::{
-    AuditStore, DecideState, FundingStore, GateStore, LedgerStore, MemberStore, NotificationStore,
-    OrgStore, OverageStore, PeriodStore, PlanStore, RecordedVersion, RoomWait, StripeStore,
-    TermsOf, VersionMove, Written,
+    AuditStore, AutoTopupStore, DecideState, DeclineRecord, FundingStore, GateStore, LedgerStore,
+    MemberStore, NewPack, NotificationStore, OrgStore, OverageStore, PeriodStore, PlanStore,
+    RecordedVersion, RoomWait, StripeStore, TermsOf, VersionMove, Written,
 };
 pub(crate) use crate::store::{
-    FrozenOrgRow, LineQuery, NotificationRow, OrgUpsert, OverageChargeRow, PeriodRow, Rec,
-    StoreError, StoreResult, StripeEventRow, StripeRequestRow, TokenRow,
+    AutoTopupRow, FrozenOrgRow, LineQuery, NotificationRow, OrgUpsert, OverageChargeRow, PeriodRow,
+    Rec, StoreError, StoreResult, StripeEventRow, StripeRequestRow, TokenRow,
 };
 
 mod audit;
+mod auto_topups;
 mod dialect;
 mod funding;
 mod gate;
@@ -356,7 +357,8 @@ pub(crate) async fn digest(pool: &Pool<DB>) -> StoreResult<Vec<(String, i64, i64
          UNION ALL SELECT 'member_hourly', COUNT(*), CAST(COALESCE(SUM(seconds), 0) AS BIGINT) FROM member_hourly \
          UNION ALL SELECT 'member_limits', COUNT(*), CAST(COALESCE(SUM(updated_at), 0) AS BIGINT) FROM member_limits \
          UNION ALL SELECT 'audit_log', COUNT(*), CAST(COALESCE(SUM(at), 0) AS BIGINT) FROM audit_log \
-         UNION ALL SELECT 'room_waits', COUNT(*), CAST(COALESCE(SUM(since), 0) AS BIGINT) FROM room_waits",
+         UNION ALL SELECT 'room_waits', COUNT(*), CAST(COALESCE(SUM(since), 0) AS BIGINT) FROM room_waits \
+         UNION ALL SELECT 'auto_topups', COUNT(*), CAST(COALESCE(SUM(seq + attempts + updated_at), 0) AS BIGINT) FROM auto_topups",
     )
     .fetch_all(pool)
     .await?)

@@ -3,7 +3,7 @@
 use super::*;
 
 /// A notification recorded once, by its key (org, kind, window start, threshold).
-const INSERT_NOTIFICATION: &str =
+pub(crate) const INSERT_NOTIFICATION: &str =
     "INSERT INTO notifications (org_id, window_kind, window_start, threshold, notification_id, \
        body, state, attempts, next_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7) \
      ON CONFLICT DO NOTHING";

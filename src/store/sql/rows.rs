@@ -1,6 +1,7 @@
 //! The core's types read from rows (the core knows nothing of sqlx): `FromRow` for `Rec<T>`.
 
 use super::*;
+use rush_meter_core::auto_topup::AutoTopup;
 
 /// `FromRow` for `Rec<$t>`, each field read from the column of its name.
 macro_rules! from_row {
@@ -54,6 +55,14 @@ impl<'r> sqlx::FromRow<'r, Row> for Rec<Org> {
                 monthly_cap,
             },
             sets_limits: row.try_get("sets_limits")?,
+            auto_topup: AutoTopup {
+                enabled: row.try_get("auto_topup_enabled")?,
+                below_seconds: row.try_get("auto_topup_below_seconds")?,
+                pack_hours: row.try_get("auto_topup_pack_hours")?,
+                monthly_max_packs: row.try_get("auto_topup_max_packs")?,
+                opened: row.try_get("auto_topup_opened")?,
+                pending: row.try_get("auto_topup_pending")?,
+            },
         }))
     }
 }
