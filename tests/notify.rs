@@ -327,6 +327,79 @@ async fn room_restored_is_notified_once_with_what_brought_it(backend: Backend) {
 
 every_backend!(room_restored_is_notified_once_with_what_brought_it);
 
+/// A session parked at a limit inside its org (its user's week spent) waits for room too:
+/// raising the limit brings it back, and `org.room_restored` says so (`limit_changed`).
+async fn a_limit_raised_restores_room_to_its_members(backend: Backend) {
+    let (url, got) = receiver(0).await;
+    let Some(srv) = TestServer::start_with(backend, options(&url)).await else {
+        return;
+    };
+    srv.create_org("org_1", "free").await;
+    srv.admin("PUT", "/v1/orgs/org_1/keys/k1", Some(json!({})))
+        .await;
+    let limit = |weekly: &'static str| {
+        let srv = &srv;
+        async move {
+            srv.admin(
+                "PUT",
+                "/v1/orgs/org_1/limits/user/u1",
+                Some(json!({"monthly_hours": "5", "weekly_hours": weekly})),
+            )
+            .await
+        }
+    };
+    limit("0.01").await;
+    srv.admin(
+        "POST",
+        "/v1/admissions",
+        Some(
+            json!({"org_id": "org_1", "key_id": "k1", "session_id": "s1", "agent": "codex",
+                    "started_by": "u1"}),
+        ),
+    )
+    .await;
+    // The user's 36 s are spent in the third beat: it is told to park, for its limit.
+    let mut seq = 0;
+    run(&srv, &mut seq, -15, 30).await;
+    let at = T0 + 45;
+    srv.clock.set(at);
+    seq += 1;
+    let (_, v) = srv
+        .heartbeats(vec![hb("org_1", "s1", seq, "running", at)])
+        .await;
+    let r = &v["results"][0];
+    assert_eq!(
+        (r["action"].as_str(), r["park_reason"].as_str()),
+        (Some("park"), Some("member_limit")),
+        "{v}"
+    );
+    seq += 1;
+    srv.heartbeats(vec![hb("org_1", "s1", seq, "parked", at)])
+        .await;
+    let restored = || {
+        got.lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.body["kind"] == "org.room_restored")
+            .map(|r| r.body.clone())
+            .collect::<Vec<Value>>()
+    };
+    assert!(restored().is_empty());
+    limit("1").await;
+    common::eventually(30, "org.room_restored is delivered", || async {
+        !restored().is_empty()
+    })
+    .await;
+    let b = &restored()[0];
+    assert_eq!(
+        (b["reason"].as_str(), &b["sessions"]),
+        (Some("limit_changed"), &json!(["s1"])),
+        "{b}"
+    );
+}
+
+every_backend!(a_limit_raised_restores_room_to_its_members);
+
 /// However many instances find an org's room back at once, its wait ends once and one
 /// notification is recorded: the wait's row is taken in the transaction that records it.
 async fn a_wait_for_room_ends_once_however_many_race_for_it(backend: Backend) {
@@ -341,6 +414,7 @@ async fn a_wait_for_room_ends_once_however_many_race_for_it(backend: Backend) {
         resume_at: T0 + 86_400,
         plan_id: "free".into(),
         plan_version: 1,
+        members: None,
     };
     srv.db.note_room_wait(&wait).await.unwrap();
     // Noted again (another instance, a later heartbeat): still the one wait.

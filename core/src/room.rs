@@ -35,6 +35,8 @@ crate::named! {
         Grant = "grant",
         /// Pay-as-you-go turned on, or its cap raised.
         SpendCapRaised = "spend_cap_raised",
+        /// A limit inside the org raised or removed.
+        LimitChanged = "limit_changed",
     }
 }
 
@@ -96,6 +98,24 @@ pub fn restored_by(now: &Standing, resume_at: Secs, plan: (&str, i64)) -> Option
         RestoredBy::WindowReset
     };
     Some(by)
+}
+
+/// What gave room back to an org whose sessions parked at limits inside it, waiting since
+/// a wait that expected the limits' week to reset at `resume_at`: `None` while one of the
+/// members it waited on is still spent (`still_spent`) or the org itself has no room.
+pub fn member_restored_by(
+    now: &Standing,
+    still_spent: bool,
+    resume_at: Secs,
+) -> Option<RestoredBy> {
+    if still_spent || now.remaining_seconds() == 0 {
+        return None;
+    }
+    Some(if now.at >= resume_at {
+        RestoredBy::WindowReset
+    } else {
+        RestoredBy::LimitChanged
+    })
 }
 
 /// The room `s` has, by source.
@@ -236,5 +256,25 @@ mod tests {
         // Pro: 40 h a month, 15 h a week; 2 h of the week used.
         assert_eq!(body["remaining_seconds"]["plan"], 13 * 3600);
         assert_eq!(body["remaining_seconds"]["total"], 13 * 3600);
+    }
+
+    #[test]
+    fn room_back_at_a_limit_is_a_limit_changed_or_its_week_reset() {
+        let org = Org::new("o", "free", 0);
+        let has_room = standing(&org, T0, 3600, 3600);
+        let monday = T0 + 7 * 86_400 - 12 * 3600;
+        assert_eq!(member_restored_by(&has_room, true, monday), None);
+        assert_eq!(
+            member_restored_by(&has_room, false, monday),
+            Some(RestoredBy::LimitChanged)
+        );
+        let next_week = standing(&org, monday, 3600, 0);
+        assert_eq!(
+            member_restored_by(&next_week, false, monday),
+            Some(RestoredBy::WindowReset)
+        );
+        // The member has room, the org none: not yet.
+        let spent = standing(&org, T0, 5 * 3600, 2 * 3600);
+        assert_eq!(member_restored_by(&spent, false, monday), None);
     }
 }

@@ -78,6 +78,29 @@ impl OrgAdvice {
         a
     }
 
+    /// What the org's sessions park for want of, if any do: the org's own room (why, and
+    /// when a reset brings it back), else limits inside it (the members whose limits are
+    /// spent, as JSON, and the end of the week their limits count in).
+    fn wait(&self, s: &Standing) -> Option<(ParkReason, Secs, Option<String>)> {
+        if let Some((reason, at)) = self.why {
+            return Some((reason, at, None));
+        }
+        let spent: Vec<(&str, &str)> = self
+            .members
+            .iter()
+            .filter(|(_, r)| r.park)
+            .map(|((d, id), _)| (d.as_str(), id.as_str()))
+            .collect();
+        if spent.is_empty() {
+            return None;
+        }
+        let week_end = rush_meter_core::time::Windows::at(s.at, s.org.billing_period())
+            .week
+            .end;
+        let members = serde_json::to_string(&spent).expect("pairs of strings serialize");
+        Some((ParkReason::MemberLimit, week_end, Some(members)))
+    }
+
     /// The least room of the org and its limited members.
     fn least_room(&self) -> i64 {
         self.members
@@ -256,18 +279,22 @@ impl Ingest {
                     members: rooms.remove(&s.org.org_id).unwrap_or_default(),
                 });
                 // Near a notification or auto top-up threshold, read fresh too, so the commit
-                // that crosses it is the one that sees it.
+                // that crosses it is the one that sees it. Below its auto top-up threshold
+                // the org was looked at just now (`consider_all`): a pack opened, or its
+                // month is full.
+                let crossing = s.org.auto_topup.room_to_crossing(&s.funding, s.at);
                 let room = a
                     .least_room()
                     .min(self.watch.room(&s))
-                    .min(s.org.auto_topup.room_to_crossing(&s.funding, s.at));
+                    .min(if crossing > 0 { crossing } else { i64::MAX });
                 if reusable(room, s.running) {
                     cache.insert(s.org.org_id.clone(), (Arc::clone(&a), now + ADVICE_TTL));
                 } else {
                     cache.remove(&s.org.org_id);
                 }
-                if let Some((reason, resume_at)) =
-                    a.why.filter(|_| self.watch.wait_due(&s.org.org_id, now))
+                if let Some((reason, resume_at, members)) = a
+                    .wait(&s)
+                    .filter(|_| self.watch.wait_due(&s.org.org_id, now))
                 {
                     waits.push(RoomWait {
                         org_id: s.org.org_id.clone(),
@@ -276,6 +303,7 @@ impl Ingest {
                         resume_at,
                         plan_id: s.plan.id.clone(),
                         plan_version: s.plan.version,
+                        members,
                     });
                 }
                 advice.insert(s.org.org_id, a);

@@ -21,7 +21,7 @@ use std::time::Duration;
 use rush_meter_core::ledger::Rules;
 use rush_meter_core::plans::Plans;
 use rush_meter_core::retry::{backoff, MAX_ATTEMPTS};
-use rush_meter_core::room::{restored_body, restored_by, restored_id};
+use rush_meter_core::room::{member_restored_by, restored_body, restored_by, restored_id};
 use rush_meter_core::standing::Standing;
 use rush_meter_core::thresholds::{
     cap_notices, cap_room_to_next, crossings, grant_notices, room_to_next, Notice,
@@ -335,8 +335,14 @@ impl Notifier {
         else {
             return Ok(());
         };
-        let plan = (w.plan_id.as_str(), w.plan_version);
-        let Some(by) = restored_by(&s, w.resume_at, plan) else {
+        let by = match &w.members {
+            Some(members) => {
+                let spent = self.still_spent(&s, members, now).await?;
+                member_restored_by(&s, spent, w.resume_at)
+            }
+            None => restored_by(&s, w.resume_at, (w.plan_id.as_str(), w.plan_version)),
+        };
+        let Some(by) = by else {
             return Ok(());
         };
         let sessions = self.db.parked_since(&w.org_id, w.since).await?;
@@ -351,6 +357,26 @@ impl Notifier {
             self.count("recorded");
         }
         Ok(())
+    }
+
+    /// Whether any of `members` (a wait's JSON array of `[dimension, id]`) still has its
+    /// limit spent in `s`'s org (a limit removed is not).
+    async fn still_spent(&self, s: &Standing, members: &str, now: Secs) -> StoreResult<bool> {
+        let waited: Vec<(String, String)> = serde_json::from_str(members).unwrap_or_default();
+        if !s.org.sets_limits || waited.is_empty() {
+            return Ok(false);
+        }
+        let mut found = self
+            .db
+            .limits_with_usage(&[&s.org], now, &self.rules)
+            .await?;
+        let Some((limits, used)) = found.remove(&s.org.org_id) else {
+            return Ok(false);
+        };
+        let rooms = rush_meter_core::members::rooms(&limits, &used, s.plan.ceiling_grace_seconds);
+        Ok(rooms.iter().any(|((d, id), r)| {
+            r.park && waited.iter().any(|(wd, wid)| wd == d.as_str() && wid == id)
+        }))
     }
 
     /// Hand on every grant used up lately, or 7 days or less from expiring.

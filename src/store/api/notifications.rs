@@ -16,6 +16,9 @@ pub struct RoomWait {
     pub resume_at: Secs,
     pub plan_id: String,
     pub plan_version: i64,
+    /// For `member_limit`: the members whose limits were spent, a JSON array of
+    /// `[dimension, id]`.
+    pub members: Option<String>,
 }
 
 /// Usage-threshold notifications.

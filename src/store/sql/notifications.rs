@@ -111,8 +111,8 @@ impl NotificationStore for D {
 
     async fn note_room_wait(&self, w: &RoomWait) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO room_waits (org_id, since, reason, resume_at, plan_id, plan_version) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (org_id) DO NOTHING",
+            "INSERT INTO room_waits (org_id, since, reason, resume_at, plan_id, plan_version, members) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id) DO NOTHING",
         )
         .bind(&w.org_id)
         .bind(w.since)
@@ -120,6 +120,7 @@ impl NotificationStore for D {
         .bind(w.resume_at)
         .bind(&w.plan_id)
         .bind(w.plan_version)
+        .bind(&w.members)
         .execute(self.write())
         .await?;
         Ok(())
