@@ -274,6 +274,33 @@ every_backend! {
         assert_eq!(audited_turns(&srv, "acme").await,
             vec![("system".into(), json!(false)), ("token".into(), json!(true))]);
     }
+
+    async fn a_declined_pack_is_not_charged_again_once_turned_off(backend: Backend) {
+        let Some(ls) = LocalStripe::start().await else { return };
+        let dir = mini_plans();
+        let Some(srv) = start(backend, &dir, &ls.url).await else { return };
+        create(&srv, "acme").await;
+        link(&srv, "acme", &ls.customer_with_card("acme", "4000000000000341").await).await;
+        let d = srv.admit("acme", "k1", "s1").await;
+        assert_eq!(d["decision"], "allow", "{d}");
+        beat_until_told_to_park(&srv, "acme", "s1", T0).await;
+        let path = "/v1/orgs/acme/auto-topup";
+        let (s, v) = srv.call("PUT", path, Some(ADMIN), Some(&on(3))).await;
+        assert_eq!(s, 200, "{v}");
+        eventually(30, "the first charge is declined", || async {
+            packs(&srv, "acme").await.first().is_some_and(|p| p.attempts == 1)
+        })
+        .await;
+        let (s, _) = srv.call("PUT", path, Some(ADMIN), Some(&json!({"enabled": false}))).await;
+        assert_eq!(s, 200);
+        srv.clock.advance(3600);
+        eventually(30, "the retry is called off", || async {
+            packs(&srv, "acme").await.first().is_some_and(|p| p.status == "canceled")
+        })
+        .await;
+        assert_eq!(ls.payment_intents().await.len(), 1);
+        assert!(!srv.db.get_org("acme").await.unwrap().unwrap().auto_topup.pending);
+    }
 }
 
 /// Stripe as far as a pack that needs its customer goes, in Stripe's shapes: a customer

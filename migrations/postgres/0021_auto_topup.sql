@@ -20,7 +20,8 @@ CREATE TABLE auto_topups (
     currency          TEXT NOT NULL,
     -- The billing month it counts in against monthly_max_packs.
     month_start       BIGINT NOT NULL,
-    -- charging, paid, failed (tries spent), needs_customer (authentication required).
+    -- charging, paid, failed (tries spent), needs_customer (authentication required),
+    -- canceled (a retry no longer wanted).
     status            TEXT NOT NULL,
     attempts          BIGINT NOT NULL DEFAULT 0,
     -- The charge in flight, or the next one: any instance may send it from then on.

@@ -179,10 +179,10 @@ impl AutoTopups {
 
 /// Charge what this instance opens at once, and sweep what is due, until `stop`.
 pub async fn run(
+    topups: AutoTopups,
     billing: Billing,
     mut opened: mpsc::Receiver<AutoTopupRow>,
-    activity: Arc<Activity>,
-    idle: Duration,
+    (activity, idle): (Arc<Activity>, Duration),
     mut stop: watch::Receiver<bool>,
 ) {
     let mut pace = Pace::new(Duration::from_secs(5), idle);
@@ -193,7 +193,7 @@ pub async fn run(
                 None => return,
             },
             _ = pace.wait(Some(&activity)) => {
-                match sweep(&billing).await {
+                match topups.sweep(&billing).await {
                     Ok(n) => pace.after(n > 0),
                     Err(e) => {
                         tracing::warn!(error = %e, "auto top-up: sweeping due packs failed; will retry");
@@ -206,20 +206,57 @@ pub async fn run(
     }
 }
 
-/// Take each due pack (so one instance sends it) and charge it; how many were charged.
-async fn sweep(b: &Billing) -> StoreResult<usize> {
-    let now = b.clock.now();
-    let mut sent = 0;
-    for row in b.db.due_auto_topups(now, SWEEP).await? {
-        let taken =
-            b.db.take_auto_topup(&row.org_id, row.seq, row.next_attempt_at, now + HOLD, now)
-                .await?;
-        if let Some(row) = taken {
+impl AutoTopups {
+    /// Take each due pack (so one instance sends it) and charge it, or end a retry no
+    /// longer wanted; how many were taken.
+    async fn sweep(&self, b: &Billing) -> StoreResult<usize> {
+        let now = b.clock.now();
+        let mut taken = 0;
+        for row in b.db.due_auto_topups(now, SWEEP).await? {
+            let held =
+                b.db.take_auto_topup(&row.org_id, row.seq, row.next_attempt_at, now + HOLD, now)
+                    .await?;
+            let Some(row) = held else { continue };
+            taken += 1;
+            if let Some(why) = self.unwanted(&row, now).await? {
+                if b.db
+                    .cancel_auto_topup(&row.org_id, row.seq, row.attempts, why, now)
+                    .await?
+                {
+                    tracing::info!(org_id = %row.org_id, seq = row.seq, why, "auto top-up: a declined pack is not charged again");
+                }
+                continue;
+            }
             send(b, &row).await;
-            sent += 1;
         }
+        Ok(taken)
     }
-    Ok(sent)
+
+    /// Why a pack waiting to be charged again after a decline is no longer wanted: auto
+    /// top-up was turned off, or the org is back above its threshold (a week reset, a grant
+    /// or top-up bought meanwhile). A first charge is always sent (again): its outcome may
+    /// be unknown, and only its key can learn it.
+    async fn unwanted(&self, row: &AutoTopupRow, now: Secs) -> StoreResult<Option<&'static str>> {
+        if row.attempts == 0 {
+            return Ok(None);
+        }
+        let inner = &self.0;
+        let ids = [row.org_id.as_str()];
+        let Some(s) = standings(&inner.db, &inner.plans, &ids, now, &inner.rules)
+            .await?
+            .pop()
+        else {
+            return Ok(Some("the org is gone"));
+        };
+        let a = &s.org.auto_topup;
+        Ok(if !a.enabled {
+            Some("auto top-up was turned off")
+        } else if rush_meter_core::auto_topup::usable_seconds(&s.funding, now) >= a.below_seconds {
+            Some("the org has room again")
+        } else {
+            None
+        })
+    }
 }
 
 async fn send(b: &Billing, row: &AutoTopupRow) {

@@ -39,10 +39,10 @@ pub fn start(
         tokio::spawn(overage(s.clone(), idle, stop.clone())),
         tokio::spawn(last_used(s.clone(), stop.clone())),
         tokio::spawn(super::auto_topup::run(
+            s.auto_topups.clone(),
             s.billing.clone(),
             opened_packs,
-            std::sync::Arc::clone(&s.activity),
-            idle,
+            (std::sync::Arc::clone(&s.activity), idle),
             stop.clone(),
         )),
     ];

@@ -43,13 +43,19 @@ pub enum Charged {
     Unknown,
 }
 
-/// The payment method an off-session charge of `org` would use, if it has one saved.
+/// The payment method an off-session charge of `org` would use, if it has one saved (none
+/// without a Stripe customer, or with one Stripe no longer has).
 pub async fn payment_method(b: &Billing, org: &Org) -> BillingResult<Option<String>> {
     let api = b.api()?;
     let Some(customer) = &org.stripe_customer_id else {
         return Ok(None);
     };
-    Ok(api.customer(customer).await?.payment_method())
+    match api.customer(customer).await {
+        Ok(c) => Ok(c.payment_method()),
+        // Deleted in Stripe: nothing saved to charge.
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The request a charge's key names: its key without the `~N` of a try after a 5xx.

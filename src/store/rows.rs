@@ -140,8 +140,9 @@ pub struct AutoTopupRow {
     pub currency: String,
     /// The billing month it counts in against `monthly_max_packs` (Unix seconds).
     pub month_start: i64,
-    /// `charging`, `paid`, `failed` (its tries spent: auto top-up turned off) or
-    /// `needs_customer` (the bank wants the customer present: auto top-up turned off).
+    /// `charging`, `paid`, `failed` (its tries spent: auto top-up turned off),
+    /// `needs_customer` (the bank wants the customer present: auto top-up turned off) or
+    /// `canceled` (a retry no longer wanted).
     pub status: String,
     /// Charges sent so far.
     pub attempts: i64,

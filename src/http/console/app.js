@@ -874,7 +874,7 @@ async function autoTopupSection(section, base) {
     dl([
       ["Auto top-up", el("span", { class: "state" }, state)],
       ["Plan and grant time now", dur(Math.round(Number(a.usable_hours) * 3600))],
-      ["Packs this month", el("span", { class: "this-month" }, `${a.packs_this_month} of at most ${a.monthly_max_packs}`)],
+      ["Packs this month", el("span", { class: "this-month" }, a.monthly_max_packs > 0 ? `${a.packs_this_month} of at most ${a.monthly_max_packs}` : String(a.packs_this_month))],
       ["A pack in flight", a.pending ? "yes" : "no"],
     ]),
     table(

@@ -30,8 +30,10 @@ pub struct PackView {
     amount: String,
     currency: String,
     /// `charging` (in flight, or waiting for a retry after a decline), `paid`, `failed`
-    /// (its tries declined: auto top-up was turned off) or `needs_customer` (the bank
-    /// wants the customer present: auto top-up was turned off, a Checkout link sent).
+    /// (its tries declined: auto top-up was turned off), `needs_customer` (the bank wants
+    /// the customer present: auto top-up was turned off, a Checkout link sent) or
+    /// `canceled` (declined, and not charged again: auto top-up was turned off meanwhile,
+    /// or the org had room again).
     status: String,
     /// Charges declined so far.
     attempts: i64,

@@ -95,6 +95,17 @@ pub trait AutoTopupStore: Send + Sync {
         grant: &Grant,
         actor: &Actor,
     ) -> StoreResult<Option<(Grant, bool)>>;
+    /// End a pack waiting for a retry without charging it (`canceled`, `why` its last
+    /// error): auto top-up was turned off, or the org has room again. Only while it still
+    /// waits after `attempts` declines; whether it was ended now.
+    async fn cancel_auto_topup(
+        &self,
+        org_id: &str,
+        seq: i64,
+        attempts: i64,
+        why: &str,
+        now: Secs,
+    ) -> StoreResult<bool>;
     /// Record the decline of charge `d.attempt` of a pack once (a second record of it, the
     /// webhook's after the answer's, changes nothing) with its notification; when no
     /// retry follows, the pack ends and auto top-up turns off (audited, by `actor`).

@@ -255,6 +255,42 @@ impl AutoTopupStore for D {
         Ok(Some((made, created)))
     }
 
+    async fn cancel_auto_topup(
+        &self,
+        org_id: &str,
+        seq: i64,
+        attempts: i64,
+        why: &str,
+        now: Secs,
+    ) -> StoreResult<bool> {
+        let mut tx = begin_write(self.write()).await?;
+        if !lock_org(&mut tx, org_id).await? {
+            return Ok(false);
+        }
+        let ended = sqlx::query(
+            "UPDATE auto_topups SET status = 'canceled', last_error = $4, updated_at = $5 \
+             WHERE org_id = $1 AND seq = $2 AND status = 'charging' AND attempts = $3",
+        )
+        .bind(org_id)
+        .bind(seq)
+        .bind(attempts)
+        .bind(why)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if ended {
+            sqlx::query("UPDATE orgs SET auto_topup_pending = $2 WHERE org_id = $1")
+                .bind(org_id)
+                .bind(false)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(ended)
+    }
+
     async fn decline_auto_topup(
         &self,
         org_id: &str,
