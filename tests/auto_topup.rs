@@ -301,6 +301,59 @@ every_backend! {
         assert_eq!(ls.payment_intents().await.len(), 1);
         assert!(!srv.db.get_org("acme").await.unwrap().unwrap().auto_topup.pending);
     }
+
+    async fn the_months_maximum_holds_until_it_is_raised(backend: Backend) {
+        let Some(ls) = LocalStripe::start().await else { return };
+        let dir = mini_plans();
+        let Some(srv) = start(backend, &dir, &ls.url).await else { return };
+        create(&srv, "acme").await;
+        link(&srv, "acme", &ls.customer(Some("acme")).await).await;
+        let path = "/v1/orgs/acme/auto-topup";
+        let (s, v) = srv.call("PUT", path, Some(ADMIN), Some(&on(1))).await;
+        assert_eq!(s, 200, "{v}");
+        let sessions: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
+        for id in &sessions {
+            let d = srv.admit("acme", "k1", id).await;
+            assert_eq!(d["decision"], "allow", "{d}");
+        }
+        // Ten sessions spend the week and the pack's hour (150 s a round) until told to park.
+        let mut t = T0;
+        let mut seq = 0;
+        loop {
+            assert!(t < T0 + 3600, "never told to park");
+            srv.clock.set(t);
+            seq += 1;
+            let beats = sessions.iter().map(|id| hb("acme", id, seq, "running", t)).collect();
+            let (status, v) = srv.heartbeats(beats).await;
+            assert_eq!(status, 200, "{v}");
+            if v["results"][0]["action"] == "park" {
+                break;
+            }
+            // The first pack is paid before the next round is booked against it.
+            if seq == 2 {
+                eventually(30, "the first pack is paid", || async {
+                    packs(&srv, "acme").await.first().is_some_and(|p| p.status == "paid")
+                })
+                .await;
+            }
+            t += 15;
+        }
+        // Below the threshold again, at the month's one pack: none bought.
+        let p = packs(&srv, "acme").await;
+        assert_eq!((p.len(), ls.payment_intents().await.len()), (1, 1), "{p:?}");
+        let (_, v) = srv.call("GET", path, Some(ADMIN), None).await;
+        assert_eq!((v["packs_this_month"].as_i64(), v["pending"].as_bool()), (Some(1), Some(false)), "{v}");
+        // Raised: the next pack at once.
+        let (s, v) = srv.call("PUT", path, Some(ADMIN), Some(&on(2))).await;
+        assert_eq!(s, 200, "{v}");
+        eventually(30, "the second pack is paid", || async {
+            let p = packs(&srv, "acme").await;
+            p.len() == 2 && p[0].status == "paid"
+        })
+        .await;
+        assert_eq!(ls.payment_intents().await.len(), 2);
+        assert_eq!(purchased(&srv, "acme").await.len(), 2);
+    }
 }
 
 /// Stripe as far as a pack that needs its customer goes, in Stripe's shapes: a customer

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rush_meter_core::auto_topup::pack_amount;
+use rush_meter_core::auto_topup::{pack_amount, AutoTopup};
 use rush_meter_core::ledger::Rules;
 use rush_meter_core::plans::Plans;
 use rush_meter_core::standing::Standing;
@@ -43,15 +43,20 @@ struct Inner {
     clock: Clock,
     metrics: Arc<Metrics>,
     charge: mpsc::Sender<AutoTopupRow>,
-    /// Orgs found at their monthly maximum: (packs opened, month) when found, so that each
-    /// heartbeat of an org below its threshold does not try again until one changes.
-    full: Mutex<HashMap<String, (i64, Secs)>>,
-    /// When each org denied for want of room was last looked at.
+    /// Orgs a pack could not be opened for: what they were seen with (packs opened, the
+    /// month, the settings), so that each heartbeat of an org below its threshold at its
+    /// monthly maximum does not try again until one of them changes.
+    full: Mutex<HashMap<String, Seen>>,
+    /// When each org denied for want of room may be looked at again.
     looked: Mutex<HashMap<String, Secs>>,
 }
 
-/// How often an org denied for want of room is looked at for a pack, an instance.
-const DENIAL_LOOK: Secs = 5;
+/// What an org was seen with when no pack could be opened for it.
+type Seen = (i64, Secs, AutoTopup);
+
+/// How often an org denied for want of room is looked at for a pack, an instance: with
+/// auto top-up on, and without (it may be turned on on another instance).
+const DENIAL_LOOK: (Secs, Secs) = (5, 60);
 
 impl AutoTopups {
     pub fn new(
@@ -82,16 +87,17 @@ impl AutoTopups {
         }
         let inner = &self.0;
         let month = Windows::at(s.at, s.org.billing_period()).month.start;
-        let found_full = inner
-            .full
-            .lock()
-            .expect("full lock")
-            .get(&s.org.org_id)
-            .copied();
-        if found_full == Some((a.opened, month)) {
+        let seen: Seen = (a.opened, month, a.clone());
+        if inner.full.lock().expect("full lock").get(&s.org.org_id) == Some(&seen) {
             return Ok(None);
         }
         let (plan, _) = s.org.subscribed_plan(&inner.plans, s.at);
+        if !plan.topup_hours.contains(&a.pack_hours) {
+            // Another plan since it was set, which does not sell the pack: none is bought
+            // until the org sets one it sells.
+            tracing::warn!(org_id = %s.org.org_id, plan = %plan.id, pack_hours = a.pack_hours, "auto top-up: the plan does not sell the org's pack; none bought");
+            return Ok(None);
+        }
         let pack = NewPack {
             hours: a.pack_hours,
             amount: format!("{:.2}", pack_amount(plan, a.pack_hours)),
@@ -109,7 +115,7 @@ impl AutoTopups {
             if full.len() > 100_000 {
                 full.clear();
             }
-            full.insert(s.org.org_id.clone(), (a.opened, month));
+            full.insert(s.org.org_id.clone(), seen);
             return Ok(None);
         };
         inner
@@ -131,13 +137,22 @@ impl AutoTopups {
         let inner = &self.0;
         let now = inner.clock.now();
         for s in standings(&inner.db, &inner.plans, org_ids, now, &inner.rules).await? {
+            let again = match s.org.auto_topup.enabled {
+                true => DENIAL_LOOK.0,
+                false => DENIAL_LOOK.1,
+            };
+            inner
+                .looked
+                .lock()
+                .expect("looked lock")
+                .insert(s.org.org_id.clone(), now + again);
             self.consider(&s).await?;
         }
         Ok(())
     }
 
-    /// Look at orgs denied for want of room, each at most once a `DENIAL_LOOK` on this
-    /// instance, in the background: the denial is answered meanwhile, and an org with
+    /// Look at orgs denied for want of room in the background, each at most once a
+    /// `DENIAL_LOOK` on this instance: the denial is answered meanwhile, and an org with
     /// auto top-up on is admitted by the next request once its pack is paid.
     pub fn after_denials(&self, org_ids: &[&str], now: Secs) {
         let due: Vec<String> = {
@@ -147,10 +162,11 @@ impl AutoTopups {
             }
             let mut due = Vec::new();
             for id in org_ids {
-                if looked.get(*id).is_some_and(|at| now - at < DENIAL_LOOK) {
+                if looked.get(*id).is_some_and(|next| now < *next) {
                     continue;
                 }
-                looked.insert((*id).to_owned(), now);
+                // Until it is read: the read sets when to look again.
+                looked.insert((*id).to_owned(), now + DENIAL_LOOK.1);
                 due.push((*id).to_owned());
             }
             due
@@ -219,11 +235,14 @@ impl AutoTopups {
             let Some(row) = held else { continue };
             taken += 1;
             if let Some(why) = self.unwanted(&row, now).await? {
-                if b.db
-                    .cancel_auto_topup(&row.org_id, row.seq, row.attempts, why, now)
-                    .await?
-                {
-                    tracing::info!(org_id = %row.org_id, seq = row.seq, why, "auto top-up: a declined pack is not charged again");
+                match crate::billing::auto_topup::call_off(b, &row, why).await {
+                    Ok(true) => {
+                        tracing::info!(org_id = %row.org_id, seq = row.seq, why, "auto top-up: a declined pack is not charged again");
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(org_id = %row.org_id, seq = row.seq, error = %e, "auto top-up: calling off a pack failed; tried again when its hold ends");
+                    }
                 }
                 continue;
             }

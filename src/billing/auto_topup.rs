@@ -50,11 +50,32 @@ pub async fn payment_method(b: &Billing, org: &Org) -> BillingResult<Option<Stri
     let Some(customer) = &org.stripe_customer_id else {
         return Ok(None);
     };
-    match api.customer(customer).await {
-        Ok(c) => Ok(c.payment_method()),
-        // Deleted in Stripe: nothing saved to charge.
+    match saved_method(api, org, customer).await {
         Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.into()),
+        found => Ok(found?),
+    }
+}
+
+/// The customer's default payment method, else the one Checkout saved on the org's
+/// subscription (a subscription bought in Checkout keeps its card there).
+async fn saved_method(
+    api: &super::api::StripeApi,
+    org: &Org,
+    customer: &str,
+) -> Result<Option<String>, StripeFailure> {
+    if let Some(pm) = api.customer(customer).await?.payment_method() {
+        return Ok(Some(pm));
+    }
+    let Some(sub) = &org.stripe_subscription_id else {
+        return Ok(None);
+    };
+    match api.subscription(sub).await {
+        Ok(s) => Ok(s
+            .default_payment_method
+            .as_ref()
+            .and_then(super::subscription::object_id)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -96,9 +117,17 @@ pub async fn charge(b: &Billing, row: &AutoTopupRow) -> BillingResult<Charged> {
     let sent = match earlier {
         Some(pi) => Ok(pi),
         None => {
-            let Some(pm) = api.customer(&customer).await?.payment_method() else {
-                let e = refused("no payment method is saved on the Stripe customer");
-                return declined(b, &org, row, attempt, &e).await;
+            let pm = match saved_method(api, &org, &customer).await {
+                Ok(Some(pm)) => pm,
+                Ok(None) => {
+                    let e = refused("no payment method is saved on the Stripe customer");
+                    return declined(b, &org, row, attempt, &e).await;
+                }
+                Err(e) if e.is_not_found() => {
+                    let e = refused("the org's Stripe customer no longer exists");
+                    return declined(b, &org, row, attempt, &e).await;
+                }
+                Err(e) => return Err(e.into()),
             };
             let amount: Decimal = row.amount.parse().map_err(|_| {
                 BillingError::Unmatched(format!("pack amount `{}` is not a decimal", row.amount))
@@ -124,8 +153,20 @@ pub async fn charge(b: &Billing, row: &AutoTopupRow) -> BillingResult<Charged> {
     };
     match sent {
         Ok(pi) => settle_intent(b, &org, row, attempt, &pi).await,
-        Err(e @ (StripeFailure::Refused { .. } | StripeFailure::NotFound(_))) => {
+        // A card declined is a 402; only that is a decline.
+        Err(e @ StripeFailure::Refused { status: 402, .. }) => {
             declined(b, &org, row, attempt, &e).await
+        }
+        // Stripe saw this key with other parameters (a card changed between an unanswered
+        // try and this one), or another instance's try of it is in flight: what the first
+        // try made, if anything, is read back at the next.
+        Err(StripeFailure::Refused {
+            status: 400 | 409, ..
+        }) => {
+            let next = format!("{request}~{}", tries_of(&row.idempotency_key) + 1);
+            b.db.rekey_auto_topup(&org.org_id, row.seq, &next, None)
+                .await?;
+            Ok(Charged::Unknown)
         }
         Err(StripeFailure::ServerError { .. }) => {
             // Stripe may replay the 5xx for this key for a day: the next try reads back
@@ -135,8 +176,35 @@ pub async fn charge(b: &Billing, row: &AutoTopupRow) -> BillingResult<Charged> {
                 .await?;
             Ok(Charged::Unknown)
         }
-        Err(StripeFailure::Unreachable(_) | StripeFailure::Unreadable(_)) => Ok(Charged::Unknown),
+        // Refused otherwise (a key Stripe does not take: the operator's to fix), or no
+        // answer: sent again under the same key when the hold ends; nothing is recorded
+        // against the customer's card.
+        Err(e) => {
+            tracing::error!(org_id = %org.org_id, seq = row.seq, error = %e, "auto top-up: charge not accepted by Stripe; tried again when its hold ends");
+            Ok(Charged::Unknown)
+        }
     }
+}
+
+/// Call off a pack waiting for its retry (`why`): first whatever a charge of it sent and
+/// not answered made is read back from Stripe (a payment made is granted, never dropped);
+/// only a pack Stripe has no payment for is ended. Whether it was.
+pub async fn call_off(b: &Billing, row: &AutoTopupRow, why: &str) -> BillingResult<bool> {
+    let api = b.api()?;
+    let org =
+        b.db.get_org(&row.org_id)
+            .await?
+            .ok_or_else(|| BillingError::Unmatched(format!("org {} is gone", row.org_id)))?;
+    if let Some(customer) = &org.stripe_customer_id {
+        let request = request_of(&row.idempotency_key);
+        if let Some(pi) = api.payment_intent_by_request(customer, request).await? {
+            let settled = settle_intent(b, &org, row, row.attempts + 1, &pi).await?;
+            return Ok(!matches!(settled, Charged::Unknown));
+        }
+    }
+    Ok(b.db
+        .cancel_auto_topup(&row.org_id, row.seq, row.attempts, why, b.clock.now())
+        .await?)
 }
 
 fn tries_of(key: &str) -> u32 {

@@ -195,5 +195,6 @@ fn ended(id: &str, customer: &str) -> Subscription {
         cancel_at_period_end: false,
         metadata: Default::default(),
         status_details: None,
+        default_payment_method: None,
     }
 }

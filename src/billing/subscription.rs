@@ -51,6 +51,10 @@ pub struct Subscription {
     /// Why a `paused` subscription is paused (API versions of 2026).
     #[serde(default)]
     pub status_details: Option<serde_json::Value>,
+    /// The card Checkout saved for the subscription (an id, or the object), where the
+    /// customer has no default of its own.
+    #[serde(default)]
+    pub default_payment_method: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -89,16 +93,20 @@ impl Customer {
     /// The payment method an off-session charge uses: the invoices' default, else the
     /// default source; `None` when the customer has saved none.
     pub fn payment_method(&self) -> Option<String> {
-        let id = |v: &serde_json::Value| match v {
-            serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
-            serde_json::Value::Object(o) => o.get("id")?.as_str().map(str::to_owned),
-            _ => None,
-        };
         self.invoice_settings
             .as_ref()
             .and_then(|s| s.get("default_payment_method"))
-            .and_then(id)
-            .or_else(|| self.default_source.as_ref().and_then(id))
+            .and_then(object_id)
+            .or_else(|| self.default_source.as_ref().and_then(object_id))
+    }
+}
+
+/// The id of an expandable field: the string, or the object's `id`.
+pub fn object_id(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("id")?.as_str().map(str::to_owned),
+        _ => None,
     }
 }
 

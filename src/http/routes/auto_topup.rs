@@ -3,7 +3,7 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
-use rush_meter_core::auto_topup::{check, pack_amount, Settings};
+use rush_meter_core::auto_topup::{check, pack_amount, Settings, MAX_PACKS_A_MONTH};
 use rush_meter_core::time::{hours, rfc3339, Secs, Windows};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -17,7 +17,7 @@ use crate::store::AutoTopupRow;
 use crate::tokens::Scope;
 
 /// Packs listed at most.
-const RECENT: i64 = 24;
+const RECENT: usize = 24;
 
 /// A pack an auto top-up bought, or is buying.
 #[derive(Serialize, ToSchema)]
@@ -106,7 +106,9 @@ async fn view(state: &AppState, org_id: &str) -> ApiResult<AutoTopupView> {
     let now = state.clock.now();
     let (s, packs) = tokio::join!(
         state.standing(org_id, now),
-        state.db.auto_topups_of(org_id, RECENT)
+        // Enough to count the month's, whatever the maximum (`MAX_PACKS_A_MONTH`), with the
+        // month's declined ones.
+        state.db.auto_topups_of(org_id, 4 * MAX_PACKS_A_MONTH)
     );
     let (s, packs) = (s?, packs?);
     let a = &s.org.auto_topup;
@@ -128,7 +130,7 @@ async fn view(state: &AppState, org_id: &str) -> ApiResult<AutoTopupView> {
         pending: a.pending,
         month_start: month,
         packs_this_month: this_month as i64,
-        packs: packs.into_iter().map(PackView::of).collect(),
+        packs: packs.into_iter().take(RECENT).map(PackView::of).collect(),
     })
 }
 
@@ -193,16 +195,21 @@ pub async fn put_auto_topup(
     };
     let pack_hours = body.pack_hours.unwrap_or(stored.pack_hours);
     let max_packs = body.monthly_max_packs.unwrap_or(stored.monthly_max_packs);
-    let settings = match check(body.enabled, below, pack_hours, max_packs, plan) {
-        Ok(s) => s,
-        // Off with nothing set yet: nothing to check.
-        Err(_) if !body.enabled && pack_hours == 0 => Settings {
+    let only_off = !body.enabled
+        && body.below_hours.is_none()
+        && body.pack_hours.is_none()
+        && body.monthly_max_packs.is_none();
+    let settings = if only_off {
+        // Off as stored: nothing to check (the plan may no longer sell the stored pack).
+        Settings {
             enabled: false,
             below_seconds: stored.below_seconds,
-            pack_hours: 0,
-            monthly_max_packs: max_packs.max(0),
-        },
-        Err(e) => return Err(ApiError::invalid(e.field, e.message)),
+            pack_hours: stored.pack_hours,
+            monthly_max_packs: stored.monthly_max_packs,
+        }
+    } else {
+        check(body.enabled, below, pack_hours, max_packs, plan)
+            .map_err(|e| ApiError::invalid(e.field, e.message))?
     };
     if settings.enabled
         && crate::billing::auto_topup::payment_method(&state.billing, &org)

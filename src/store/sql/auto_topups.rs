@@ -310,7 +310,7 @@ impl AutoTopupStore for D {
         }
         let recorded = sqlx::query(
             "UPDATE auto_topups SET attempts = $3, status = $4, next_attempt_at = $5, \
-               idempotency_key = $6, \
+               idempotency_key = CASE WHEN $4 = 'charging' THEN $6 ELSE idempotency_key END, \
                payment_intent_id = CASE WHEN $4 = 'charging' THEN NULL ELSE $7 END, \
                last_error = $8, updated_at = $9 \
              WHERE org_id = $1 AND seq = $2 AND status = 'charging' AND attempts = $3 - 1",
