@@ -11,8 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wrk, Backend, Server, Setup, ADMIN};
-use rush_meter_core::gate::{AdmissionRequest, Agent};
+use common::{wrk, Backend, Setup, ADMIN};
 
 // The allocator of the `rush-meter` binary, so the server measured here is the one shipped.
 #[global_allocator]
@@ -25,11 +24,6 @@ const SESSIONS_PER_THREAD: usize = 5000;
 const MEASURE: Duration = Duration::from_secs(12);
 /// wrk threads; each beats for its own sessions (`w{thread}_{n}`).
 const THREADS: usize = 2;
-/// Keys, projects and users of each org: every session is admitted with one of each
-/// before the load, as the orchestrator would, so that its bookings roll up by member.
-const KEYS_PER_ORG: usize = 4;
-const PROJECTS_PER_ORG: usize = 5;
-const USERS_PER_ORG: usize = 10;
 /// Rounds of each load, the setups interleaved, so that the machine's drift falls on
 /// both alike; a row's figures are its median round's, its ratios to the plan's and to the
 /// raw writes the medians of the rounds' ratios.
@@ -53,73 +47,18 @@ struct Outcome {
     raw: Option<f64>,
 }
 
-/// The members of the `n`th session of a wrk thread (of org `n % ORGS`, heartbeats.lua).
-fn members(n: usize) -> (String, String, String, Agent) {
-    let i = n / ORGS;
-    let agent = [Agent::Claude, Agent::Codex, Agent::Opencode][i % 3];
-    (
-        format!("k{}", i % KEYS_PER_ORG),
-        format!("p{}", i % PROJECTS_PER_ORG),
-        format!("u{}", i % USERS_PER_ORG),
-        agent,
-    )
-}
-
-/// Register every org's keys, optionally limit each key, project and user, and admit every
-/// session the load will beat for, through the store's gate in groups.
-async fn admit_sessions(server: &Server, plans: &tempfile::TempDir, threads: usize, limits: bool) {
-    for o in 0..ORGS {
-        let org = format!("org_{o}");
-        let mut limited = Vec::new();
-        for k in 0..KEYS_PER_ORG {
-            server
-                .admin(
-                    "PUT",
-                    &format!("/v1/orgs/{org}/keys/k{k}"),
-                    Some(serde_json::json!({"concurrency_limit": 100})),
-                )
-                .await;
-            limited.push(("key", format!("k{k}")));
-        }
-        limited.extend((0..PROJECTS_PER_ORG).map(|p| ("project", format!("p{p}"))));
-        limited.extend((0..USERS_PER_ORG).map(|u| ("user", format!("u{u}"))));
-        if limits {
-            common::limit_members(server, &org, &limited).await;
-        }
-    }
-    let loaded = rush_meter::config::load_plans(plans.path()).unwrap();
-    let requests: Vec<AdmissionRequest> = (0..threads)
-        .flat_map(|tid| (0..SESSIONS_PER_THREAD).map(move |n| (tid, n)))
-        .map(|(tid, n)| {
-            let (key_id, project, user, agent) = members(n);
-            AdmissionRequest {
-                org_id: format!("org_{}", n % ORGS),
-                key_id,
-                session_id: format!("w{tid}_{n}"),
-                agent,
-                project_id: Some(project),
-                started_by: Some(user),
-            }
-        })
-        .collect();
-    for group in requests.chunks(250) {
-        let decided = server
-            .db
-            .admit(&loaded, group, server.clock.now(), &server.rules)
-            .await
-            .unwrap();
-        for d in decided {
-            let d = d.expect("every session's org and key exist");
-            assert_eq!(d.decision, "allow", "{d:?}");
-        }
-    }
-}
-
 async fn run(backend: Backend, batch: usize, clients: usize, setup: Setup) -> Outcome {
     let plans = common::funded_plans();
     let server = common::start_funded(backend, &plans).await;
     common::create_orgs(&server, ORGS, setup.funding).await;
-    admit_sessions(&server, &plans, THREADS, setup.limits).await;
+    common::admit_sessions(
+        &server,
+        &plans,
+        (ORGS, SESSIONS_PER_THREAD),
+        THREADS,
+        setup.limits,
+    )
+    .await;
     let url = format!("{}/v1/heartbeats", server.url);
     let args = || {
         vec![

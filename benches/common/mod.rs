@@ -148,6 +148,81 @@ impl Setup {
     }
 }
 
+use rush_meter_core::gate::{AdmissionRequest, Agent};
+
+/// Keys, projects and users of each org: every session is admitted with one of each
+/// before the load, as the orchestrator would, so that its bookings roll up by member.
+const KEYS_PER_ORG: usize = 4;
+const PROJECTS_PER_ORG: usize = 5;
+const USERS_PER_ORG: usize = 10;
+/// The members of the `n`th session of a wrk thread (of org `n % orgs`, heartbeats.lua).
+fn members(n: usize, orgs: usize) -> (String, String, String, Agent) {
+    let i = n / orgs;
+    let agent = [Agent::Claude, Agent::Codex, Agent::Opencode][i % 3];
+    (
+        format!("k{}", i % KEYS_PER_ORG),
+        format!("p{}", i % PROJECTS_PER_ORG),
+        format!("u{}", i % USERS_PER_ORG),
+        agent,
+    )
+}
+
+/// Register every org's keys (`org_0`…), optionally limit each key, project and user, and admit every
+/// session the load will beat for (`w{thread}_{n}`, heartbeats.lua), through the store's gate in groups.
+pub async fn admit_sessions(
+    server: &Server,
+    plans: &tempfile::TempDir,
+    (orgs, sessions_per_thread): (usize, usize),
+    threads: usize,
+    limits: bool,
+) {
+    for o in 0..orgs {
+        let org = format!("org_{o}");
+        let mut limited = Vec::new();
+        for k in 0..KEYS_PER_ORG {
+            server
+                .admin(
+                    "PUT",
+                    &format!("/v1/orgs/{org}/keys/k{k}"),
+                    Some(serde_json::json!({"concurrency_limit": 100})),
+                )
+                .await;
+            limited.push(("key", format!("k{k}")));
+        }
+        limited.extend((0..PROJECTS_PER_ORG).map(|p| ("project", format!("p{p}"))));
+        limited.extend((0..USERS_PER_ORG).map(|u| ("user", format!("u{u}"))));
+        if limits {
+            limit_members(server, &org, &limited).await;
+        }
+    }
+    let loaded = rush_meter::config::load_plans(plans.path()).unwrap();
+    let requests: Vec<AdmissionRequest> = (0..threads)
+        .flat_map(|tid| (0..sessions_per_thread).map(move |n| (tid, n)))
+        .map(|(tid, n)| {
+            let (key_id, project, user, agent) = members(n, orgs);
+            AdmissionRequest {
+                org_id: format!("org_{}", n % orgs),
+                key_id,
+                session_id: format!("w{tid}_{n}"),
+                agent,
+                project_id: Some(project),
+                started_by: Some(user),
+            }
+        })
+        .collect();
+    for group in requests.chunks(250) {
+        let decided = server
+            .db
+            .admit(&loaded, group, server.clock.now(), &server.rules)
+            .await
+            .unwrap();
+        for d in decided {
+            let d = d.expect("every session's org and key exist");
+            assert_eq!(d.decision, "allow", "{d:?}");
+        }
+    }
+}
+
 /// A limit no benchmark reaches (the most a limit may be, 100,000 h), so that every
 /// decision and booking reads and checks it but it never binds.
 const UNREACHED_HOURS: &str = "100000";
@@ -169,7 +244,8 @@ pub async fn limit_members(server: &Server, org: &str, members: &[(&str, String)
     }
 }
 
-/// A plan spent at once (0.0001 h), that sells pay-as-you-go up to a very high cap.
+/// A plan spent at once (0.0001 h), that sells pay-as-you-go up to a very high cap, and
+/// packs of 10 hours (auto top-up's, benches/auto_topup.rs).
 const SPENT: &str = r#"
 id = "spent"
 name = "Spent"
@@ -181,6 +257,8 @@ concurrency_default = 100
 concurrency_max = 100
 overage_unit_price = "0.50"
 overage_cap_max = "1000000.00"
+topup_hours = [10]
+topup_hour_price = "0.50"
 "#;
 
 /// The repository's plans and `spent`, in a directory of their own.
