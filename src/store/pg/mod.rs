@@ -4,8 +4,6 @@
 //! UNNEST, so each statement has one fixed text (prepared once per connection) whatever
 //! the row count.
 
-use std::str::FromStr;
-
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 
@@ -13,6 +11,7 @@ use super::PoolSettings;
 
 mod copy_lines;
 mod gate;
+mod hosts;
 pub mod hot_reads;
 mod params;
 mod sessions;
@@ -72,6 +71,20 @@ pub struct Pg {
     shards: std::sync::Mutex<HashMap<String, i64>>,
     /// Orgs seen to exist, where a group commits a shard at a time (`Dialect::split_seen`).
     seen: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The URL's hosts: with several, the pools follow the one that accepts writes.
+    hosts: hosts::Hosts,
+}
+
+/// Each statement planned for the parameters and statistics of the moment (reads whose
+/// best plan depends on the range asked); the group commits' own statements opt into
+/// generic plans (`begin_hot`).
+fn custom_plans(opts: PgConnectOptions) -> PgConnectOptions {
+    opts.options([("plan_cache_mode", "force_custom_plan")])
+}
+
+/// The keyed pool's: each statement's generic plan kept (`Pg::keyed`).
+fn generic_plans(opts: PgConnectOptions) -> PgConnectOptions {
+    opts.options([("plan_cache_mode", "force_generic_plan")])
 }
 
 /// Orgs `Pg::seen` holds at most; past it, it starts again (a forgotten org costs one
@@ -124,6 +137,36 @@ fn writable(read_only: &str) -> StoreResult<()> {
     )))
 }
 
+impl Pg {
+    /// A new connection where the pools point, and whether it accepts writes.
+    async fn fresh_on_current(&self) -> StoreResult<()> {
+        use sqlx::{ConnectOptions, Connection};
+        let mut conn = self.pool.connect_options().connect().await?;
+        let read_only: String =
+            sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
+                .fetch_one(&mut conn)
+                .await?;
+        conn.close().await?;
+        writable(&read_only)
+    }
+
+    /// Point both pools at the host that accepts writes now, if it is another: new
+    /// connections go there; those to the old host fail or, read-only, are replaced
+    /// (`error::connection_outlived_read_only`).
+    async fn follow(&self) -> StoreResult<()> {
+        let next = self.hosts.pick().await?;
+        let now = self.pool.connect_options();
+        if (now.get_host(), now.get_port()) != (next.get_host(), next.get_port()) {
+            tracing::warn!(from = %format!("{}:{}", now.get_host(), now.get_port()),
+                to = %format!("{}:{}", next.get_host(), next.get_port()),
+                "the database accepts writes on another host now: following it");
+            self.pool.set_connect_options(custom_plans(next.clone()));
+            self.keyed.set_connect_options(generic_plans(next));
+        }
+        Ok(())
+    }
+}
+
 /// Connections of the keyed-read pool (`Pg::keyed`) beside the main pool's: a page view
 /// holds at most three at once, and the main pool keeps the writers and exports.
 fn keyed_connections(max_connections: u32) -> u32 {
@@ -132,22 +175,26 @@ fn keyed_connections(max_connections: u32) -> u32 {
 
 impl Pg {
     pub async fn connect(url: &str, settings: PoolSettings) -> StoreResult<Pg> {
-        // Plan each statement for the parameters and statistics of the moment by default
-        // (reads whose best plan depends on the range asked); the group commits' own
-        // statements opt into generic plans (`begin_hot`).
-        let opts =
-            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_custom_plan")]);
-        let pool = settings.pool().connect_with(opts.clone()).await?;
+        let hosts = hosts::parse(url)?;
+        let base = match hosts.several() || hosts.writable {
+            true => hosts.pick().await?,
+            false => hosts.each[0].clone(),
+        };
+        let pool = settings
+            .pool()
+            .connect_with(custom_plans(base.clone()))
+            .await?;
         let keyed = settings
             .pool()
             .max_connections(keyed_connections(settings.max_connections))
-            .connect_lazy_with(opts.options([("plan_cache_mode", "force_generic_plan")]));
+            .connect_lazy_with(generic_plans(base));
         let pg = Pg {
             pool,
             keyed,
             sharding: std::sync::RwLock::new(Sharding::One),
             shards: std::sync::Mutex::default(),
             seen: std::sync::Mutex::default(),
+            hosts,
         };
         pg.detect_sharding().await?;
         Ok(pg)
@@ -449,14 +496,14 @@ impl super::Admin for Pg {
     }
 
     async fn connect_fresh(&self) -> StoreResult<()> {
-        use sqlx::{ConnectOptions, Connection};
-        let mut conn = self.pool.connect_options().connect().await?;
-        let read_only: String =
-            sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
-                .fetch_one(&mut conn)
-                .await?;
-        conn.close().await?;
-        writable(&read_only)
+        match self.fresh_on_current().await {
+            // Down or read-only where the pools point: another host may have taken over.
+            Err(e) if e.is_unavailable() && self.hosts.several() => {
+                self.follow().await?;
+                self.fresh_on_current().await
+            }
+            done => done,
+        }
     }
 
     async fn close(&self) {
