@@ -29,6 +29,15 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// Count one of `family`'s results (`stripe_events`, `notifications`, `auto_topups`).
+pub fn count(family: &Family<ResultLabels, Counter>, result: &str) {
+    family
+        .get_or_create(&ResultLabels {
+            result: result.to_owned(),
+        })
+        .inc();
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VersionLabels {
     pub api_version: String,

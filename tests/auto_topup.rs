@@ -81,26 +81,10 @@ async fn beat(srv: &TestServer, org: &str, session: &str, from: i64, rounds: i64
     t
 }
 
-/// Deliver a Stripe event as Stripe signs it.
+/// Deliver a Stripe event as Stripe signs it, at the server's time; its status.
 async fn deliver(srv: &TestServer, body: &str) -> u16 {
-    let now = srv.clock.now();
-    srv.client
-        .post(format!("{}/v1/stripe/webhook", srv.url))
-        .header("Stripe-Signature", sign(SECRET, now, body.as_bytes()))
-        .header("Content-Type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
-async fn events_done(srv: &TestServer) -> bool {
-    let v = srv
-        .admin("GET", "/v1/admin/stripe/events?state=pending", None)
-        .await;
-    v["events"].as_array().unwrap().is_empty()
+    let signed = sign(SECRET, srv.clock.now(), body.as_bytes());
+    common::webhooks::deliver(srv, body, &signed).await.0
 }
 
 /// A fixture of `tests/fixtures/stripe` (Stripe's shapes), its intent made `pi`'s.
@@ -210,7 +194,7 @@ every_backend! {
         assert_eq!(deliver(&srv, &body).await, 200);
         let again = body.replace("evt_1PiSucceededDahlia0001", "evt_1PiSucceededDahlia0002");
         assert_eq!(deliver(&srv, &again).await, 200);
-        eventually(30, "the events are processed", || events_done(&srv)).await;
+        eventually(30, "the events are processed", || common::webhooks::all_done(&srv)).await;
         assert_eq!(purchased(&srv, "acme").await.len(), 1);
 
         let (_, v) = srv.call("GET", path, Some(&console), None).await;
@@ -460,6 +444,10 @@ every_backend! {
             let (a, b) = (packs(&srv, "org_1").await, packs(&srv, "org_2").await);
             [a, b].iter().all(|p| p.first().is_some_and(|p| p.idempotency_key.ends_with("~2")))
         }).await;
+        // Hours not paid are not counted: the gate has nothing to run on.
+        let d = srv.admit("org_1", "k1", "s2").await;
+        assert_eq!((d["decision"].as_str(), d["remaining"]["grant_seconds"].as_i64()),
+            (Some("deny"), Some(0)), "{d}");
         // Paid, as Stripe tells it (the pack named by the request's idempotency key), twice.
         let paid = fixture("payment_intent.succeeded.2026-07-29.dahlia.json", "pi_paid", "org_1");
         assert!(paid.contains("\"idempotency_key\": \"auto-topup-org_1-0001\""));
@@ -469,13 +457,16 @@ every_backend! {
         let failed = fixture("payment_intent.payment_failed.2026-07-29.dahlia.json", "pi_failed", "org_2")
             .replace("auto-topup-org_1-0001", "auto-topup-org_2-0001");
         assert_eq!(deliver(&srv, &failed).await, 200);
-        eventually(30, "the events are processed", || events_done(&srv)).await;
+        eventually(30, "the events are processed", || common::webhooks::all_done(&srv)).await;
         let p1 = packs(&srv, "org_1").await;
         assert_eq!((p1[0].status.as_str(), p1[0].payment_intent_id.as_deref()), ("paid", Some("pi_paid")));
         let grants = purchased(&srv, "org_1").await;
         assert_eq!(grants.len(), 1, "{grants:?}");
         assert_eq!(grants[0]["seconds"].as_i64(), Some(3600));
         assert!(!srv.db.get_org("org_1").await.unwrap().unwrap().auto_topup.pending);
+        // Paid: its hour is the grant the gate runs on.
+        let d = srv.admit("org_1", "k1", "s3").await;
+        assert_eq!((d["decision"].as_str(), d["funded_by"].as_str()), (Some("allow"), Some("grant")), "{d}");
         let p2 = packs(&srv, "org_2").await;
         assert_eq!((p2[0].status.as_str(), p2[0].attempts), ("charging", 1), "{p2:?}");
         assert!(p2[0].last_error.as_deref().unwrap().contains("insufficient funds")

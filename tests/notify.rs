@@ -216,6 +216,16 @@ async fn a_threshold_notifies_once_and_is_retried_until_delivered(backend: Backe
 
 every_backend!(a_threshold_notifies_once_and_is_retried_until_delivered);
 
+/// The `org.room_restored` notifications received so far.
+fn restored(got: &Mutex<Vec<Received>>) -> Vec<Received> {
+    got.lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.body["kind"] == "org.room_restored")
+        .cloned()
+        .collect()
+}
+
 /// A session told to park at the week's ceiling learns why and when the week resets; the
 /// usage page counts it as parked for room; a grant brings room back, and one signed
 /// `org.room_restored` names what did, the session parked, and the room by source.
@@ -269,14 +279,7 @@ async fn room_restored_is_notified_once_with_what_brought_it(backend: Backend) {
         "{u}"
     );
     // No room restored while the org has none (its thresholds are notified meanwhile).
-    let restored_so_far = || {
-        got.lock()
-            .unwrap()
-            .iter()
-            .filter(|r| r.body["kind"] == "org.room_restored")
-            .cloned()
-            .collect::<Vec<Received>>()
-    };
+    let restored_so_far = || restored(&got);
     assert!(restored_so_far().is_empty());
 
     // A grant: room again, once.
@@ -376,21 +379,13 @@ async fn a_limit_raised_restores_room_to_its_members(backend: Backend) {
     seq += 1;
     srv.heartbeats(vec![hb("org_1", "s1", seq, "parked", at)])
         .await;
-    let restored = || {
-        got.lock()
-            .unwrap()
-            .iter()
-            .filter(|r| r.body["kind"] == "org.room_restored")
-            .map(|r| r.body.clone())
-            .collect::<Vec<Value>>()
-    };
-    assert!(restored().is_empty());
+    assert!(restored(&got).is_empty());
     limit("1").await;
     common::eventually(30, "org.room_restored is delivered", || async {
-        !restored().is_empty()
+        !restored(&got).is_empty()
     })
     .await;
-    let b = &restored()[0];
+    let b = &restored(&got)[0].body;
     assert_eq!(
         (b["reason"].as_str(), &b["sessions"]),
         (Some("limit_changed"), &json!(["s1"])),

@@ -22,7 +22,7 @@ use super::standing::standings;
 use crate::billing::auto_topup::charge;
 use crate::billing::Billing;
 use crate::clock::Clock;
-use crate::metrics::{Metrics, ResultLabels};
+use crate::metrics::Metrics;
 use crate::store::{AutoTopupRow, Db, NewPack, StoreResult};
 
 /// How long the instance that opened (or took) a pack holds its charge before any other
@@ -118,13 +118,7 @@ impl AutoTopups {
             full.insert(s.org.org_id.clone(), seen);
             return Ok(None);
         };
-        inner
-            .metrics
-            .auto_topups
-            .get_or_create(&ResultLabels {
-                result: "opened".into(),
-            })
-            .inc();
+        crate::metrics::count(&inner.metrics.auto_topups, "opened");
         tracing::info!(org_id = %row.org_id, seq = row.seq, hours = row.hours, "auto top-up: pack opened at the crossing");
         // Full queue: the sweep sends it once its hold ends.
         let _ = inner.charge.try_send(row.clone());

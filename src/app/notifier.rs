@@ -34,7 +34,7 @@ use super::pace::{Activity, Pace};
 use super::standing::standings;
 use crate::clock::Clock;
 use crate::config::NotifyConfig;
-use crate::metrics::{Metrics, ResultLabels};
+use crate::metrics::Metrics;
 use crate::store::{Db, NotificationRow, RoomWait, StoreResult};
 
 rush_meter_core::named! {
@@ -200,12 +200,7 @@ impl Notifier {
     }
 
     fn count(&self, result: &str) {
-        self.metrics
-            .notifications
-            .get_or_create(&ResultLabels {
-                result: result.into(),
-            })
-            .inc();
+        crate::metrics::count(&self.metrics.notifications, result);
     }
 
     async fn record(&self, n: &Notice) {

@@ -157,20 +157,16 @@ pub async fn charge(b: &Billing, row: &AutoTopupRow) -> BillingResult<Charged> {
         Err(e @ StripeFailure::Refused { status: 402, .. }) => {
             declined(b, &org, row, attempt, &e).await
         }
-        // Stripe saw this key with other parameters (a card changed between an unanswered
-        // try and this one), or another instance's try of it is in flight: what the first
-        // try made, if anything, is read back at the next.
-        Err(StripeFailure::Refused {
-            status: 400 | 409, ..
-        }) => {
-            let next = format!("{request}~{}", tries_of(&row.idempotency_key) + 1);
-            b.db.rekey_auto_topup(&org.org_id, row.seq, &next, None)
-                .await?;
-            Ok(Charged::Unknown)
-        }
-        Err(StripeFailure::ServerError { .. }) => {
-            // Stripe may replay the 5xx for this key for a day: the next try reads back
-            // what this one made, then sends under a new key.
+        // A 5xx, which Stripe may replay for this key for a day; or the key seen with other
+        // parameters (a card changed between an unanswered try and this one), or another
+        // instance's try of it in flight: the next try reads back what this one made, then
+        // sends under a new key.
+        Err(
+            StripeFailure::ServerError { .. }
+            | StripeFailure::Refused {
+                status: 400 | 409, ..
+            },
+        ) => {
             let next = format!("{request}~{}", tries_of(&row.idempotency_key) + 1);
             b.db.rekey_auto_topup(&org.org_id, row.seq, &next, None)
                 .await?;
@@ -296,16 +292,10 @@ async fn paid(
                 ))
             })?;
     if created {
-        b.metrics.auto_topups.get_or_create(&paid_label()).inc();
+        crate::metrics::count(&b.metrics.auto_topups, "paid");
         tracing::info!(org_id = %org.org_id, seq, hours, payment_intent, grant_id = %made.grant_id, "auto top-up paid");
     }
     Ok(made.grant_id)
-}
-
-fn paid_label() -> crate::metrics::ResultLabels {
-    crate::metrics::ResultLabels {
-        result: "paid".into(),
-    }
 }
 
 /// Record that charge `attempt` of a pack was declined (`e`), once, with its
@@ -386,12 +376,7 @@ async fn declined(
             AfterDecline::RetryAt(_) => "declined",
             _ => "given_up",
         };
-        b.metrics
-            .auto_topups
-            .get_or_create(&crate::metrics::ResultLabels {
-                result: result.into(),
-            })
-            .inc();
+        crate::metrics::count(&b.metrics.auto_topups, result);
         tracing::warn!(org_id = %org.org_id, seq = row.seq, attempt, error = %message, ?next, "auto top-up declined");
     }
     Ok(Charged::Declined(next))

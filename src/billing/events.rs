@@ -206,12 +206,7 @@ pub async fn process_due(b: &Billing) -> StoreResult<usize> {
                 _ => None,
             };
             let result_label = if state == "pending" { "retry" } else { state };
-            b.metrics
-                .stripe_events
-                .get_or_create(&crate::metrics::ResultLabels {
-                    result: result_label.into(),
-                })
-                .inc();
+            crate::metrics::count(&b.metrics.stripe_events, result_label);
             match state {
                 "quarantined" => {
                     tracing::error!(event = %ev.event_id, kind = %ev.kind, error = ?error, "Stripe event quarantined after {} tries", ev.attempts)

@@ -40,6 +40,16 @@ async fn end_pack(tx: &mut Tx, org_id: &str, now: Secs, actor: &Actor) -> StoreR
     Ok(())
 }
 
+/// The org's pack in flight is over (paid, or called off): it may open another.
+async fn clear_pending(tx: &mut Tx, org_id: &str) -> StoreResult<()> {
+    sqlx::query("UPDATE orgs SET auto_topup_pending = $2 WHERE org_id = $1")
+        .bind(org_id)
+        .bind(false)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 #[async_trait]
 impl AutoTopupStore for D {
     async fn set_auto_topup(
@@ -245,11 +255,7 @@ impl AutoTopupStore for D {
         .execute(&mut *tx)
         .await?;
         if was == "charging" {
-            sqlx::query("UPDATE orgs SET auto_topup_pending = $2 WHERE org_id = $1")
-                .bind(org_id)
-                .bind(false)
-                .execute(&mut *tx)
-                .await?;
+            clear_pending(&mut tx, org_id).await?;
         }
         tx.commit().await?;
         Ok(Some((made, created)))
@@ -281,11 +287,7 @@ impl AutoTopupStore for D {
         .rows_affected()
             == 1;
         if ended {
-            sqlx::query("UPDATE orgs SET auto_topup_pending = $2 WHERE org_id = $1")
-                .bind(org_id)
-                .bind(false)
-                .execute(&mut *tx)
-                .await?;
+            clear_pending(&mut tx, org_id).await?;
         }
         tx.commit().await?;
         Ok(ended)
