@@ -408,6 +408,24 @@ every_backend! {
         assert_eq!(srv.usage("acme").await["running_sessions"], 1);
     }
 
+    // A turn shorter than a second: admitted and parked within the same second of the
+    // meter's clock (a parked session's slot is judged by whole seconds). Parked, it holds
+    // no slot, so the next session is admitted at once, not after the lease; resumed in
+    // that second again, it holds one again.
+    async fn a_session_parked_in_the_second_it_was_admitted_gives_its_slot_back(srv: TestServer) {
+        setup(&srv, "free", 1).await;
+        srv.clock.set(T0);
+        assert_eq!(admit(&srv, "acme", "k1", "a").await.1["decision"], "allow");
+        srv.heartbeats(vec![hb("acme", "a", 1, "running", T0)]).await;
+        srv.heartbeats(vec![hb("acme", "a", 2, "parked", T0)]).await;
+        let (_, b) = admit(&srv, "acme", "k1", "b").await;
+        assert_eq!(b["decision"], "allow", "{b}");
+        assert_eq!(b["concurrency"]["running"], 1, "{b}");
+        srv.heartbeats(vec![hb("acme", "b", 1, "parked", T0)]).await;
+        assert_eq!(admit(&srv, "acme", "k1", "a").await.1["decision"], "allow");
+        assert_eq!(admit(&srv, "acme", "k1", "c").await.1["reason"], "concurrency_limit_reached");
+    }
+
     // The gate's transactions keep generic plans on one PostgreSQL (`begin_hot`), remade
     // only when a table is analyzed: a hot table filling from empty is analyzed again as
     // it grows, not left with the statistics of its first hundred rows until autovacuum.

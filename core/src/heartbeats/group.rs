@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{Heartbeat, HeartbeatOutcome, IngestReject};
 use crate::booking::Booking;
-use crate::ledger::{receive, Effects, Rules};
+use crate::ledger::{receive, Effects, Phase, Rules};
 use crate::session::{key, Session, SessionKey};
 
 /// A request's answer: one outcome per heartbeat, or why it was refused whole.
@@ -143,6 +143,10 @@ pub fn apply(
         // wait is over depends on when this one came, never on the commit's moment.
         let step = receive(&s.ledger, &h.obs, h.received_at, rules);
         let changed = step.ledger != s.ledger;
+        // Parked by a heartbeat, it gives up its slot (the store's upsert does the same).
+        if step.ledger.phase == Phase::Parked && s.ledger.phase != Phase::Parked {
+            s.slot_at = None;
+        }
         s.ledger = step.ledger;
         if !step.duplicate {
             s.vm_id = Some(h.vm_id.to_string());

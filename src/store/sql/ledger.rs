@@ -12,7 +12,13 @@ pub(crate) const SESSION_COLUMNS: &str =
      vm_id, phase, last_seq, last_at, span_start, billed_seconds, heartbeats, silences, \
      unadmitted, created_at, ended_at, end_status, heard_at, held_at, held";
 
-/// Overwrites every column of a locked session row with the new state.
+/// Overwrites every column of a locked session row with the new state, and clears the
+/// slot of a session the write parks. A parked session holds no slot (docs/gate.md,
+/// "Slots"), but the gate's count judges one by its heard and slot times, in whole seconds:
+/// admitted and parked within one second, it would look admitted after it parked and keep
+/// its slot for the lease. Cleared, the order is never guessed; a resume sets it again.
+/// `slot_at` changes only when the phase does, which is indexed too, so PostgreSQL's
+/// heartbeat updates stay HOT.
 pub(crate) const SESSION_UPSERT: &str = " ON CONFLICT (org_id, session_id) DO UPDATE SET \
      key_id = excluded.key_id, agent = excluded.agent, project_id = excluded.project_id, \
      started_by = excluded.started_by, vm_id = excluded.vm_id, phase = excluded.phase, \
@@ -21,7 +27,9 @@ pub(crate) const SESSION_UPSERT: &str = " ON CONFLICT (org_id, session_id) DO UP
      heartbeats = excluded.heartbeats, silences = excluded.silences, \
      unadmitted = excluded.unadmitted, ended_at = excluded.ended_at, \
      end_status = excluded.end_status, heard_at = excluded.heard_at, \
-     held_at = excluded.held_at, held = excluded.held";
+     held_at = excluded.held_at, held = excluded.held, \
+     slot_at = CASE WHEN excluded.phase = 'parked' AND sessions.phase <> 'parked' \
+     THEN NULL ELSE sessions.slot_at END";
 
 pub(crate) const ORG_HOURS_CONFLICT: &str = " ON CONFLICT (org_id, hour, shard) DO UPDATE \
      SET seconds = org_hourly.seconds + excluded.seconds";

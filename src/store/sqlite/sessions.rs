@@ -14,7 +14,8 @@ use super::*;
 /// (`INDEXED_LEFT_OUT`) and `write_indexed_columns` writes them on the rows where they differ.
 const INDEXED_COLUMNS: [&str; 2] = ["phase", "key_id"];
 
-/// `SESSION_UPSERT` without the assignments of `INDEXED_COLUMNS`.
+/// `SESSION_UPSERT` without the assignments of `INDEXED_COLUMNS`, nor the slot's release
+/// (`slot_at`, indexed too), which `write_indexed_columns` does where the phase changes.
 static INDEXED_LEFT_OUT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let (head, sets) = SESSION_UPSERT.split_once(" SET ").expect("an upsert's SET");
     let kept: Vec<&str> = sets
@@ -23,6 +24,7 @@ static INDEXED_LEFT_OUT: std::sync::LazyLock<String> = std::sync::LazyLock::new(
         .filter(|a| {
             !INDEXED_COLUMNS
                 .iter()
+                .chain(&["slot_at"])
                 .any(|c| a.starts_with(&format!("{c} = ")))
         })
         .collect();
@@ -50,7 +52,15 @@ async fn write_indexed_columns(tx: &mut Tx, rows: &[Session]) -> StoreResult<()>
             )
         })
         .unzip();
-    let mut q = QueryBuilder::<DB>::new(format!("UPDATE sessions SET {} FROM (", sets.join(", ")));
+    // The slot's release of `SESSION_UPSERT`: SQLite reads the row's old phase here too.
+    let release = format!(
+        "slot_at = CASE WHEN {} = 'parked' AND sessions.phase <> 'parked' THEN NULL ELSE slot_at END",
+        value(0)
+    );
+    let mut q = QueryBuilder::<DB>::new(format!(
+        "UPDATE sessions SET {}, {release} FROM (",
+        sets.join(", ")
+    ));
     q.push_values(rows, |mut b, r| {
         b.push_bind(&r.org_id).push_bind(&r.session_id);
         for v in indexed_values(r) {
