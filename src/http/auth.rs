@@ -187,25 +187,31 @@ async fn token(state: &AppState, secret: &str) -> Result<Arc<TokenRow>, ApiError
         return Err(ApiError::token_revoked());
     }
     let db = state.db.clone();
-    let mut failure = None;
     // Read once an epoch of the meter's clock, so that a test moves it as time does; only
-    // found tokens are cached: one created a moment ago works at once.
+    // found tokens are cached: one created a moment ago works at once. Requests waiting on
+    // the same read share its outcome, a failed read's included: each must answer 503 for
+    // an unreachable database, not 401 as if the token did not exist (a failover's first
+    // second of a new epoch did that to every waiter but the reader).
     let epoch = state.clock.now().div_euclid(TOKEN_FRESH_SECS);
-    let row: Option<Arc<TokenRow>> = state
+    let row = state
         .shared()
         .tokens
-        .optionally_get_with((hash.clone(), epoch), async {
+        .try_get_with((hash.clone(), epoch), async {
             match db.token_by_hash(&hash).await {
-                Ok(row) => row.map(Arc::new),
-                Err(e) => {
-                    failure = Some(e);
-                    None
-                }
+                Ok(Some(row)) => Ok(Arc::new(row)),
+                Ok(None) => Err(Lookup::NoSuchToken),
+                Err(e) => Err(Lookup::Failed(e)),
             }
         })
         .await;
-    if let Some(e) = failure {
-        return Err(e.into());
-    }
-    row.ok_or_else(ApiError::unauthorized)
+    row.map_err(|e| match &*e {
+        Lookup::NoSuchToken => ApiError::unauthorized(),
+        Lookup::Failed(e) => e.into(),
+    })
+}
+
+/// Why a token's read found none: no token has the secret, or the database failed.
+enum Lookup {
+    NoSuchToken,
+    Failed(crate::store::StoreError),
 }
