@@ -11,6 +11,7 @@
 //!   concurrency limit holds exactly, and once the lease has passed no slot is leaked.
 
 mod common;
+mod failover;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -533,6 +534,7 @@ async fn drills() {
     } else {
         md.push_str("Not run here (no PostgreSQL).\n");
     }
+    md.push_str(&failover_section().await);
     md.push_str(&format!(
         "\nDrills took {:.1} s.\n",
         started.elapsed().as_secs_f64()
@@ -542,4 +544,124 @@ async fn drills() {
         md,
     )
     .unwrap();
+}
+
+/// The failover drill (tests/failover), its figures asserted and written as a section.
+async fn failover_section() -> String {
+    let mut md = String::from("\n## A failover under load\n\n");
+    md.push_str(
+        "A pg_auto_failover formation (`tests/failover/formation.sh`): a monitor and two\n\
+         PostgreSQL 15 nodes with synchronous replication, the monitor's timeouts shortened so\n\
+         that the drill fits in CI (a node unhealthy after 3 s without an answer instead of 20 s,\n\
+         a lost primary given 4 s to demote itself instead of 30 s). Two instances of the\n\
+         service, both given the formation's URL of two hosts\n\
+         (`postgres://…@127.0.0.1:p1,127.0.0.1:p2/fo?target_session_attrs=read-write`). The\n\
+         load: six supervisors, each on one kept-alive connection, running sessions one after\n\
+         another (admitted, 25 heartbeats, parked, resumed, 25 more, parked), four of them on a\n\
+         key whose limit is 2; a host's supervisor sending 200 sessions' heartbeats a request\n\
+         (about 30 KB) every 100 ms; another one running 40 sessions of an org past its plan\n\
+         under a pay-as-you-go cap of 0.20 (200 s); and Stripe delivering a signed subscription event every\n\
+         250 ms. Each retries a refused request after 50 ms until it is answered. The steps,\n\
+         under that load: the standby's WAL receiver stopped for 0.5 s, so that commits wait\n\
+         for it, and then every process of the primary's machine killed with `kill -9` (its\n\
+         keeper, the keeper's children and PostgreSQL: the keeper's children alone would start\n\
+         PostgreSQL again in place), the receiver let go, and the standby promoted;\n\
+         the old primary's keeper started again, which rejoins it as a standby; a planned\n\
+         switchover (`pg_autoctl perform switchover`) back to it. Every figure is from the\n\
+         drill's own records and the database after the last step.\n\n",
+    );
+    let Some(f) = failover::drill().await else {
+        return md + "Not run here (no pg_auto_failover).\n";
+    };
+    assert_eq!(f.heartbeats_lost, 0, "acknowledged heartbeats lost");
+    assert_eq!(f.decisions_lost, 0, "acknowledged decisions lost");
+    assert_eq!(f.seconds_billed_twice, 0, "seconds billed twice");
+    for (key, gate, held, limit) in &f.slots {
+        assert_eq!(
+            gate, held,
+            "{key}: slots the gate counts and sessions holding one"
+        );
+        assert!(gate <= limit, "{key}: over its limit");
+    }
+    assert_eq!(f.events_lost, 0, "acknowledged Stripe events lost");
+    let c = &f.capped;
+    assert!(
+        c.cap_reached,
+        "the capped org did not reach its cap: {}",
+        c.spent
+    );
+    assert_eq!(
+        (c.spent.as_str(), c.billed.as_str()),
+        (c.cap, c.cap),
+        "the cap holds to the cent"
+    );
+    assert_eq!(f.server_errors, 0, "answered 5xx other than 503");
+    assert!(
+        f.unexpected.is_empty(),
+        "answers other than 2xx and 503: {:?}",
+        f.unexpected
+    );
+    assert_eq!(f.closed, 0, "kept-alive connections closed by the service");
+    assert_eq!(f.hung, 0, "requests unanswered for 30 s");
+    assert!(
+        f.refused_503 > 0,
+        "nothing was refused: the failover was not under load"
+    );
+    assert!(
+        f.in_flight > 0,
+        "no write was in flight when the primary was lost"
+    );
+    assert_eq!(
+        f.in_flight_503, f.in_flight,
+        "a write in flight when the primary was lost is a 503"
+    );
+    md.push_str("| step | new primary takes writes after | first write answered 2xx after that | writes refused for (last 2xx before to first after) |\n| --- | --- | --- | --- |\n");
+    for s in &f.steps {
+        md.push_str(&format!(
+            "| {} | {} ms | {} ms | {} ms |\n",
+            s.name,
+            s.to_writable.as_millis(),
+            s.to_first_ok.as_millis(),
+            s.writes_refused_for.as_millis()
+        ));
+    }
+    md.push_str("\n| figure | value |\n| --- | --- |\n");
+    let slots = f
+        .slots
+        .iter()
+        .map(|(k, gate, held, limit)| format!("{k}: {gate} counted, {held} held (limit {limit})"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    for (k, v) in [
+        ("heartbeats answered 200", f.heartbeats_acked.to_string()),
+        ("of them lost", f.heartbeats_lost.to_string()),
+        ("decisions answered", f.decisions_acked.to_string()),
+        ("of them lost", f.decisions_lost.to_string()),
+        ("seconds billed", f.seconds_billed.to_string()),
+        ("seconds billed twice (a session billed past its life, or the hourly totals off the sessions')", f.seconds_billed_twice.to_string()),
+        ("slots after the last step: the gate's count, the supervisors' sessions", slots),
+        (
+            "an org run past its plan (`mini`, 180 s a week) by 40 sessions under a pay-as-you-go cap",
+            format!(
+                "cap {}; spent {}; billed {}; {} s used",
+                c.cap, c.spent, c.billed, c.used_seconds
+            ),
+        ),
+        ("Stripe events answered 2xx", f.events_acked.to_string()),
+        ("of them lost", f.events_lost.to_string()),
+        ("answers", f.answers.to_string()),
+        ("answered 503 `unavailable` (retried)", f.refused_503.to_string()),
+        ("answered 500 (or any 5xx but 503)", f.server_errors.to_string()),
+        ("answered anything else but 2xx", f.unexpected.len().to_string()),
+        ("requests cut off without an answer (retried)", f.cut.to_string()),
+        ("kept-alive connections closed by the service", f.closed.to_string()),
+        ("`synchronous_standby_names` on the primary", format!("`{}`", f.synchronous)),
+        ("writes in flight when the primary was lost (sent before, answered after)", f.in_flight.to_string()),
+        ("of them answered 503 `unavailable`", f.in_flight_503.to_string()),
+        ("requests answered 503 or cut whose retry found them applied (the commit's outcome unknown to the service)", f.applied_before.to_string()),
+        ("drill took, with the formation's setup", format!("{:.1} s", f.took.as_secs_f64())),
+    ] {
+        md.push_str(&format!("| {k} | {v} |\n"));
+    }
+    md
 }

@@ -40,7 +40,7 @@ pub use db::{fresh_database, fresh_database_with, pg_base_url, postgres_database
 #[allow(unused_imports)]
 pub use every_backend::{run_on, OnBackend};
 #[allow(unused_imports)]
-pub use plans::{mini_plans, plans, pro_2, repo_plans, repo_plans_copy};
+pub use plans::{mini_plans, plans, pro_2, repo_plans, repo_plans_and_mini, repo_plans_copy};
 #[allow(unused_imports)]
 pub use server::{
     assert_statements_audited, config_of, metric_in, start_with_plans, two_instances, Options,

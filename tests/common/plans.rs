@@ -70,3 +70,12 @@ pub fn repo_plans_copy() -> tempfile::TempDir {
     }
     dir
 }
+
+/// The repository's plans and `mini` (above) beside them, sold by no Stripe price (`pro`
+/// sells `pro_monthly`): a plan to spend to its cap in a drill next to the real ones.
+pub fn repo_plans_and_mini() -> tempfile::TempDir {
+    let dir = repo_plans_copy();
+    let mini = MINI.replace("[\"pro_monthly\"]", "[]");
+    std::fs::write(dir.path().join("mini.toml"), mini).unwrap();
+    dir
+}
