@@ -248,7 +248,8 @@ impl ApiError {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Unavailable,
-            "the database is unreachable; retry shortly (nothing was written)",
+            "the database is unreachable; retry shortly (a request cut off at its commit may have \
+             been applied; its retry is answered as a repeat, never applied twice)",
         )
         .retry_after(1)
     }

@@ -157,8 +157,11 @@ fn description(status: u16) -> &'static str {
         500 => "`internal`: an unexpected error, logged with the request id",
         502 => "`stripe_refused`: Stripe refused the change; nothing changed here",
         503 => {
-            "`unavailable` (the database) or `stripe_unavailable`: nothing was written; \
-                retry after `Retry-After` seconds. `stripe_off`: Stripe is not configured on \
+            "`unavailable` (the database): retry after `Retry-After` seconds; nothing was \
+                written, unless the connection was lost at the commit, and then the retry is \
+                answered as a repeat (a heartbeat's `seq`, an admission's session, a grant's \
+                `idempotency_key`). `stripe_unavailable`: nothing changed; retry after \
+                `Retry-After` seconds. `stripe_off`: Stripe is not configured on \
                 this instance, and a retry will not help"
         }
         _ => "an error",
