@@ -22,7 +22,7 @@
 set -euo pipefail
 
 BIN=/usr/lib/postgresql/15/bin
-cmd=${1:?usage: formation.sh up|primary|kill|rejoin|wait|switchover|down DIR ...}
+cmd=${1:?usage: formation.sh up|primary|kill|freeze|thaw|rejoin|wait|switchover|down DIR ...}
 dir=${2:?the directory of the formation}
 
 as_pg() {
