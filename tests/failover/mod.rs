@@ -678,38 +678,23 @@ pub async fn drill() -> Option<Figures> {
     }
     let bases: Vec<String> = instances.iter().map(|(_, b)| b.clone()).collect();
     let client = reqwest::Client::new();
-    admin_put(&client, &bases[0], "/v1/orgs/acme", json!({"plan": "team"})).await;
-    admin_put(
-        &client,
-        &bases[0],
-        "/v1/orgs/billing",
-        json!({"plan": "free"}),
-    )
-    .await;
-    admin_put(
-        &client,
-        &bases[0],
-        "/v1/orgs/fleet",
-        json!({"plan": "team"}),
-    )
-    .await;
-    admin_put(
-        &client,
-        &bases[0],
-        "/v1/orgs/acme/keys/hot",
-        json!({"concurrency_limit": HOT_LIMIT}),
-    )
-    .await;
-    admin_put(&client, &bases[0], "/v1/orgs/acme/keys/cool", json!({})).await;
-    admin_put(
-        &client,
-        &bases[0],
-        "/v1/orgs/capped",
-        json!({"plan": "mini"}),
-    )
-    .await;
-    let overage = json!({"enabled": true, "monthly_cap": CAP});
-    admin_put(&client, &bases[0], "/v1/orgs/capped/overage", overage).await;
+    for (path, body) in [
+        ("/v1/orgs/acme", json!({"plan": "team"})),
+        ("/v1/orgs/billing", json!({"plan": "free"})),
+        ("/v1/orgs/fleet", json!({"plan": "team"})),
+        (
+            "/v1/orgs/acme/keys/hot",
+            json!({"concurrency_limit": HOT_LIMIT}),
+        ),
+        ("/v1/orgs/acme/keys/cool", json!({})),
+        ("/v1/orgs/capped", json!({"plan": "mini"})),
+        (
+            "/v1/orgs/capped/overage",
+            json!({"enabled": true, "monthly_cap": CAP}),
+        ),
+    ] {
+        admin_put(&client, &bases[0], path, body).await;
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     let log = Log::default();
